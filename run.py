@@ -1,0 +1,43 @@
+"""vggtrain's entry point: `python run.py [overrides]` composes conf/ with Hydra and runs one task.
+
+    python run.py                                   # train on the bundled digits
+    python run.py dataset=cifar dataset.data_dir=/data/cifar10
+    python run.py -m optimizer.lr=0.1,0.01          # a sweep
+
+A bad file or config value ends the run with one line naming it; set
+HYDRA_FULL_ERROR=1 for the full traceback.
+"""
+
+import logging
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's C++ start-up chatter out of the log
+
+import hydra  # noqa: E402
+from hydra.core.hydra_config import HydraConfig  # noqa: E402
+from hydra.types import RunMode  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+from trainer.config import register  # noqa: E402
+from trainer.errors import UserError  # noqa: E402
+
+register()
+log = logging.getLogger("vggtrain")
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+def main(cfg: DictConfig) -> float | None:
+    from trainer.tasks import run_task
+
+    try:
+        return run_task(cfg)
+    except UserError as error:
+        log.error("%s", error)
+        if os.environ.get("HYDRA_FULL_ERROR") == "1" or HydraConfig.get().mode == RunMode.MULTIRUN:
+            raise  # a sweep records the failure and goes on with the other jobs
+        sys.exit(f"error: {error}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""Shared fixtures: the real config composed with Hydra, and tiny datasets made on the fly."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+CIFAR_TRAIN = [f"data_batch_{index}.bin" for index in range(1, 6)]
+
+
+def compose(overrides: list[str], output_dir: Path | str = "unused"):
+    """The composed config, as `python run.py OVERRIDES` would see it."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    from trainer.config import register
+
+    register()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return hydra_compose("config", overrides=[*overrides, f"output_dir={output_dir}"])
+
+
+def pattern_records(labels: np.ndarray, first_index: int = 0, size: int = 32, channels: int = 3) -> bytes:
+    """CIFAR-layout records whose pixels carry their own label and index.
+
+    Channel-first planes: R is `label * 20` everywhere, G is `index % 256`,
+    B is `index // 256`; the top-left pixel of R is 255 so an HWC/CHW mix-up shows.
+    """
+    count = len(labels)
+    planes = np.zeros((count, channels, size, size), dtype=np.uint8)
+    index = np.arange(first_index, first_index + count)
+    planes[:, 0] = (labels * 20)[:, None, None]
+    if channels == 3:
+        planes[:, 1] = (index % 256)[:, None, None]
+        planes[:, 2] = (index // 256)[:, None, None]
+    return np.concatenate([labels[:, None].astype(np.uint8), planes.reshape(count, -1)], axis=1).tobytes()
+
+
+def write_cifar(folder: Path, records_per_file: int = 16, num_test: int = 16, seed: int = 0) -> Path:
+    """Writes tiny CIFAR-10 binary files (pattern images, labels 0..9) into `folder`."""
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    index = 0
+    for name in CIFAR_TRAIN:
+        labels = rng.integers(0, 10, records_per_file)
+        (folder / name).write_bytes(pattern_records(labels, index))
+        index += records_per_file
+    (folder / "test_batch.bin").write_bytes(pattern_records(rng.integers(0, 10, num_test), index))
+    return folder
+
+
+@pytest.fixture
+def cifar_dir(tmp_path: Path) -> Path:
+    return write_cifar(tmp_path / "cifar")
+
+
+def cifar_overrides(data_dir: Path) -> list[str]:
+    """Overrides that make `dataset=cifar` fit the tiny files of `write_cifar`."""
+    return [
+        "dataset=cifar",
+        f"dataset.data_dir={data_dir}",
+        "dataset.val_size=16",
+        "debug=smoke",
+        "trainer.batch_size=8",
+        "trainer.steps_per_epoch=2",
+    ]

@@ -1,0 +1,163 @@
+"""The binary record pipeline: alignment, channel order, determinism, per-image randomness, bad files."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import pattern_records, write_cifar
+
+from trainer.data import pipeline, records
+from trainer.data.augment import Augmentation, Preprocess, augment_batch, decode_records, preprocess_batch
+from trainer.errors import DataError
+
+CIFAR = records.RecordFormat(32, 32, 3)
+RAW = Preprocess(image_size=32, standardize=False)  # no resize, no standardization: pixels stay exact
+
+
+def _all_records(folder):
+    return records.RecordSlice(tuple(str(folder / f"data_batch_{i}.bin") for i in range(1, 6)), 0, 80)
+
+
+def _labels_and_indexes(images, labels):
+    images, labels = np.asarray(images), np.asarray(labels)
+    encoded_label = np.rint(images[:, 5, 5, 0] / 20).astype(int)
+    index = np.rint(images[:, 5, 5, 1] + 256 * images[:, 5, 5, 2]).astype(int)
+    return encoded_label, labels, index
+
+
+def test_channel_first_decode_matches_known_pattern():
+    # One 2x2 RGB image stored as R plane, G plane, B plane.
+    planes = np.arange(12, dtype=np.uint8).reshape(3, 2, 2)
+    record = tf.constant([bytes([7]) + planes.tobytes()])
+    images, labels = decode_records(record, records.RecordFormat(2, 2, 3))
+    assert labels.numpy().tolist() == [7]
+    np.testing.assert_array_equal(images.numpy()[0], planes.transpose(1, 2, 0))
+    assert images.numpy()[0, 0, 1].tolist() == [1, 5, 9]  # R, G, B of the pixel at row 0, column 1
+
+
+@pytest.mark.parametrize("augment", [Augmentation(), Augmentation(crop="random", crop_size=28, flip=True)])
+def test_every_image_keeps_its_label_through_shuffle_parallel_map_and_batching(tmp_path, augment):
+    folder = write_cifar(tmp_path, records_per_file=16)
+    preprocess = Preprocess(image_size=32, augment=augment, standardize=False)
+    dataset = pipeline.train_dataset(_all_records(folder), CIFAR, preprocess, batch_size=8, seed=3, shuffle_buffer=80)
+    seen = []
+    for images, labels in dataset.take(10):  # one full pass: 80 records
+        encoded, actual, index = _labels_and_indexes(images, labels)
+        np.testing.assert_array_equal(encoded, actual)
+        seen.extend(index.tolist())
+    assert sorted(seen) == list(range(80)), "one epoch must hold every record exactly once"
+    assert seen != list(range(80)), "the records must be shuffled"
+
+
+def test_eval_pipeline_keeps_file_order(tmp_path):
+    folder = write_cifar(tmp_path, records_per_file=16)
+    source = records.RecordSlice(_all_records(folder).files, 70, 10)  # crosses no file edge: last 10
+    batches = list(pipeline.eval_dataset(source, CIFAR, RAW, batch_size=4))
+    assert [len(labels) for _, labels in batches] == [4, 4, 2]
+    index = np.concatenate([_labels_and_indexes(images, labels)[2] for images, labels in batches])
+    assert index.tolist() == list(range(70, 80))
+
+
+def test_same_seed_same_batches_and_other_seed_other_batches(tmp_path):
+    folder = write_cifar(tmp_path)
+    preprocess = Preprocess(
+        32,
+        Augmentation(crop="random", crop_size=28, flip=True, brightness=63.0, contrast_lower=0.2, contrast_upper=1.8),
+    )
+
+    def first_batches(seed):
+        dataset = pipeline.train_dataset(_all_records(folder), CIFAR, preprocess, 8, seed, 80)
+        return [images.numpy() for images, _ in dataset.take(12)]  # crosses into the second epoch
+
+    run_a, run_b, other = first_batches(5), first_batches(5), first_batches(6)
+    for batch_a, batch_b in zip(run_a, run_b, strict=False):
+        np.testing.assert_array_equal(batch_a, batch_b)
+    assert not np.array_equal(run_a[0], other[0])
+    assert not np.array_equal(run_a[0], run_a[10]), "the second epoch must be reshuffled and re-augmented"
+
+
+def _offsets(images: np.ndarray) -> list[tuple[int, int]]:
+    """Where each crop came from, for images whose pixel (y, x) holds y * 64 + x."""
+    return [(int(image[0, 0, 0]) // 64, int(image[0, 0, 0]) % 64) for image in images]
+
+
+def test_random_parameters_are_drawn_per_image():
+    grid = (np.arange(32)[:, None] * 64 + np.arange(32)[None, :]).astype(np.float32)
+    images = tf.constant(np.repeat(grid[None, :, :, None], 256, axis=0).repeat(3, axis=-1))
+    cropped = augment_batch(images, Augmentation(crop="random", crop_size=28), tf.constant(11, tf.int64)).numpy()
+    offsets = _offsets(cropped)
+    assert len(set(offsets)) > 10, "images in one batch must get different crops"
+    tops, lefts = zip(*offsets, strict=False)
+    assert set(tops) == set(range(5)) and set(lefts) == set(range(5)), "every offset 0..4 must occur"
+    # Each crop is an exact window of the original.
+    for image, (top, left) in zip(cropped, offsets, strict=False):
+        np.testing.assert_array_equal(image[..., 0], grid[top : top + 28, left : left + 28])
+
+    flipped = augment_batch(images, Augmentation(flip=True), tf.constant(11, tf.int64)).numpy()
+    was_flipped = flipped[:, 0, 0, 0] == 31
+    assert 0.35 < was_flipped.mean() < 0.65
+
+    bright = augment_batch(images, Augmentation(brightness=63.0), tf.constant(11, tf.int64)).numpy()
+    deltas = bright[:, 0, 0, 0] - 0.0
+    assert deltas.min() >= -63 and deltas.max() <= 63 and np.std(deltas) > 25  # uniform(-63, 63): std 36
+
+
+def test_preprocess_is_the_same_eagerly_and_inside_dataset_map(tmp_path):
+    folder = write_cifar(tmp_path)
+    raw = tf.constant([(folder / "test_batch.bin").read_bytes()[i * 3073 : (i + 1) * 3073] for i in range(8)])
+    preprocess = Preprocess(32, Augmentation(crop="random", crop_size=28, flip=True, brightness=63.0))
+    seed = tf.constant(9, tf.int64)
+    eager, _ = preprocess_batch(raw, CIFAR, preprocess, seed)
+    mapped = tf.data.Dataset.from_tensors((raw, seed)).map(lambda r, s: preprocess_batch(r, CIFAR, preprocess, s))
+    np.testing.assert_allclose(next(iter(mapped))[0].numpy(), eager.numpy(), rtol=1e-6, atol=1e-6)
+    standardized = eager.numpy().reshape(8, -1)
+    np.testing.assert_allclose(standardized.mean(axis=1), 0, atol=1e-4)
+
+
+def test_grayscale_records_are_resized_to_three_channels():
+    record = tf.constant([bytes([3]) + bytes(range(64))])
+    images, labels = preprocess_batch(record, records.RecordFormat(8, 8, 1), Preprocess(32, standardize=False))
+    assert images.shape == (1, 32, 32, 3) and labels.numpy().tolist() == [3]
+    np.testing.assert_array_equal(images[..., 0].numpy(), images[..., 2].numpy())
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (pattern_records(np.array([1, 2])) + b"\x00" * 10, "not a whole number of 3073-byte records"),
+        (b"", "the file is empty, expected 3073-byte records"),
+        (pattern_records(np.array([1, 10, 3])), "record 1 has label 10, expected a label in [0, 10)"),
+    ],
+    ids=["truncated", "zero-byte", "label-out-of-range"],
+)
+def test_bad_files_fail_naming_the_file(tmp_path, content, message):
+    path = tmp_path / "data_batch_1.bin"
+    path.write_bytes(content)
+    with pytest.raises(DataError, match=r"data_batch_1\.bin") as error:
+        records.read_labels(path, CIFAR, num_classes=10)
+    assert message in str(error.value)
+
+
+def test_missing_files_list_what_was_expected_and_where(tmp_path):
+    with pytest.raises(DataError) as error:
+        records.locate(str(tmp_path), ["data_batch_1.bin", "test_batch.bin"], ["cifar-10-batches-bin"])
+    assert "data_batch_1.bin, test_batch.bin not found in" in str(error.value)
+    assert "cifar-10-batches-bin" in str(error.value) and "dataset.download=true" in str(error.value)
+
+
+def test_files_are_found_in_the_folder_the_tarball_extracts_to(tmp_path):
+    write_cifar(tmp_path / "cifar-10-batches-bin")
+    paths = records.locate(str(tmp_path), ["data_batch_1.bin"], ["cifar-10-batches-bin"])
+    assert paths == [tmp_path / "cifar-10-batches-bin" / "data_batch_1.bin"]
+
+
+def test_splits_hold_out_the_end_of_the_training_files(tmp_path):
+    folder = write_cifar(tmp_path)
+    train = [folder / f"data_batch_{i}.bin" for i in range(1, 6)]
+    splits = records.make_splits(train, [folder / "test_batch.bin"], CIFAR, 10, val_size=16, val_source="train")
+    assert (splits["train"].start, splits["train"].count) == (0, 64)
+    assert (splits["val"].start, splits["val"].count) == (64, 16)
+    assert splits["test"].count == 16
+    with pytest.raises(DataError, match="dataset.val_size=80"):
+        records.make_splits(train, [folder / "test_batch.bin"], CIFAR, 10, val_size=80, val_source="train")

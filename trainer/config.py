@@ -1,0 +1,244 @@
+"""Typed schemas for every config group, registered in Hydra's ConfigStore.
+
+Each YAML option in `conf/<group>/` starts from one of these schemas (its
+defaults list names `<name>_schema`), so an unknown key or a wrong type fails
+when Hydra composes the config. Ranges are checked in `__post_init__`, which
+runs when `to_settings` turns the composed config into these dataclasses.
+
+    python run.py model.dropout=1.5   # -> error: model.dropout must be in [0, 1)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from trainer.errors import ConfigError
+
+
+def _require(condition: bool, key: str, expected: str, value: Any) -> None:
+    if not condition:
+        raise ConfigError(f"{key} must be {expected}; got {value!r}")
+
+
+@dataclass
+class AugmentConfig:
+    crop: str = "none"  # random | pad | none
+    crop_size: int = 0  # random: output size of the crop (0 = image_size)
+    padding: int = 4  # pad: pixels added on each side before the random crop
+    flip: bool = False  # random horizontal flip
+    brightness: float = 0.0  # max brightness delta on the 0..255 scale; 0 disables
+    contrast_lower: float = 1.0  # contrast factor range; 1.0..1.0 disables
+    contrast_upper: float = 1.0
+
+    def __post_init__(self) -> None:
+        _require(self.crop in ("random", "pad", "none"), "dataset.augment.crop", "random, pad or none", self.crop)
+        _require(self.crop_size >= 0, "dataset.augment.crop_size", ">= 0", self.crop_size)
+        _require(self.padding >= 0, "dataset.augment.padding", ">= 0", self.padding)
+        _require(self.brightness >= 0, "dataset.augment.brightness", ">= 0", self.brightness)
+        _require(
+            0 < self.contrast_lower <= self.contrast_upper,
+            "dataset.augment.contrast_lower",
+            "> 0 and <= contrast_upper",
+            self.contrast_lower,
+        )
+
+
+@dataclass
+class BinaryDatasetConfig:
+    """Fixed-length binary records: label bytes, then the pixels channel-first."""
+
+    name: str = MISSING
+    data_dir: str = MISSING  # folder holding the files (relative paths resolve against the launch folder)
+    train_files: list[str] = MISSING
+    test_files: list[str] = MISSING
+    search_subdirs: list[str] = field(default_factory=list)  # also look in these folders below data_dir
+    height: int = MISSING  # stored image height
+    width: int = MISSING
+    channels: int = MISSING
+    label_bytes: int = 1  # bytes before the pixels (CIFAR-100: 2, coarse then fine)
+    label_index: int = 0  # which of those bytes is the label
+    num_classes: int = MISSING
+    class_names: list[str] = MISSING
+    image_size: int = 0  # resize stored images to this before augmentation (0 = stored size)
+    val_size: int = 5000  # validation records held out from the end of the training files
+    val_source: str = "train"  # train: hold out val_size records; test: validate on the test files
+    shuffle_buffer: int = 10000  # records; >= the training set size gives a full shuffle
+    cache: bool = False  # keep the raw records in memory after the first epoch
+    standardize: bool = True  # per-image standardization (zero mean, unit variance)
+    download: bool = False  # fetch `url` if the files are missing
+    url: str | None = None
+    md5: str | None = None  # checksum of the archive at `url`
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
+
+    def __post_init__(self) -> None:
+        for key in ("height", "width", "channels", "label_bytes", "num_classes"):
+            _require(getattr(self, key) >= 1, f"dataset.{key}", ">= 1", getattr(self, key))
+        _require(self.channels in (1, 3), "dataset.channels", "1 or 3", self.channels)
+        _require(self.num_classes <= 256, "dataset.num_classes", "<= 256 (one label byte)", self.num_classes)
+        _require(
+            0 <= self.label_index < self.label_bytes,
+            "dataset.label_index",
+            "in [0, label_bytes)",
+            self.label_index,
+        )
+        _require(
+            len(self.class_names) == self.num_classes,
+            "dataset.class_names",
+            f"a list of num_classes={self.num_classes} names",
+            list(self.class_names),
+        )
+        _require(self.image_size >= 0, "dataset.image_size", ">= 0", self.image_size)
+        _require(self.val_size >= 0, "dataset.val_size", ">= 0", self.val_size)
+        _require(self.val_source in ("train", "test"), "dataset.val_source", "train or test", self.val_source)
+        _require(self.shuffle_buffer >= 1, "dataset.shuffle_buffer", ">= 1", self.shuffle_buffer)
+        _require(bool(self.train_files), "dataset.train_files", "a non-empty list", self.train_files)
+        _require(bool(self.test_files), "dataset.test_files", "a non-empty list", self.test_files)
+        if self.download:
+            _require(bool(self.url), "dataset.url", "set when dataset.download=true", self.url)
+
+
+@dataclass
+class VGG19Config:
+    name: str = "vgg19"
+    width_multiplier: float = 1.0  # scales every layer's channels; 0.125 for tiny test models
+    fc_units: int = 512  # units of fc1 and fc2 before width scaling
+    dropout: float = 0.5  # after fc1 and fc2; 0 disables
+    weight_decay: float = 5e-4  # L2 on every conv and dense kernel
+    batch_norm: bool = False  # batch normalization after each convolution
+
+    def __post_init__(self) -> None:
+        _require(0 < self.width_multiplier <= 4, "model.width_multiplier", "in (0, 4]", self.width_multiplier)
+        _require(self.fc_units >= 1, "model.fc_units", ">= 1", self.fc_units)
+        _require(0 <= self.dropout < 1, "model.dropout", "in [0, 1)", self.dropout)
+        _require(self.weight_decay >= 0, "model.weight_decay", ">= 0", self.weight_decay)
+
+
+@dataclass
+class ScheduleConfig:
+    name: str = "constant"  # constant | step | cosine
+    warmup_epochs: float = 0.0  # cosine: linear warmup from 0 to optimizer.lr
+    boundaries: list[float] = field(default_factory=list)  # step: epochs at which lr is multiplied by factor
+    factor: float = 0.1  # step: multiplier at each boundary
+    alpha: float = 0.0  # cosine: final lr as a fraction of optimizer.lr
+
+    def __post_init__(self) -> None:
+        names = ("constant", "step", "cosine")
+        _require(self.name in names, "optimizer.schedule.name", " or ".join(names), self.name)
+        _require(self.warmup_epochs >= 0, "optimizer.schedule.warmup_epochs", ">= 0", self.warmup_epochs)
+        _require(self.factor > 0, "optimizer.schedule.factor", "> 0", self.factor)
+        _require(
+            list(self.boundaries) == sorted(self.boundaries) and all(b > 0 for b in self.boundaries),
+            "optimizer.schedule.boundaries",
+            "increasing positive epochs",
+            list(self.boundaries),
+        )
+        _require(0 <= self.alpha <= 1, "optimizer.schedule.alpha", "in [0, 1]", self.alpha)
+
+
+@dataclass
+class OptimizerConfig:
+    name: str = MISSING  # sgd | adam | adamw
+    lr: float = 0.01  # peak learning rate
+    momentum: float = 0.9  # sgd only
+    nesterov: bool = False  # sgd only
+    weight_decay: float = 0.0  # adamw only: decoupled weight decay
+    clipnorm: float | None = None  # clip each gradient to this norm
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+
+    def __post_init__(self) -> None:
+        _require(self.lr > 0, "optimizer.lr", "> 0", self.lr)
+        _require(0 <= self.momentum < 1, "optimizer.momentum", "in [0, 1)", self.momentum)
+        _require(self.weight_decay >= 0, "optimizer.weight_decay", ">= 0", self.weight_decay)
+        _require(self.clipnorm is None or self.clipnorm > 0, "optimizer.clipnorm", "> 0 or null", self.clipnorm)
+
+
+@dataclass
+class StrategyConfig:
+    name: str = MISSING  # single (mirrored and multi_worker plug into trainer.distribute)
+    device: str | None = None  # single: e.g. "/gpu:1"; default: first GPU, else CPU
+
+
+@dataclass
+class TrainerConfig:
+    epochs: int = 30  # passes over the training split
+    batch_size: int = 128  # global batch size, summed over replicas
+    steps_per_epoch: int | None = None  # default: training records // batch_size
+    verbose: int = 2  # Keras fit verbosity: 0 silent, 1 progress bar, 2 one line per epoch
+
+    def __post_init__(self) -> None:
+        _require(self.epochs >= 1, "trainer.epochs", ">= 1", self.epochs)
+        _require(self.batch_size >= 1, "trainer.batch_size", ">= 1", self.batch_size)
+        _require(
+            self.steps_per_epoch is None or self.steps_per_epoch >= 1,
+            "trainer.steps_per_epoch",
+            ">= 1 or null",
+            self.steps_per_epoch,
+        )
+        _require(self.verbose in (0, 1, 2), "trainer.verbose", "0, 1 or 2", self.verbose)
+
+
+@dataclass
+class ObjectiveConfig:
+    metric: str = "val_accuracy"  # a metric name from history.csv
+    mode: str = "max"  # max | min
+
+    def __post_init__(self) -> None:
+        _require(self.mode in ("max", "min"), "objective.mode", "max or min", self.mode)
+
+
+@dataclass
+class Config:
+    dataset: Any = MISSING
+    model: Any = MISSING
+    optimizer: Any = MISSING
+    strategy: Any = MISSING
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    mode: str = "train"  # train
+    seed: int = 42  # seeds weights, shuffling and augmentation
+    output_dir: str = MISSING  # the run folder (Hydra's runtime.output_dir)
+
+    def __post_init__(self) -> None:
+        _require(self.mode in ("train",), "mode", "train", self.mode)
+
+
+SCHEMAS = {
+    "dataset": {"binary_schema": BinaryDatasetConfig},
+    "model": {"vgg19_schema": VGG19Config},
+    "optimizer": {"optimizer_schema": OptimizerConfig},
+    "strategy": {"strategy_schema": StrategyConfig},
+}
+
+
+def bundled_data(name: str) -> str:
+    """Path of a dataset shipped inside the package, for `${bundled:digits}` in YAML."""
+    return str(resources.files("trainer.data") / name)
+
+
+def register() -> None:
+    """Stores the schemas and the `bundled` resolver; safe to call twice."""
+    store = ConfigStore.instance()
+    store.store(name="config_schema", node=Config)
+    for group, nodes in SCHEMAS.items():
+        for name, node in nodes.items():
+            store.store(group=group, name=name, node=node)
+    if not OmegaConf.has_resolver("bundled"):
+        OmegaConf.register_new_resolver("bundled", bundled_data)
+
+
+def to_settings(cfg: DictConfig) -> Config:
+    """Resolves the composed config into dataclasses, running every range check."""
+    try:
+        return OmegaConf.to_object(cfg)
+    except ConfigError:
+        raise
+    except Exception as error:  # OmegaConf wraps __post_init__ errors and missing values
+        cause = error.__cause__ or error.__context__
+        if isinstance(cause, ConfigError):
+            raise cause from None
+        raise ConfigError(str(error).splitlines()[0]) from error

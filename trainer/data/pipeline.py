@@ -1,0 +1,89 @@
+"""tf.data pipelines over fixed-length binary records: raw records -> batches of (image, label).
+
+Records are batched while still raw bytes, then decoded and augmented a whole
+batch at a time (see `trainer.data.augment`). Order is deterministic: files
+are read in order, shuffling is seeded, and parallel maps keep their input
+order, so one seed gives one example order every run.
+
+    python run.py dataset=cifar trainer.batch_size=128
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from trainer.data.augment import Preprocess, preprocess_batch
+from trainer.data.records import RecordFormat, RecordSlice
+
+AUTOTUNE = tf.data.AUTOTUNE
+
+
+def _options() -> tf.data.Options:
+    options = tf.data.Options()
+    options.deterministic = True  # parallel maps must never reorder examples
+    # Shard by element, not by file: the test split is a single file and the
+    # train/val split is a slice across files, so FILE sharding cannot work.
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return options
+
+
+def _records(source: RecordSlice, fmt: RecordFormat, cache: bool) -> tf.data.Dataset:
+    records = tf.data.FixedLengthRecordDataset(list(source.files), fmt.record_bytes)
+    # The file sizes give the count; stating it lets Keras size each epoch.
+    records = records.skip(source.start).take(source.count).apply(tf.data.experimental.assert_cardinality(source.count))
+    return records.cache() if cache else records
+
+
+def train_dataset(
+    source: RecordSlice,
+    fmt: RecordFormat,
+    preprocess: Preprocess,
+    batch_size: int,
+    seed: int,
+    shuffle_buffer: int = 10000,
+    cache: bool = False,
+) -> tf.data.Dataset:
+    """Shuffled, augmented, endless batches for `fit(steps_per_epoch=...)`.
+
+    Args:
+        source: The training records.
+        fmt: Their layout.
+        preprocess: Resize, augmentation and standardization.
+        batch_size: Global batch size; the last partial batch of each pass is dropped.
+        seed: Seeds the shuffle order and every augmentation parameter.
+        shuffle_buffer: Records held for shuffling.
+        cache: Keep the raw records in memory after the first pass.
+
+    Returns:
+        A dataset of (float32 images [batch, size, size, 3], int32 labels [batch]).
+    """
+    records = _records(source, fmt, cache)
+    # Shuffle, then repeat: one epoch's records are all seen before the next
+    # epoch starts, and each pass gets a new (seeded) order.
+    records = records.shuffle(min(shuffle_buffer, source.count), seed=seed, reshuffle_each_iteration=True)
+    batches = records.repeat().batch(batch_size, drop_remainder=True)
+    # One stateless seed per batch; a different stream from the shuffle's.
+    seeds = tf.data.Dataset.random(seed=seed + 1)
+    batches = tf.data.Dataset.zip((batches, seeds)).map(
+        lambda raw, batch_seed: preprocess_batch(raw, fmt, preprocess, batch_seed),
+        num_parallel_calls=AUTOTUNE,
+        deterministic=True,
+    )
+    return batches.prefetch(AUTOTUNE).with_options(_options())
+
+
+def eval_dataset(
+    source: RecordSlice,
+    fmt: RecordFormat,
+    preprocess: Preprocess,
+    batch_size: int,
+    cache: bool = False,
+) -> tf.data.Dataset:
+    """Every record once, in file order, with the evaluation preprocessing (no augmentation)."""
+    batches = _records(source, fmt, cache).batch(batch_size)
+    batches = batches.map(
+        lambda raw: preprocess_batch(raw, fmt, preprocess),
+        num_parallel_calls=AUTOTUNE,
+        deterministic=True,
+    )
+    return batches.prefetch(AUTOTUNE).with_options(_options())

@@ -1,0 +1,183 @@
+"""Fixed-length binary records on disk: find, download and check them.
+
+One record is `label_bytes` label bytes followed by the pixels stored
+channel-first (all of R, then all of G, then all of B), as in the CIFAR-10
+and CIFAR-100 binary versions and in the bundled digits. Checking happens once
+at start-up, in NumPy, so a bad file fails before any training starts:
+
+    python run.py dataset=cifar dataset.data_dir=/data/cifar10
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from trainer.errors import DataError
+
+
+@dataclass(frozen=True)
+class RecordFormat:
+    """Layout of one record."""
+
+    height: int
+    width: int
+    channels: int
+    label_bytes: int = 1
+    label_index: int = 0
+
+    @property
+    def image_bytes(self) -> int:
+        return self.height * self.width * self.channels
+
+    @property
+    def record_bytes(self) -> int:
+        return self.label_bytes + self.image_bytes
+
+
+@dataclass(frozen=True)
+class RecordSlice:
+    """A contiguous run of records across files read in order: records [start, start + count)."""
+
+    files: tuple[str, ...]
+    start: int
+    count: int
+
+
+def find_files(data_dir: str | os.PathLike, names: list[str], search_subdirs: list[str]) -> list[Path] | None:
+    """Returns the paths of `names` in the first folder that holds all of them, else None.
+
+    The folders tried are `data_dir`, then each of `search_subdirs` below it, then
+    the same below any `*_extracted` folder that `keras.utils.get_file` made.
+    """
+    root = Path(data_dir)
+    candidates = [root] + [root / sub for sub in search_subdirs]
+    for extracted in sorted(root.glob("*_extracted")):
+        candidates += [extracted] + [extracted / sub for sub in search_subdirs]
+    for folder in candidates:
+        paths = [folder / name for name in names]
+        if all(path.is_file() for path in paths):
+            return paths
+    return None
+
+
+def download(url: str, md5: str | None, data_dir: str | os.PathLike) -> None:
+    """Fetches and extracts the archive at `url` into `data_dir`, verifying its MD5.
+
+    Raises:
+        DataError: the download failed or the checksum does not match.
+    """
+    import keras  # deferred: importing Keras costs seconds
+
+    root = Path(data_dir).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    fname = os.path.basename(url.split("?")[0]) or "archive.tar.gz"
+    try:
+        keras.utils.get_file(
+            fname=fname,
+            origin=url,
+            file_hash=md5,
+            hash_algorithm="md5",
+            extract=True,
+            cache_dir=str(root),
+            cache_subdir=str(root),
+        )
+    except ValueError as error:
+        (root / fname).unlink(missing_ok=True)  # never reuse a corrupt archive
+        raise DataError(f"download of {url} failed its md5 check (expected {md5}): {error}") from None
+    except Exception as error:
+        raise DataError(f"download of {url} failed: {str(error).splitlines()[0]}") from None
+
+
+def locate(
+    data_dir: str,
+    names: list[str],
+    search_subdirs: list[str],
+    url: str | None = None,
+    md5: str | None = None,
+) -> list[Path]:
+    """Finds the record files, downloading them first when `url` is given and they are missing.
+
+    Raises:
+        DataError: the files are not there (the message lists them and where they were expected).
+    """
+    paths = find_files(data_dir, names, search_subdirs)
+    if paths is None and url:
+        download(url, md5, data_dir)
+        paths = find_files(data_dir, names, search_subdirs)
+    if paths is None:
+        where = ", ".join(str(Path(data_dir) / sub) for sub in ["", *search_subdirs])
+        hint = "" if url else " (set dataset.download=true to fetch them)"
+        raise DataError(f"dataset files {', '.join(names)} not found in {where}{hint}")
+    return paths
+
+
+def count_records(path: str | os.PathLike, fmt: RecordFormat) -> int:
+    """Number of records in one file, checking that its size is a whole number of records."""
+    size = os.path.getsize(path)
+    if size == 0:
+        raise DataError(f"{path}: the file is empty, expected {fmt.record_bytes}-byte records")
+    if size % fmt.record_bytes:
+        raise DataError(
+            f"{path}: {size} bytes is not a whole number of {fmt.record_bytes}-byte records "
+            f"({fmt.label_bytes} label + {fmt.height}x{fmt.width}x{fmt.channels} pixels)"
+        )
+    return size // fmt.record_bytes
+
+
+def read_labels(path: str | os.PathLike, fmt: RecordFormat, num_classes: int) -> np.ndarray:
+    """Reads every label of one file without loading its pixels, and checks their range.
+
+    Raises:
+        DataError: the file size is wrong or a label is outside [0, num_classes).
+    """
+    count = count_records(path, fmt)
+    records = np.memmap(path, dtype=np.uint8, mode="r", shape=(count, fmt.record_bytes))
+    labels = np.array(records[:, fmt.label_index], dtype=np.int64)
+    bad = np.flatnonzero(labels >= num_classes)
+    if bad.size:
+        raise DataError(
+            f"{path}: record {bad[0]} has label {labels[bad[0]]}, expected a label in [0, {num_classes}) "
+            f"({bad.size} such records)"
+        )
+    return labels
+
+
+def make_splits(
+    train_paths: list[Path],
+    test_paths: list[Path],
+    fmt: RecordFormat,
+    num_classes: int,
+    val_size: int,
+    val_source: str,
+) -> dict[str, RecordSlice]:
+    """Checks every file and returns the train, val and test record slices.
+
+    With `val_source="train"` the last `val_size` training records are held
+    out for validation; with `"test"` the test files double as validation.
+
+    Raises:
+        DataError: a file is malformed, or the training files hold too few records.
+    """
+    for path in [*train_paths, *test_paths]:
+        read_labels(path, fmt, num_classes)
+    train_files = tuple(str(path) for path in train_paths)
+    test_files = tuple(str(path) for path in test_paths)
+    num_train = sum(count_records(path, fmt) for path in train_paths)
+    num_test = sum(count_records(path, fmt) for path in test_paths)
+    test = RecordSlice(test_files, 0, num_test)
+    if val_source == "test":
+        return {"train": RecordSlice(train_files, 0, num_train), "val": test, "test": test}
+    if not 0 < val_size < num_train:
+        raise DataError(
+            f"dataset.val_size={val_size} must be between 1 and the {num_train} training records "
+            f"in {', '.join(train_files)}"
+        )
+    return {
+        "train": RecordSlice(train_files, 0, num_train - val_size),
+        "val": RecordSlice(train_files, num_train - val_size, val_size),
+        "test": test,
+    }

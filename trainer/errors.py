@@ -1,0 +1,16 @@
+"""Errors a user can fix. `run.py` prints them as one line and exits non-zero.
+
+Everything else is a bug and keeps its traceback.
+"""
+
+
+class UserError(Exception):
+    """Bad input: the message names the file or config key and what was expected."""
+
+
+class ConfigError(UserError, ValueError):
+    """A config key has a wrong value."""
+
+
+class DataError(UserError):
+    """A data file is missing, malformed or holds an out-of-range value."""

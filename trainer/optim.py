@@ -1,0 +1,88 @@
+"""Optimizers and learning-rate schedules, chosen by name from small registries.
+
+python run.py optimizer=sgd optimizer.lr=0.05 optimizer.schedule.name=cosine
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import keras
+
+
+def constant(lr: float, steps_per_epoch: int, epochs: int, **_) -> float:
+    """The same learning rate for the whole run."""
+    return lr
+
+
+def step_decay(lr: float, steps_per_epoch: int, epochs: int, boundaries=(), factor: float = 0.1, **_):
+    """Multiplies the learning rate by `factor` at each boundary (given in epochs)."""
+    if not boundaries:
+        return lr
+    steps = [int(round(epoch * steps_per_epoch)) for epoch in boundaries]
+    values = [lr * factor**index for index in range(len(steps) + 1)]
+    return keras.optimizers.schedules.PiecewiseConstantDecay(steps, values)
+
+
+def cosine(lr: float, steps_per_epoch: int, epochs: int, warmup_epochs: float = 0.0, alpha: float = 0.0, **_):
+    """Linear warmup from 0 to `lr` over `warmup_epochs`, then cosine decay to `alpha * lr`."""
+    total = max(1, epochs * steps_per_epoch)
+    warmup = min(int(round(warmup_epochs * steps_per_epoch)), total - 1)
+    if warmup == 0:
+        return keras.optimizers.schedules.CosineDecay(lr, total, alpha=alpha)
+    return keras.optimizers.schedules.CosineDecay(
+        0.0,
+        total - warmup,
+        alpha=alpha,
+        warmup_target=lr,
+        warmup_steps=warmup,
+    )
+
+
+SCHEDULES: dict[str, Callable] = {"constant": constant, "step": step_decay, "cosine": cosine}
+
+
+def _sgd(lr, momentum, nesterov, weight_decay, clipnorm):
+    return keras.optimizers.SGD(lr, momentum=momentum, nesterov=nesterov, clipnorm=clipnorm)
+
+
+def _adam(lr, momentum, nesterov, weight_decay, clipnorm):
+    return keras.optimizers.Adam(lr, clipnorm=clipnorm)
+
+
+def _adamw(lr, momentum, nesterov, weight_decay, clipnorm):
+    return keras.optimizers.AdamW(lr, weight_decay=weight_decay, clipnorm=clipnorm)
+
+
+OPTIMIZERS: dict[str, Callable] = {"sgd": _sgd, "adam": _adam, "adamw": _adamw}
+
+
+def _lookup(registry: dict[str, Callable], kind: str, name: str) -> Callable:
+    if name not in registry:
+        raise ValueError(f"Unknown {kind} {name!r}; expected one of {sorted(registry)}")
+    return registry[name]
+
+
+def build_learning_rate(name: str, lr: float, steps_per_epoch: int, epochs: int, **options):
+    """A float or a `keras.optimizers.schedules.LearningRateSchedule`, stepping once per batch.
+
+    Args:
+        name: One of `SCHEDULES`: constant, step or cosine.
+        lr: Peak learning rate.
+        steps_per_epoch: Optimizer steps in one epoch.
+        epochs: Length of the run, for the cosine schedule.
+        **options: The schedule's own settings (boundaries, factor, warmup_epochs, alpha).
+    """
+    return _lookup(SCHEDULES, "learning-rate schedule", name)(lr, steps_per_epoch, epochs, **options)
+
+
+def build_optimizer(
+    name: str,
+    learning_rate,
+    momentum: float = 0.9,
+    nesterov: bool = False,
+    weight_decay: float = 0.0,
+    clipnorm: float | None = None,
+) -> keras.optimizers.Optimizer:
+    """One of `OPTIMIZERS` (sgd, adam, adamw); settings another optimizer has no use for are ignored."""
+    return _lookup(OPTIMIZERS, "optimizer", name)(learning_rate, momentum, nesterov, weight_decay, clipnorm)
