@@ -8,7 +8,6 @@ A bad file or config value ends the run with one line naming it; set
 HYDRA_FULL_ERROR=1 for the full traceback.
 """
 
-import logging
 import os
 import sys
 
@@ -23,7 +22,6 @@ from trainer.config import register  # noqa: E402
 from trainer.errors import UserError  # noqa: E402
 
 register()
-log = logging.getLogger("vggtrain")
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
@@ -33,7 +31,6 @@ def main(cfg: DictConfig) -> float | None:
     try:
         return run_task(cfg)
     except UserError as error:
-        log.error("%s", error)
         if os.environ.get("HYDRA_FULL_ERROR") == "1" or HydraConfig.get().mode == RunMode.MULTIRUN:
             raise  # a sweep records the failure and goes on with the other jobs
         sys.exit(f"error: {error}")

@@ -12,7 +12,7 @@ from keras import layers
 
 # Convolutions per block and their channels at width_multiplier=1.
 BLOCKS = ((2, 64), (2, 128), (4, 256), (4, 512), (4, 512))
-MIN_INPUT_SIZE = 32  # five 2x2 poolings
+MIN_INPUT_SIZE = 16  # five 2x2 "same" poolings take 16 down to 1
 
 
 def _check_args(num_classes, input_shape, width_multiplier, fc_units, dropout, weight_decay):

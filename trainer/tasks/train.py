@@ -47,6 +47,7 @@ def train(settings: Config) -> float:
         The best value of `objective.metric` over the epochs, as a plain float.
     """
     run_dir = Path(settings.output_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
     metric = _objective_metric(settings)
     keras.utils.set_random_seed(settings.seed)
     strategy = distribute.build_strategy(**vars(settings.strategy))

@@ -1,0 +1,87 @@
+"""VGG19's structure and argument checks; learning-rate schedules."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+
+from trainer.models.vgg19 import build_vgg19
+from trainer.optim import build_learning_rate, build_optimizer
+
+CONV_NAMES = [f"block{b}_conv{c}" for b, n in enumerate((2, 2, 4, 4, 4), 1) for c in range(1, n + 1)]
+
+
+def test_layers_are_named_and_shaped_like_keras_vgg19():
+    ours = build_vgg19(10, (32, 32, 3), dropout=0.0, weight_decay=0.0)
+    reference = keras.applications.VGG19(weights=None, include_top=False, input_shape=(32, 32, 3))
+    for name in [*CONV_NAMES, *(f"block{b}_pool" for b in range(1, 6))]:
+        assert ours.get_layer(name).output.shape == reference.get_layer(name).output.shape, name
+    conv_params = sum(ours.get_layer(name).count_params() for name in CONV_NAMES)
+    assert conv_params == reference.count_params() == 20_024_384
+    assert [layer.name for layer in ours.layers[-6:]][-1] == "predictions"
+    assert {"fc1", "fc2"} <= {layer.name for layer in ours.layers}
+
+
+@pytest.mark.parametrize("size", [28, 32, 224])
+def test_head_suits_small_and_imagenet_inputs(size):
+    model = build_vgg19(3, (size, size, 3), width_multiplier=0.125, fc_units=16)
+    probabilities = model(np.zeros((2, size, size, 3), np.float32), training=False)
+    assert probabilities.shape == (2, 3)
+    np.testing.assert_allclose(np.sum(probabilities, axis=1), 1.0, rtol=1e-5)
+
+
+def test_batch_norm_dropout_and_weight_decay_are_where_asked():
+    model = build_vgg19(10, (32, 32, 3), width_multiplier=0.125, dropout=0.3, weight_decay=1e-3, batch_norm=True)
+    names = {layer.name for layer in model.layers}
+    assert {"block1_conv1_bn", "fc1_dropout", "fc2_dropout"} <= names
+    assert model.get_layer("fc1_dropout").rate == 0.3
+    assert model.get_layer("block3_conv4").kernel_regularizer.l2 == pytest.approx(1e-3)
+    assert len(model.losses) == 16 + 3  # one L2 term per conv and dense kernel
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"dropout": 1.0}, "dropout=1.0"),
+        ({"width_multiplier": 0}, "width_multiplier=0"),
+        ({"weight_decay": -1.0}, "weight_decay=-1.0"),
+        ({"input_shape": (8, 8, 3)}, "input_shape=(8, 8, 3)"),
+        ({"num_classes": 1}, "num_classes=1"),
+    ],
+)
+def test_bad_arguments_repeat_the_value(kwargs, message):
+    arguments = {"num_classes": 10, **kwargs}
+    with pytest.raises(ValueError, match=f"Received: {message}".replace("(", r"\(").replace(")", r"\)")):
+        build_vgg19(**arguments)
+
+
+def _lr(schedule, step):
+    return float(schedule(step)) if callable(schedule) else schedule
+
+
+def test_step_decay_multiplies_at_each_boundary():
+    schedule = build_learning_rate("step", 0.1, steps_per_epoch=10, epochs=30, boundaries=[10, 20], factor=0.1)
+    assert [_lr(schedule, s) for s in (0, 99, 101, 199, 201)] == pytest.approx([0.1, 0.1, 0.01, 0.01, 0.001])
+
+
+def test_cosine_warms_up_then_decays_to_alpha():
+    schedule = build_learning_rate("cosine", 0.1, steps_per_epoch=10, epochs=10, warmup_epochs=2, alpha=0.1)
+    assert _lr(schedule, 0) == pytest.approx(0.0)
+    assert _lr(schedule, 10) == pytest.approx(0.05)
+    assert _lr(schedule, 20) == pytest.approx(0.1)
+    assert _lr(schedule, 100) == pytest.approx(0.01)
+    assert build_learning_rate("constant", 0.3, 10, 10) == 0.3
+
+
+def test_unknown_names_list_the_valid_ones():
+    with pytest.raises(ValueError, match=r"\['adam', 'adamw', 'sgd'\]"):
+        build_optimizer("lamb", 0.1)
+    with pytest.raises(ValueError, match="cosine"):
+        build_learning_rate("linear", 0.1, 10, 10)
+
+
+def test_optimizers_get_their_settings():
+    sgd = build_optimizer("sgd", 0.1, momentum=0.8, nesterov=True, clipnorm=1.0)
+    assert (sgd.momentum, sgd.nesterov, sgd.clipnorm) == (0.8, True, 1.0)
+    assert build_optimizer("adamw", 0.1, weight_decay=0.05).weight_decay == 0.05
