@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import pattern_records, write_cifar
 
+from conftest import pattern_records, write_cifar
 from trainer.data import pipeline, records
 from trainer.data.augment import Augmentation, Preprocess, augment_batch, decode_records, preprocess_batch
 from trainer.errors import DataError

@@ -19,8 +19,9 @@ METRIC_KEYS = {"val_accuracy", "val_loss", "test_accuracy", "test_loss", "epochs
 
 def _run(args, cwd=ROOT, timeout=300):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    return subprocess.run([sys.executable, str(ROOT / "run.py"), *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_train_returns_the_best_objective_and_writes_metrics(tmp_path, cifar_dir):
@@ -44,8 +45,15 @@ def test_run_py_writes_every_output(tmp_path, cifar_dir):
     run_dir = tmp_path / "run"
     result = _run([*cifar_overrides(cifar_dir), f"hydra.run.dir={run_dir}"], cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    for name in (".hydra/config.yaml", ".hydra/overrides.yaml", "run.log", "history.csv", "metrics.json",
-                 "checkpoints/best.keras", "checkpoints/last.keras"):
+    for name in (
+        ".hydra/config.yaml",
+        ".hydra/overrides.yaml",
+        "run.log",
+        "history.csv",
+        "metrics.json",
+        "checkpoints/best.keras",
+        "checkpoints/last.keras",
+    ):
         assert (run_dir / name).is_file(), name
     assert list((run_dir / "tensorboard").rglob("events.out.tfevents.*"))
     metrics = json.loads((run_dir / "metrics.json").read_text())
