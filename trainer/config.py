@@ -10,6 +10,8 @@ runs when `to_settings` turns the composed config into these dataclasses.
 
 from __future__ import annotations
 
+import functools
+import tempfile
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -17,6 +19,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from trainer import cluster
 from trainer.errors import ConfigError
 
 
@@ -148,6 +151,7 @@ class OptimizerConfig:
     nesterov: bool = False  # sgd only
     weight_decay: float = 0.0  # adamw only: decoupled weight decay
     clipnorm: float | None = None  # clip each gradient to this norm
+    scale_with_replicas: bool = False  # multiply lr by the number of replicas (linear scaling rule)
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
 
     def __post_init__(self) -> None:
@@ -158,9 +162,31 @@ class OptimizerConfig:
 
 
 @dataclass
-class StrategyConfig:
-    name: str = MISSING  # single (mirrored and multi_worker plug into trainer.distribute)
-    device: str | None = None  # single: e.g. "/gpu:1"; default: first GPU, else CPU
+class SingleStrategyConfig:
+    name: str = "single"
+    device: str | None = None  # e.g. "/gpu:1"; default: first GPU, else CPU
+
+
+@dataclass
+class MirroredStrategyConfig:
+    name: str = "mirrored"
+    devices: list[str] | None = None  # default: all GPUs
+    cpu_devices: int = 0  # > 0 splits the CPU into this many logical devices instead
+
+    def __post_init__(self) -> None:
+        _require(self.cpu_devices >= 0, "strategy.cpu_devices", ">= 0", self.cpu_devices)
+
+
+@dataclass
+class MultiWorkerStrategyConfig:
+    name: str = "multi_worker"
+    cluster: str = "auto"  # auto | tf_config | workers | slurm
+    workers: list[str] | None = None  # host:port of every worker, same order on all of them
+    task_index: int | None = None  # this worker's position in `workers`
+    timeout_seconds: float = 600.0  # a collective waiting longer (a worker died) fails the run
+
+    def __post_init__(self) -> None:
+        _require(self.timeout_seconds > 0, "strategy.timeout_seconds", "> 0", self.timeout_seconds)
 
 
 @dataclass
@@ -211,7 +237,11 @@ SCHEMAS = {
     "dataset": {"binary_schema": BinaryDatasetConfig},
     "model": {"vgg19_schema": VGG19Config},
     "optimizer": {"optimizer_schema": OptimizerConfig},
-    "strategy": {"strategy_schema": StrategyConfig},
+    "strategy": {
+        "single_schema": SingleStrategyConfig,
+        "mirrored_schema": MirroredStrategyConfig,
+        "multi_worker_schema": MultiWorkerStrategyConfig,
+    },
 }
 
 
@@ -220,8 +250,26 @@ def bundled_data(name: str) -> str:
     return str(resources.files("trainer.data") / name)
 
 
+def worker_dir(path: str, *, _root_: DictConfig) -> str:
+    """`path` for the chief (and outside multi-worker runs), else a fresh temporary folder.
+
+    Used as `hydra.run.dir: ${worker_dir:...}`, so only the chief writes into `outputs/`.
+    """
+    strategy = _root_.get("strategy") or {}
+    if strategy.get("name") != "multi_worker":
+        return path
+    role = cluster.worker_role(strategy.get("cluster", "auto"), strategy.get("workers"), strategy.get("task_index"))
+    return path if role.is_chief else _temporary_folder(path)
+
+
+@functools.cache
+def _temporary_folder(path: str) -> str:
+    """One temporary folder per run path and process, however often Hydra resolves it."""
+    return tempfile.mkdtemp(prefix="vggtrain-worker-")
+
+
 def register() -> None:
-    """Stores the schemas and the `bundled` resolver; safe to call twice."""
+    """Stores the schemas and the resolvers; safe to call twice."""
     store = ConfigStore.instance()
     store.store(name="config_schema", node=Config)
     for group, nodes in SCHEMAS.items():
@@ -229,6 +277,7 @@ def register() -> None:
             store.store(group=group, name=name, node=node)
     if not OmegaConf.has_resolver("bundled"):
         OmegaConf.register_new_resolver("bundled", bundled_data)
+        OmegaConf.register_new_resolver("worker_dir", worker_dir)
 
 
 def to_settings(cfg: DictConfig) -> Config:

@@ -1,21 +1,38 @@
-"""Distribution strategies by name: `strategy=single` builds a `tf.distribute.Strategy`.
+"""Distribution strategies by name: `strategy=single|mirrored|multi_worker` builds a `tf.distribute.Strategy`.
 
-    python run.py strategy=single strategy.device=/gpu:1
+    python run.py strategy=mirrored strategy.cpu_devices=2    # 2 logical CPUs: the multi-device path, on CPU
+    TF_CONFIG=... python run.py strategy=multi_worker
 
-New strategies register a builder in `STRATEGIES`; the task code only ever
-sees a `tf.distribute.Strategy` and its `num_replicas_in_sync`.
+The task code only sees a `tf.distribute.Strategy`, its replica count and
+whether this process is the chief.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import tensorflow as tf
 
-from trainer.errors import ConfigError
+from trainer import cluster
+from trainer.errors import ClusterError, ConfigError
 
 log = logging.getLogger(__name__)
+
+
+def split_cpu(num_devices: int) -> list[str]:
+    """Splits the CPU into `num_devices` logical devices; must run before TensorFlow starts its runtime."""
+    cpus = tf.config.list_physical_devices("CPU")
+    try:
+        tf.config.set_logical_device_configuration(cpus[0], [tf.config.LogicalDeviceConfiguration()] * num_devices)
+    except RuntimeError:
+        if len(tf.config.list_logical_devices("CPU")) != num_devices:
+            raise ConfigError(
+                f"strategy.cpu_devices={num_devices} must be set before TensorFlow starts; "
+                "it already runs with another device layout"
+            ) from None
+    return [device.name for device in tf.config.list_logical_devices("CPU")]
 
 
 def single(device: str | None = None) -> tf.distribute.Strategy:
@@ -26,7 +43,49 @@ def single(device: str | None = None) -> tf.distribute.Strategy:
     return tf.distribute.OneDeviceStrategy(device)
 
 
-STRATEGIES: dict[str, Callable[..., tf.distribute.Strategy]] = {"single": single}
+def mirrored(devices: list[str] | None = None, cpu_devices: int = 0) -> tf.distribute.Strategy:
+    """Synchronous data parallelism on one machine: `devices`, else N logical CPUs, else all GPUs."""
+    if cpu_devices:
+        devices = split_cpu(cpu_devices)
+    return tf.distribute.MirroredStrategy(devices=list(devices) if devices else None)
+
+
+def _resolver(source: str, workers: list[str] | None, task_index: int | None):
+    role = cluster.worker_role(source, workers, task_index)  # validates the settings first
+    resolvers = tf.distribute.cluster_resolver
+    if role.source == "workers":
+        spec = tf.train.ClusterSpec({"worker": list(workers)})
+        return resolvers.SimpleClusterResolver(spec, task_type="worker", task_id=task_index, rpc_layer="grpc")
+    if role.source == "slurm":
+        return resolvers.SlurmClusterResolver()
+    return resolvers.TFConfigClusterResolver()  # TF_CONFIG, or a single local worker without it
+
+
+def multi_worker(
+    cluster: str = "auto",
+    workers: list[str] | None = None,
+    task_index: int | None = None,
+    timeout_seconds: float = 600.0,
+) -> tf.distribute.Strategy:
+    """`MultiWorkerMirroredStrategy` over the cluster from TF_CONFIG, `workers` + `task_index`, or Slurm.
+
+    A collective that waits longer than `timeout_seconds` (a worker died) fails instead of hanging.
+    """
+    from trainer import compat
+
+    compat.apply()
+    options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=timeout_seconds)
+    return tf.distribute.MultiWorkerMirroredStrategy(
+        cluster_resolver=_resolver(cluster, workers, task_index),
+        communication_options=options,
+    )
+
+
+STRATEGIES: dict[str, Callable[..., tf.distribute.Strategy]] = {
+    "single": single,
+    "mirrored": mirrored,
+    "multi_worker": multi_worker,
+}
 
 
 def build_strategy(name: str, **options) -> tf.distribute.Strategy:
@@ -42,6 +101,32 @@ def build_strategy(name: str, **options) -> tf.distribute.Strategy:
         "Strategy %s with %d replica(s) <strategy=%s>", type(strategy).__name__, strategy.num_replicas_in_sync, name
     )
     return strategy
+
+
+def is_chief(strategy: tf.distribute.Strategy) -> bool:
+    """Whether this process writes the run's outputs (always, outside multi-worker runs)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) or resolver is None:
+        return True
+    if not resolver.task_type:
+        return True
+    has_chief = "chief" in resolver.cluster_spec().as_dict()
+    return resolver.task_type == "chief" or (resolver.task_type == "worker" and resolver.task_id == 0 and not has_chief)
+
+
+@contextlib.contextmanager
+def collective_errors(strategy: tf.distribute.Strategy) -> Iterator[None]:
+    """Turns a lost worker or a collective timeout into one clear `ClusterError`."""
+    try:
+        yield
+    except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.CancelledError) as error:
+        if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+            raise
+        reason = " ".join(str(error.message).split())[:300]
+        raise ClusterError(
+            f"strategy=multi_worker: a worker stopped responding or a collective timed out "
+            f"(strategy.timeout_seconds); restart every worker with the same command. Cause: {reason}"
+        ) from None
 
 
 def per_replica_batch(global_batch: int, strategy: tf.distribute.Strategy) -> int:

@@ -14,3 +14,7 @@ class ConfigError(UserError, ValueError):
 
 class DataError(UserError):
     """A data file is missing, malformed or holds an out-of-range value."""
+
+
+class ClusterError(UserError):
+    """A multi-worker run lost a worker or timed out waiting for one."""

@@ -1,19 +1,27 @@
 """The training task: data, model and optimizer from the config, Keras `fit`, then the test split.
 
     python run.py                      # VGG19 on the bundled digits
-    python run.py dataset=cifar dataset.data_dir=/data/cifar10
+    python run.py dataset=cifar dataset.data_dir=/data/cifar10 strategy=mirrored
 
 The run folder gets checkpoints/{best,last}.keras, history.csv, tensorboard/
 and metrics.json. `train` returns the objective (best `objective.metric`).
+In a multi-worker run only the chief writes there; the other workers write
+the same files to a temporary folder (saving needs every worker) and delete it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import logging
+import shutil
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import keras
+import numpy as np
 
 from trainer import distribute, optim
 from trainer.callbacks import training_callbacks
@@ -21,15 +29,20 @@ from trainer.config import Config
 from trainer.errors import ConfigError
 from trainer.models.vgg19 import build_vgg19
 from trainer.reports import write_json
-from trainer.tasks.data import load_data
+from trainer.tasks.data import Data, load_data
 
 log = logging.getLogger(__name__)
 
 METRICS = ("loss", "accuracy")
+WORKER_PREFIX = "vggtrain-worker-"  # temporary folders of non-chief workers (see trainer.config.worker_dir)
 
 
-def _compile(model: keras.Model, optimizer: keras.optimizers.Optimizer) -> None:
-    model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+def weights_fingerprint(model: keras.Model) -> str:
+    """SHA-256 of every weight's bytes: equal exactly when two models hold identical weights."""
+    digest = hashlib.sha256()
+    for weight in model.get_weights():
+        digest.update(np.ascontiguousarray(weight).tobytes())
+    return digest.hexdigest()
 
 
 def _objective_metric(settings: Config) -> str:
@@ -40,17 +53,71 @@ def _objective_metric(settings: Config) -> str:
     return metric
 
 
+@contextlib.contextmanager
+def _run_folder(output_dir: str, chief: bool) -> Iterator[Path]:
+    """The folder this process writes to: the run folder for the chief, else a temporary one it removes."""
+    if chief:
+        path = Path(output_dir)
+        path.mkdir(parents=True, exist_ok=True)
+        yield path
+        return
+    path = Path(tempfile.mkdtemp(prefix=WORKER_PREFIX))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+        if Path(output_dir).name.startswith(WORKER_PREFIX):  # Hydra's folder for this worker
+            shutil.rmtree(output_dir, ignore_errors=True)
+
+
+def _build_model(settings: Config, data: Data, steps_per_epoch: int, replicas: int) -> keras.Model:
+    """VGG19 compiled with the configured optimizer; call inside `strategy.scope()`."""
+    model = build_vgg19(
+        num_classes=len(data.class_names),
+        input_shape=data.input_shape,
+        width_multiplier=settings.model.width_multiplier,
+        fc_units=settings.model.fc_units,
+        dropout=settings.model.dropout,
+        weight_decay=settings.model.weight_decay,
+        batch_norm=settings.model.batch_norm,
+    )
+    opt = settings.optimizer
+    lr = opt.lr * replicas if opt.scale_with_replicas else opt.lr
+    learning_rate = optim.build_learning_rate(
+        opt.schedule.name,
+        lr,
+        steps_per_epoch,
+        settings.trainer.epochs,
+        warmup_epochs=opt.schedule.warmup_epochs,
+        alpha=opt.schedule.alpha,
+        boundaries=list(opt.schedule.boundaries),
+        factor=opt.schedule.factor,
+    )
+    optimizer = optim.build_optimizer(
+        opt.name, learning_rate, opt.momentum, opt.nesterov, opt.weight_decay, opt.clipnorm
+    )
+    model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    log.info(
+        "Model %s: %s parameters, input %s, lr %g <model=%s optimizer=%s>",
+        model.name,
+        f"{model.count_params():,}",
+        data.input_shape,
+        lr,
+        settings.model.name,
+        opt.name,
+    )
+    return model
+
+
 def train(settings: Config) -> float:
     """Trains, evaluates the best checkpoint on the test split and writes metrics.json.
 
     Returns:
         The best value of `objective.metric` over the epochs, as a plain float.
     """
-    run_dir = Path(settings.output_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
     metric = _objective_metric(settings)
+    strategy = distribute.build_strategy(**vars(settings.strategy))  # first: it may split the CPU
     keras.utils.set_random_seed(settings.seed)
-    strategy = distribute.build_strategy(**vars(settings.strategy))
     batch = settings.trainer.batch_size
     per_replica = distribute.per_replica_batch(batch, strategy)
     data = load_data(settings.dataset, batch, settings.seed)
@@ -60,92 +127,60 @@ def train(settings: Config) -> float:
             f"trainer.batch_size={batch} is larger than the {data.num_examples['train']} training records"
         )
     log.info(
-        "Global batch %d, %d per replica, %d steps per epoch <trainer.batch_size=%d>",
+        "Global batch %d = %d replica(s) x %d, %d steps per epoch <trainer.batch_size=%d>",
         batch,
+        strategy.num_replicas_in_sync,
         per_replica,
         steps_per_epoch,
         batch,
     )
 
     with strategy.scope():
-        model = build_vgg19(
-            num_classes=len(data.class_names),
-            input_shape=data.input_shape,
-            width_multiplier=settings.model.width_multiplier,
-            fc_units=settings.model.fc_units,
-            dropout=settings.model.dropout,
-            weight_decay=settings.model.weight_decay,
-            batch_norm=settings.model.batch_norm,
-        )
-        opt = settings.optimizer
-        learning_rate = optim.build_learning_rate(
-            opt.schedule.name,
-            opt.lr,
-            steps_per_epoch,
-            settings.trainer.epochs,
-            warmup_epochs=opt.schedule.warmup_epochs,
-            alpha=opt.schedule.alpha,
-            boundaries=list(opt.schedule.boundaries),
-            factor=opt.schedule.factor,
-        )
-        _compile(
-            model,
-            optim.build_optimizer(
-                opt.name,
-                learning_rate,
-                opt.momentum,
-                opt.nesterov,
-                opt.weight_decay,
-                opt.clipnorm,
-            ),
-        )
-    log.info(
-        "Model %s: %s parameters, input %s <model=%s>",
-        model.name,
-        f"{model.count_params():,}",
-        data.input_shape,
-        settings.model.name,
-    )
+        model = _build_model(settings, data, steps_per_epoch, strategy.num_replicas_in_sync)
 
-    started = time.perf_counter()
-    history = model.fit(
-        data.train,
-        epochs=settings.trainer.epochs,
-        steps_per_epoch=steps_per_epoch,
-        validation_data=data.val,
-        callbacks=training_callbacks(run_dir, metric, settings.objective.mode),
-        verbose=settings.trainer.verbose,
-        shuffle=False,  # the pipeline shuffles, seeded
-    )
-    seconds = time.perf_counter() - started
-    values = history.history[metric]
-    pick = max if settings.objective.mode == "max" else min
-    best_epoch = values.index(pick(values))
+    chief = distribute.is_chief(strategy)
+    with _run_folder(settings.output_dir, chief) as run_dir, distribute.collective_errors(strategy):
+        started = time.perf_counter()
+        history = model.fit(
+            data.train,
+            epochs=settings.trainer.epochs,
+            steps_per_epoch=steps_per_epoch,
+            validation_data=data.val,
+            callbacks=training_callbacks(run_dir, metric, settings.objective.mode),
+            verbose=settings.trainer.verbose if chief else 0,
+            shuffle=False,  # the pipeline shuffles, seeded
+        )
+        seconds = time.perf_counter() - started
+        values = history.history[metric]
+        pick = max if settings.objective.mode == "max" else min
+        best_epoch = values.index(pick(values))
 
-    best = run_dir / "checkpoints" / "best.keras"
-    with strategy.scope():
-        best_model = keras.saving.load_model(best, safe_mode=True)
-    test = best_model.evaluate(data.test, verbose=0, return_dict=True)
-    metrics = {
-        "objective": float(values[best_epoch]),
-        "objective_metric": metric,
-        "best_epoch": best_epoch + 1,
-        "epochs_completed": len(values),
-        "val_accuracy": float(history.history["val_accuracy"][best_epoch]),
-        "val_loss": float(history.history["val_loss"][best_epoch]),
-        "test_accuracy": float(test["accuracy"]),
-        "test_loss": float(test["loss"]),
-        "train_seconds": round(seconds, 2),
-        "train_images_per_second": round(len(values) * steps_per_epoch * batch / seconds, 1),
-        "num_examples": data.num_examples,
-    }
-    write_json(run_dir / "metrics.json", metrics)
-    log.info(
-        "Test accuracy %.4f, test loss %.4f (best epoch %d by %s) in %.0f s",
-        metrics["test_accuracy"],
-        metrics["test_loss"],
-        best_epoch + 1,
-        metric,
-        seconds,
-    )
+        with strategy.scope():
+            best_model = keras.saving.load_model(run_dir / "checkpoints" / "best.keras", safe_mode=True)
+        test = best_model.evaluate(data.test, verbose=0, return_dict=True)
+        metrics = {
+            "objective": float(values[best_epoch]),
+            "objective_metric": metric,
+            "best_epoch": best_epoch + 1,
+            "epochs_completed": len(values),
+            "val_accuracy": float(history.history["val_accuracy"][best_epoch]),
+            "val_loss": float(history.history["val_loss"][best_epoch]),
+            "test_accuracy": float(test["accuracy"]),
+            "test_loss": float(test["loss"]),
+            "train_seconds": round(seconds, 2),
+            "train_images_per_second": round(len(values) * steps_per_epoch * batch / seconds, 1),
+            "num_examples": data.num_examples,
+            "num_replicas": strategy.num_replicas_in_sync,
+            "weights_sha256": weights_fingerprint(model),
+        }
+        write_json(run_dir / "metrics.json", metrics)
+        log.info(
+            "Test accuracy %.4f, test loss %.4f (best epoch %d by %s) in %.0f s",
+            metrics["test_accuracy"],
+            metrics["test_loss"],
+            best_epoch + 1,
+            metric,
+            seconds,
+        )
+        log.info("Final weights sha256 %s", metrics["weights_sha256"])  # equal on every worker
     return metrics["objective"]

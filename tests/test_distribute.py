@@ -1,0 +1,171 @@
+"""Strategies train the same model: mirrored on 2 logical CPUs, and 2 multi-worker processes on 127.0.0.1.
+
+Each run is a `python run.py` subprocess: the logical-device layout and the
+multi-worker runtime must be set up before TensorFlow starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+
+from conftest import ROOT, write_cifar
+from trainer import cluster
+from trainer.errors import ConfigError
+
+SMALL = ["dataset=cifar", "dataset.val_size=16", "debug=smoke", "trainer.batch_size=16", "trainer.steps_per_epoch=4"]
+
+
+def _command(data_dir: Path, *overrides: str) -> list[str]:
+    return [sys.executable, str(ROOT / "run.py"), *SMALL, f"dataset.data_dir={data_dir}", *overrides]
+
+
+def _run(command: list[str], cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    result = subprocess.run(command, cwd=cwd, env={**os.environ, **(env or {})}, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    return result
+
+
+def _weights(run_dir: Path) -> list[np.ndarray]:
+    return keras.saving.load_model(run_dir / "checkpoints" / "last.keras").get_weights()
+
+
+def _max_difference(a: list[np.ndarray], b: list[np.ndarray]) -> float:
+    return max(float(np.max(np.abs(x - y))) for x, y in zip(a, b, strict=True))
+
+
+def test_mirrored_on_two_devices_trains_the_same_weights_as_single(tmp_path):
+    data = write_cifar(tmp_path / "cifar")
+    common = ["model.dropout=0", "model.batch_norm=false", "seed=3"]
+    runs = {}
+    for name, extra in [("single", ["strategy=single"]),
+                        ("mirrored", ["strategy=mirrored", "strategy.cpu_devices=2"]),
+                        ("fewer_steps", ["strategy=single", "trainer.steps_per_epoch=3"])]:
+        result = _run(_command(data, *common, *extra, f"hydra.run.dir={tmp_path / name}"), tmp_path)
+        runs[name] = _weights(tmp_path / name)
+        if name == "mirrored":
+            assert "Global batch 16 = 2 replica(s) x 8" in result.stdout + result.stderr
+    assert _max_difference(runs["single"], runs["mirrored"]) < 1e-5
+    # The tolerance is far below what one training step changes.
+    assert _max_difference(runs["single"], runs["fewer_steps"]) > 1e-3
+
+
+def _free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    for sock in sockets:
+        sock.bind(("127.0.0.1", 0))
+    ports = [sock.getsockname()[1] for sock in sockets]
+    for sock in sockets:
+        sock.close()
+    return ports
+
+
+def _tf_config(ports: list[int], index: int) -> str:
+    workers = [f"127.0.0.1:{port}" for port in ports]
+    return json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
+
+
+def _start_workers(tmp_path: Path, data: Path, *overrides: str) -> list[subprocess.Popen]:
+    ports = _free_ports(2)
+    processes = []
+    for index in range(2):
+        scratch = tmp_path / f"tmp{index}"
+        scratch.mkdir()
+        env = {**os.environ, "TF_CONFIG": _tf_config(ports, index), "TMPDIR": str(scratch)}
+        processes.append(subprocess.Popen(_command(data, "strategy=multi_worker", *overrides), cwd=tmp_path, env=env,
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    return processes
+
+
+def test_two_workers_train_identical_weights_and_only_the_chief_writes(tmp_path):
+    data = write_cifar(tmp_path / "cifar")
+    workers = _start_workers(tmp_path, data, "trainer.epochs=2")
+    outputs = [worker.communicate(timeout=300)[0] for worker in workers]
+    assert [worker.returncode for worker in workers] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
+
+    fingerprints = [re.findall(r"Final weights sha256 (\w+)", output) for output in outputs]
+    assert fingerprints[0] and fingerprints[0] == fingerprints[1]
+    tests = [re.findall(r"Test accuracy [\d.]+, test loss [\d.]+", output) for output in outputs]
+    assert tests[0] and tests[0] == tests[1], "evaluation must give the same metrics on both workers"
+
+    run_dirs = list((tmp_path / "outputs").glob("*/*"))
+    assert len(run_dirs) == 1, "only the chief writes a run folder"
+    run_dir = run_dirs[0]
+    for name in ("metrics.json", "history.csv", "checkpoints/best.keras", "checkpoints/last.keras", "run.log"):
+        assert (run_dir / name).is_file(), name
+    assert json.loads((run_dir / "metrics.json").read_text())["weights_sha256"] == fingerprints[0][0]
+    assert not list((tmp_path / "tmp1").iterdir()), "the other worker must clean up its temporary folder"
+
+
+def test_a_dead_worker_fails_the_other_one_clearly_and_in_bounded_time(tmp_path):
+    data = write_cifar(tmp_path / "cifar")
+    chief, other = _start_workers(tmp_path, data, "trainer.epochs=500", "strategy.timeout_seconds=20")
+    started = time.monotonic()
+    lines = []
+    for line in chief.stdout:  # wait until training runs
+        lines.append(line)
+        if "Epoch 2/" in line or time.monotonic() - started > 240:
+            break
+    other.send_signal(signal.SIGKILL)
+    other.wait()
+    killed = time.monotonic()
+    output = "".join(lines) + chief.communicate(timeout=180)[0]
+    assert chief.returncode == 1, output[-3000:]
+    assert time.monotonic() - killed < 120
+    assert "error: strategy=multi_worker: a worker stopped responding" in output.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize(
+    "tf_config, workers, task_index, chief",
+    [
+        ('{"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 0}}', None, None, True),
+        ('{"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 1}}', None, None, False),
+        ('{"cluster": {"chief": ["c:1"], "worker": ["a:1"]}, "task": {"type": "worker", "index": 0}}', None, None,
+         False),
+        ('{"cluster": {"chief": ["c:1"], "worker": ["a:1"]}, "task": {"type": "chief", "index": 0}}', None, None, True),
+        (None, ["a:1", "b:1"], 1, False),
+        (None, ["a:1", "b:1"], 0, True),
+        (None, None, None, True),
+    ],
+)
+def test_only_one_process_is_the_chief(monkeypatch, tf_config, workers, task_index, chief):
+    monkeypatch.delenv("SLURM_PROCID", raising=False)
+    if tf_config:
+        monkeypatch.setenv("TF_CONFIG", tf_config)
+    else:
+        monkeypatch.delenv("TF_CONFIG", raising=False)
+    assert cluster.worker_role("auto", workers, task_index).is_chief is chief
+
+
+def test_cluster_settings_are_checked(monkeypatch):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    with pytest.raises(ConfigError, match="strategy.task_index"):
+        cluster.worker_role("auto", ["a:1", "b:1"], 2)
+    with pytest.raises(ConfigError, match="strategy.cluster"):
+        cluster.worker_role("mpi", None, None)
+    monkeypatch.setenv("TF_CONFIG", "{not json")
+    with pytest.raises(ConfigError, match="TF_CONFIG"):
+        cluster.worker_role("auto", None, None)
+
+
+def test_batch_not_divisible_by_replicas_is_a_startup_error(tmp_path):
+    data = write_cifar(tmp_path / "cifar")
+    command = _command(data, "strategy=mirrored", "strategy.cpu_devices=2", "trainer.batch_size=15",
+                       f"hydra.run.dir={tmp_path / 'run'}")
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: trainer.batch_size=15 must be divisible by the 2 replicas of the strategy"
+    )

@@ -1,0 +1,69 @@
+"""Who am I in a multi-worker cluster? Read from TF_CONFIG, `strategy.workers` or Slurm, without TensorFlow.
+
+Hydra needs the answer before it creates the run folder, so only the chief
+writes to `outputs/`; the other workers get a temporary folder (see the
+`worker_dir` resolver in `trainer.config`).
+
+    TF_CONFIG='{"cluster": {"worker": ["host1:12345", "host2:12345"]}, "task": {"type": "worker", "index": 1}}' \\
+        python run.py strategy=multi_worker
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+from trainer.errors import ConfigError
+
+CLUSTER_SOURCES = ("auto", "tf_config", "workers", "slurm")
+
+
+@dataclass(frozen=True)
+class Role:
+    task_type: str
+    task_index: int
+    num_workers: int
+    source: str  # where the cluster came from: tf_config | workers | slurm | local
+
+    @property
+    def is_chief(self) -> bool:
+        """The chief writes the outputs: task `chief`, or worker 0 when the cluster names no chief."""
+        return self.task_type == "chief" or (self.task_type == "worker" and self.task_index == 0)
+
+
+def _from_tf_config(text: str) -> Role:
+    try:
+        spec = json.loads(text)
+        task = spec["task"]
+        cluster = spec["cluster"]
+        chief = cluster.get("chief", [])
+        task_type, index = task["type"], int(task["index"])
+    except (ValueError, KeyError, TypeError) as error:
+        raise ConfigError(f"TF_CONFIG must be JSON with 'cluster' and 'task' (type, index); {error}") from None
+    if chief and task_type == "worker":
+        task_type = "worker_with_chief"  # worker 0 is not the chief when a chief task exists
+    return Role(task_type, index, len(cluster.get("worker", [])) + len(chief), "tf_config")
+
+
+def worker_role(source: str, workers: list[str] | None, task_index: int | None) -> Role:
+    """This process's role, from the cluster `source` (auto tries TF_CONFIG, then `workers`, then Slurm).
+
+    Raises:
+        ConfigError: the chosen source is not set up.
+    """
+    if source not in CLUSTER_SOURCES:
+        raise ConfigError(f"strategy.cluster must be one of {list(CLUSTER_SOURCES)}; got {source!r}")
+    if source in ("auto", "tf_config") and os.environ.get("TF_CONFIG"):
+        return _from_tf_config(os.environ["TF_CONFIG"])
+    if source in ("auto", "workers") and workers:
+        if task_index is None or not 0 <= task_index < len(workers):
+            raise ConfigError(
+                f"strategy.task_index must be in [0, {len(workers)}) with strategy.workers; got {task_index}"
+            )
+        return Role("worker", task_index, len(workers), "workers")
+    if source in ("auto", "slurm") and "SLURM_PROCID" in os.environ:
+        return Role("worker", int(os.environ["SLURM_PROCID"]), int(os.environ.get("SLURM_NTASKS", "1")), "slurm")
+    if source == "auto":
+        return Role("worker", 0, 1, "local")  # a cluster of one: this process is the chief
+    raise ConfigError(f"strategy.cluster={source} but its settings are missing (TF_CONFIG, workers or Slurm)")
