@@ -32,8 +32,9 @@ def _command(data_dir: Path, *overrides: str) -> list[str]:
 
 
 def _run(command: list[str], cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
-    result = subprocess.run(command, cwd=cwd, env={**os.environ, **(env or {})}, capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run(
+        command, cwd=cwd, env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     return result
 
@@ -50,9 +51,11 @@ def test_mirrored_on_two_devices_trains_the_same_weights_as_single(tmp_path):
     data = write_cifar(tmp_path / "cifar")
     common = ["model.dropout=0", "model.batch_norm=false", "seed=3"]
     runs = {}
-    for name, extra in [("single", ["strategy=single"]),
-                        ("mirrored", ["strategy=mirrored", "strategy.cpu_devices=2"]),
-                        ("fewer_steps", ["strategy=single", "trainer.steps_per_epoch=3"])]:
+    for name, extra in [
+        ("single", ["strategy=single"]),
+        ("mirrored", ["strategy=mirrored", "strategy.cpu_devices=2"]),
+        ("fewer_steps", ["strategy=single", "trainer.steps_per_epoch=3"]),
+    ]:
         result = _run(_command(data, *common, *extra, f"hydra.run.dir={tmp_path / name}"), tmp_path)
         runs[name] = _weights(tmp_path / name)
         if name == "mirrored":
@@ -84,8 +87,16 @@ def _start_workers(tmp_path: Path, data: Path, *overrides: str) -> list[subproce
         scratch = tmp_path / f"tmp{index}"
         scratch.mkdir()
         env = {**os.environ, "TF_CONFIG": _tf_config(ports, index), "TMPDIR": str(scratch)}
-        processes.append(subprocess.Popen(_command(data, "strategy=multi_worker", *overrides), cwd=tmp_path, env=env,
-                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        processes.append(
+            subprocess.Popen(
+                _command(data, "strategy=multi_worker", *overrides),
+                cwd=tmp_path,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
     return processes
 
 
@@ -132,8 +143,12 @@ def test_a_dead_worker_fails_the_other_one_clearly_and_in_bounded_time(tmp_path)
     [
         ('{"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 0}}', None, None, True),
         ('{"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 1}}', None, None, False),
-        ('{"cluster": {"chief": ["c:1"], "worker": ["a:1"]}, "task": {"type": "worker", "index": 0}}', None, None,
-         False),
+        (
+            '{"cluster": {"chief": ["c:1"], "worker": ["a:1"]}, "task": {"type": "worker", "index": 0}}',
+            None,
+            None,
+            False,
+        ),
         ('{"cluster": {"chief": ["c:1"], "worker": ["a:1"]}, "task": {"type": "chief", "index": 0}}', None, None, True),
         (None, ["a:1", "b:1"], 1, False),
         (None, ["a:1", "b:1"], 0, True),
@@ -162,8 +177,13 @@ def test_cluster_settings_are_checked(monkeypatch):
 
 def test_batch_not_divisible_by_replicas_is_a_startup_error(tmp_path):
     data = write_cifar(tmp_path / "cifar")
-    command = _command(data, "strategy=mirrored", "strategy.cpu_devices=2", "trainer.batch_size=15",
-                       f"hydra.run.dir={tmp_path / 'run'}")
+    command = _command(
+        data,
+        "strategy=mirrored",
+        "strategy.cpu_devices=2",
+        "trainer.batch_size=15",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    )
     result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == (

@@ -218,6 +218,24 @@ class ObjectiveConfig:
 
 
 @dataclass
+class EvaluateConfig:
+    split: str = "test"  # val | test
+
+    def __post_init__(self) -> None:
+        _require(self.split in ("val", "test"), "evaluate.split", "val or test", self.split)
+
+
+@dataclass
+class PredictConfig:
+    input: str | None = None  # a folder of images, a glob of images, .bin or TFRecord files
+    output: str | None = None  # the CSV; default: predictions.csv in the run folder
+    workers: int = 0  # threads decoding image files; 0: one per core
+
+
+MODES = ("train", "evaluate", "predict")
+
+
+@dataclass
 class Config:
     dataset: Any = MISSING
     model: Any = MISSING
@@ -225,12 +243,29 @@ class Config:
     strategy: Any = MISSING
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
-    mode: str = "train"  # train
+    evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
+    predict: PredictConfig = field(default_factory=PredictConfig)
+    mode: str = "train"  # train | evaluate | predict
+    checkpoint: str | None = None  # evaluate/predict: a .keras file or a run folder
     seed: int = 42  # seeds weights, shuffling and augmentation
     output_dir: str = MISSING  # the run folder (Hydra's runtime.output_dir)
 
     def __post_init__(self) -> None:
-        _require(self.mode in ("train",), "mode", "train", self.mode)
+        _require(self.mode in MODES, "mode", " or ".join(MODES), self.mode)
+        if self.mode != "train":
+            _require(
+                bool(self.checkpoint),
+                "checkpoint",
+                f"a .keras file or run folder with mode={self.mode}",
+                self.checkpoint,
+            )
+        if self.mode == "predict":
+            _require(
+                bool(self.predict.input),
+                "predict.input",
+                "a folder, glob or file list with mode=predict",
+                self.predict.input,
+            )
 
 
 SCHEMAS = {

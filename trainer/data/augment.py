@@ -144,6 +144,11 @@ def preprocess_batch(
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Raw records to (model-ready images, labels); augments when a seed is given, else evaluates."""
     images, labels = decode_records(records, fmt)
+    return prepare_images(images, preprocess, seed), labels
+
+
+def prepare_images(images: tf.Tensor, preprocess: Preprocess, seed: tf.Tensor | None = None) -> tf.Tensor:
+    """uint8 NHWC images (any size, 1 or 3 channels) to model inputs; augments when a seed is given."""
     images = to_model_size(images, preprocess.image_size)
     if seed is not None:
         images = augment_batch(images, preprocess.augment, seed)
@@ -151,4 +156,4 @@ def preprocess_batch(
         images = center_crop(images, preprocess.output_size)
     if preprocess.standardize:
         images = tf.image.per_image_standardization(images)
-    return images, labels
+    return images

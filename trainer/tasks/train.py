@@ -11,14 +11,9 @@ the same files to a temporary folder (saving needs every worker) and delete it.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
-import shutil
-import tempfile
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import keras
 import numpy as np
@@ -29,12 +24,12 @@ from trainer.config import Config
 from trainer.errors import ConfigError
 from trainer.models.vgg19 import build_vgg19
 from trainer.reports import write_json
+from trainer.tasks.common import evaluate_checkpoint, run_folder, setup_strategy
 from trainer.tasks.data import Data, load_data
 
 log = logging.getLogger(__name__)
 
 METRICS = ("loss", "accuracy")
-WORKER_PREFIX = "vggtrain-worker-"  # temporary folders of non-chief workers (see trainer.config.worker_dir)
 
 
 def weights_fingerprint(model: keras.Model) -> str:
@@ -51,23 +46,6 @@ def _objective_metric(settings: Config) -> str:
     if metric not in names:
         raise ConfigError(f"objective.metric must be one of {names}; got {metric!r}")
     return metric
-
-
-@contextlib.contextmanager
-def _run_folder(output_dir: str, chief: bool) -> Iterator[Path]:
-    """The folder this process writes to: the run folder for the chief, else a temporary one it removes."""
-    if chief:
-        path = Path(output_dir)
-        path.mkdir(parents=True, exist_ok=True)
-        yield path
-        return
-    path = Path(tempfile.mkdtemp(prefix=WORKER_PREFIX))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-        if Path(output_dir).name.startswith(WORKER_PREFIX):  # Hydra's folder for this worker
-            shutil.rmtree(output_dir, ignore_errors=True)
 
 
 def _build_model(settings: Config, data: Data, steps_per_epoch: int, replicas: int) -> keras.Model:
@@ -116,10 +94,10 @@ def train(settings: Config) -> float:
         The best value of `objective.metric` over the epochs, as a plain float.
     """
     metric = _objective_metric(settings)
-    strategy = distribute.build_strategy(**vars(settings.strategy))  # first: it may split the CPU
+    strategy = setup_strategy(settings)
     keras.utils.set_random_seed(settings.seed)
     batch = settings.trainer.batch_size
-    per_replica = distribute.per_replica_batch(batch, strategy)
+    per_replica = batch // strategy.num_replicas_in_sync
     data = load_data(settings.dataset, batch, settings.seed)
     steps_per_epoch = settings.trainer.steps_per_epoch or data.num_examples["train"] // batch
     if steps_per_epoch < 1:
@@ -139,7 +117,7 @@ def train(settings: Config) -> float:
         model = _build_model(settings, data, steps_per_epoch, strategy.num_replicas_in_sync)
 
     chief = distribute.is_chief(strategy)
-    with _run_folder(settings.output_dir, chief) as run_dir, distribute.collective_errors(strategy):
+    with run_folder(settings.output_dir, chief) as run_dir, distribute.collective_errors(strategy):
         started = time.perf_counter()
         history = model.fit(
             data.train,
@@ -155,9 +133,15 @@ def train(settings: Config) -> float:
         pick = max if settings.objective.mode == "max" else min
         best_epoch = values.index(pick(values))
 
-        with strategy.scope():
-            best_model = keras.saving.load_model(run_dir / "checkpoints" / "best.keras", safe_mode=True)
-        test = best_model.evaluate(data.test, verbose=0, return_dict=True)
+        test = evaluate_checkpoint(
+            strategy,
+            run_dir / "checkpoints" / "best.keras",
+            data.test,
+            data.class_names,
+            data.input_shape,
+            run_dir,
+            "test",
+        )
         metrics = {
             "objective": float(values[best_epoch]),
             "objective_metric": metric,
@@ -165,8 +149,7 @@ def train(settings: Config) -> float:
             "epochs_completed": len(values),
             "val_accuracy": float(history.history["val_accuracy"][best_epoch]),
             "val_loss": float(history.history["val_loss"][best_epoch]),
-            "test_accuracy": float(test["accuracy"]),
-            "test_loss": float(test["loss"]),
+            **{f"test_{name}": value for name, value in test.items() if name != "checkpoint"},
             "train_seconds": round(seconds, 2),
             "train_images_per_second": round(len(values) * steps_per_epoch * batch / seconds, 1),
             "num_examples": data.num_examples,

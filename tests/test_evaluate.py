@@ -1,0 +1,175 @@
+"""mode=evaluate and mode=predict on a tiny trained model: agreement with training, order, bad input."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import keras
+import numpy as np
+import pytest
+from PIL import Image
+
+from conftest import cifar_overrides, compose, write_cifar
+from trainer.config import to_settings
+from trainer.errors import ConfigError, DataError
+from trainer.tasks import run_task
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A tiny CIFAR model trained for 2 epochs, with dropout on (model.dropout=0.5)."""
+    root = tmp_path_factory.mktemp("trained")
+    data = write_cifar(root / "cifar", records_per_file=16, num_test=24)
+    run_dir = root / "run"
+    run_task(compose([*cifar_overrides(data), "trainer.epochs=2"], run_dir))
+    return data, run_dir
+
+
+def _evaluate(data, checkpoint, out, *extra):
+    run_task(compose([*cifar_overrides(data), "mode=evaluate", f"checkpoint={checkpoint}", *extra], out))
+    return json.loads((out / "metrics.json").read_text())
+
+
+def test_evaluate_agrees_with_training_and_is_bit_identical(trained, tmp_path):
+    data, run_dir = trained
+    training = json.loads((run_dir / "metrics.json").read_text())
+    first = _evaluate(data, run_dir, tmp_path / "a")
+    second = _evaluate(data, run_dir / "checkpoints" / "best.keras", tmp_path / "b")
+    assert first["accuracy"] == pytest.approx(training["test_accuracy"], abs=1e-6)
+    assert first["loss"] == pytest.approx(training["test_loss"], rel=1e-4)
+    assert first["num_examples"] == 24
+    # Dropout is off: the same checkpoint gives the same numbers, bit for bit.
+    for key in ("loss", "accuracy", "top5_accuracy", "per_class"):
+        assert first[key] == second[key], key
+    assert set(first["per_class"]) == {
+        "airplane",
+        "automobile",
+        "bird",
+        "cat",
+        "deer",
+        "dog",
+        "frog",
+        "horse",
+        "ship",
+        "truck",
+    }
+    assert {"precision", "recall", "f1", "support"} <= set(first["per_class"]["cat"])
+    with open(tmp_path / "a" / "confusion_matrix_test.csv") as handle:
+        rows = list(csv.reader(handle))
+    assert rows[0][1:] == list(first["per_class"]) and len(rows) == 11
+    assert sum(int(count) for row in rows[1:] for count in row[1:]) == 24
+    assert (tmp_path / "a" / "confusion_matrix_test.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_evaluate_on_the_validation_split(trained, tmp_path):
+    data, run_dir = trained
+    metrics = _evaluate(data, run_dir, tmp_path / "val", "evaluate.split=val")
+    assert metrics["split"] == "val" and metrics["num_examples"] == 16
+
+
+def _read_csv(path):
+    with open(path) as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_predict_on_records_keeps_input_order(trained, tmp_path):
+    data, run_dir = trained
+    labels = np.frombuffer((data / "test_batch.bin").read_bytes(), np.uint8).reshape(24, 3073)[:, 0]
+    output = tmp_path / "predictions.csv"
+    accuracy = run_task(
+        compose(
+            [
+                *cifar_overrides(data),
+                "mode=predict",
+                f"checkpoint={run_dir}",
+                f"predict.input={data}/test_batch.bin",
+                f"predict.output={output}",
+            ],
+            tmp_path / "r",
+        )
+    )
+    rows = _read_csv(output)
+    assert [row["id"] for row in rows] == [str(index) for index in range(24)]
+    assert [int(row["true_index"]) for row in rows] == labels.tolist()
+    probabilities = np.array(
+        [
+            [
+                float(row[f"prob_{name}"])
+                for name in ("airplane", "cat", "truck", "ship", "automobile", "bird", "deer", "dog", "frog", "horse")
+            ]
+            for row in rows
+        ]
+    )
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, atol=1e-5)
+    predicted = [int(row["predicted_index"]) for row in rows]
+    assert accuracy == pytest.approx(np.mean(np.array(predicted) == labels))
+    # The CSV agrees with the model applied to the same records.
+    model = keras.saving.load_model(run_dir / "checkpoints" / "best.keras")
+    assert model.output_shape[-1] == 10
+
+
+def test_predict_on_an_image_folder_reports_skipped_files(trained, tmp_path):
+    data, run_dir = trained
+    folder = tmp_path / "images"
+    for name, size in (("cat/b.png", (40, 20)), ("dog/a.jpg", (32, 32)), ("dog/c.jpg", (8, 50))):
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(np.full((size[1], size[0], 3), 90, np.uint8)).save(folder / name)
+    (folder / "cat" / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
+    output = tmp_path / "out.csv"
+    run_task(
+        compose(
+            [
+                *cifar_overrides(data),
+                "mode=predict",
+                f"checkpoint={run_dir}",
+                f"predict.input={folder}",
+                f"predict.output={output}",
+            ],
+            tmp_path / "r",
+        )
+    )
+    rows = _read_csv(output)
+    assert [row["id"] for row in rows] == ["cat/b.png", "cat/broken.jpg", "dog/a.jpg", "dog/c.jpg"]
+    assert rows[1]["error"].startswith("corrupt or truncated image") and rows[1]["predicted_class"] == ""
+    assert [row["true_class"] for row in rows] == ["cat", "cat", "dog", "dog"]
+    assert all(row["predicted_class"] for row in rows if not row["error"])
+
+
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("missing_checkpoint", "no such file or run folder"),
+        ("folder_without_checkpoint", "holds no checkpoints/best.keras"),
+        ("other_class_count", "predicts 3 classes but the dataset has num_classes=10"),
+        ("glob_matches_nothing", "matches no file"),
+        ("output_not_writable", "cannot write there"),
+        ("no_checkpoint_given", "checkpoint must be"),
+    ],
+)
+def test_bad_input_is_a_clear_error(trained, tmp_path, case, message):
+    data, run_dir = trained
+    checkpoint, mode, extra = run_dir, "predict", [f"predict.input={data}/test_batch.bin"]
+    if case == "missing_checkpoint":
+        checkpoint = tmp_path / "nope.keras"
+    elif case == "folder_without_checkpoint":
+        checkpoint = tmp_path
+    elif case == "other_class_count":
+        checkpoint = tmp_path / "three.keras"
+        keras.Sequential([keras.Input((28, 28, 3)), keras.layers.Flatten(), keras.layers.Dense(3)]).save(checkpoint)
+    elif case == "glob_matches_nothing":
+        extra = [f"predict.input={tmp_path}/*.bin"]
+    elif case == "output_not_writable":
+        (tmp_path / "file").write_text("x")
+        extra += [f"predict.output={tmp_path}/file/out.csv"]
+    overrides = [*cifar_overrides(data), f"mode={mode}", *extra]
+    if case != "no_checkpoint_given":
+        overrides.append(f"checkpoint={checkpoint}")
+    with pytest.raises((DataError, ConfigError), match=message):
+        run_task(compose(overrides, tmp_path / "run"))
+    assert (run_dir / "checkpoints" / "best.keras").is_file(), "nothing already written is lost"
+
+
+def test_mode_must_be_known():
+    with pytest.raises(ConfigError, match="mode must be train or evaluate or predict"):
+        to_settings(compose(["mode=serve"]))

@@ -1,0 +1,119 @@
+"""Inputs for prediction, in input order: a folder or glob of image files, or fixed-length record files.
+
+Each source yields chunks of `Item`s (one per input example, skipped ones
+included) with the model-ready images of the items that could be read, so the
+predictions CSV has one row per input, in order, and says which were skipped.
+
+    python run.py mode=predict checkpoint=RUN predict.input=photos/ predict.output=predictions.csv
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+
+from trainer.data import pipeline, records
+from trainer.data.augment import Preprocess, prepare_images
+from trainer.data.images import ImageError, list_images, load_rgb
+from trainer.errors import DataError
+
+
+@dataclass
+class Item:
+    """One input example: its id, source file, true label (when known) and why it was skipped (if it was)."""
+
+    id: str
+    file: str
+    label: int | None = None
+    error: str | None = None
+
+
+Chunk = tuple[list[Item], tf.Tensor | None]  # items, and images for those without an error
+
+
+def resolve_inputs(spec: str) -> tuple[str, list[Path], Path | None]:
+    """(kind, files, root) for `predict.input`: a folder of images, or a glob of `.bin` or image files.
+
+    Raises:
+        DataError: nothing matches.
+    """
+    path = Path(os.path.expanduser(spec))
+    if path.is_dir():
+        files = list_images(path)
+        if not files:
+            raise DataError(f"predict.input={spec}: the folder holds no files")
+        return "images", files, path
+    files = sorted(Path(name) for name in glob.glob(os.path.expanduser(spec), recursive=True))
+    files = [file for file in files if file.is_file()]
+    if not files:
+        raise DataError(f"predict.input={spec}: matches no file")
+    kind = "records" if all(file.suffix == ".bin" for file in files) else "images"
+    return kind, files, None
+
+
+def record_chunks(
+    files: list[Path], fmt: records.RecordFormat, preprocess: Preprocess, num_classes: int, batch_size: int
+) -> Iterator[Chunk]:
+    """Fixed-length records, in file order; the id is the record's index over all files."""
+    owners = []
+    for file in files:
+        records.read_labels(file, fmt, num_classes)  # size and label checks, naming the file
+        owners += [file.name] * records.count_records(file, fmt)
+    source = records.RecordSlice(tuple(str(file) for file in files), 0, len(owners))
+    index = 0
+    for images, labels in pipeline.eval_dataset(source, fmt, preprocess, batch_size):
+        items = [
+            Item(str(index + offset), owners[index + offset], int(label)) for offset, label in enumerate(labels.numpy())
+        ]
+        index += len(items)
+        yield items, images
+
+
+def _class_of(file: Path, root: Path | None, class_names: list[str]) -> int | None:
+    if root is None or file.parent == root:
+        return None
+    top = file.relative_to(root).parts[0]
+    return class_names.index(top) if top in class_names else None
+
+
+def image_chunks(
+    files: list[Path],
+    root: Path | None,
+    preprocess: Preprocess,
+    class_names: list[str],
+    batch_size: int,
+    workers: int = 0,
+) -> Iterator[Chunk]:
+    """Image files in sorted order, decoded by Pillow in threads (order kept); unreadable files are skipped.
+
+    Files in a subfolder named after a class get that class as their label.
+    """
+    labels = [_class_of(file, root, class_names) for file in files]
+    labeled = root is not None and all(label is not None for label in labels)
+    size = preprocess.image_size
+
+    def load(file: Path):
+        try:
+            return load_rgb(file, size), None
+        except ImageError as error:
+            return None, str(error)
+
+    with ThreadPoolExecutor(max_workers=workers or os.cpu_count()) as pool:
+        for start in range(0, len(files), batch_size):
+            chunk = files[start : start + batch_size]
+            items, arrays = [], []
+            for offset, (file, (array, error)) in enumerate(zip(chunk, pool.map(load, chunk), strict=True)):
+                name = str(file.relative_to(root)) if root else str(file)
+                label = labels[start + offset] if labeled else None
+                items.append(Item(name, file.name, label, error))
+                if array is not None:
+                    arrays.append(array)
+            images = prepare_images(tf.constant(np.stack(arrays)), preprocess) if arrays else None
+            yield items, images

@@ -1,0 +1,81 @@
+"""Pieces every task shares: the strategy, the run folder, and evaluating a checkpoint with its reports."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import tensorflow as tf
+
+from trainer import checkpoints, distribute, evaluation
+from trainer.config import Config
+from trainer.reports import plot_confusion_png, write_confusion_csv
+
+log = logging.getLogger(__name__)
+
+WORKER_PREFIX = "vggtrain-worker-"  # temporary folders of non-chief workers (see trainer.config.worker_dir)
+
+
+def setup_strategy(settings: Config) -> tf.distribute.Strategy:
+    """Builds the strategy first (it may split the CPU) and checks the global batch against it."""
+    strategy = distribute.build_strategy(**vars(settings.strategy))
+    distribute.per_replica_batch(settings.trainer.batch_size, strategy)
+    return strategy
+
+
+@contextlib.contextmanager
+def run_folder(output_dir: str, chief: bool) -> Iterator[Path]:
+    """The folder this process writes to: the run folder for the chief, else a temporary one it removes."""
+    if chief:
+        path = Path(output_dir)
+        path.mkdir(parents=True, exist_ok=True)
+        yield path
+        return
+    path = Path(tempfile.mkdtemp(prefix=WORKER_PREFIX))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+        if Path(output_dir).name.startswith(WORKER_PREFIX):  # Hydra's folder for this worker
+            shutil.rmtree(output_dir, ignore_errors=True)
+
+
+def evaluate_checkpoint(
+    strategy: tf.distribute.Strategy,
+    checkpoint: str | Path,
+    dataset: tf.data.Dataset,
+    class_names: list[str],
+    input_shape: tuple[int, int, int],
+    run_dir: Path,
+    split: str,
+) -> dict:
+    """Loads a checkpoint, evaluates it in one pass and writes the confusion matrix as CSV and PNG.
+
+    Returns:
+        The metrics of `trainer.evaluation.evaluate`, plus the checkpoint's path.
+    """
+    with strategy.scope():
+        model = checkpoints.load(checkpoint, len(class_names), input_shape)
+        evaluation.compile_for_evaluation(model, len(class_names))
+    metrics, matrix = evaluation.evaluate(model, dataset, class_names)
+    write_confusion_csv(run_dir / f"confusion_matrix_{split}.csv", matrix, class_names)
+    plot_confusion_png(
+        run_dir / f"confusion_matrix_{split}.png",
+        matrix,
+        class_names,
+        f"{split} split: accuracy {metrics['accuracy']:.4f}",
+    )
+    metrics["checkpoint"] = str(checkpoints.resolve(checkpoint))
+    log.info(
+        "Evaluated %s on %s: accuracy %.4f, loss %.4f over %d examples",
+        metrics["checkpoint"],
+        split,
+        metrics["accuracy"],
+        metrics["loss"],
+        metrics["num_examples"],
+    )
+    return metrics
