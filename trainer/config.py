@@ -30,16 +30,19 @@ def _require(condition: bool, key: str, expected: str, value: Any) -> None:
 
 @dataclass
 class AugmentConfig:
-    crop: str = "none"  # random | pad | none
+    crop: str = "none"  # random | pad | random_resized | none
     crop_size: int = 0  # random: output size of the crop (0 = image_size)
     padding: int = 4  # pad: pixels added on each side before the random crop
+    min_area: float = 0.25  # random_resized: smallest crop as a fraction of the image area
     flip: bool = False  # random horizontal flip
     brightness: float = 0.0  # max brightness delta on the 0..255 scale; 0 disables
     contrast_lower: float = 1.0  # contrast factor range; 1.0..1.0 disables
     contrast_upper: float = 1.0
 
     def __post_init__(self) -> None:
-        _require(self.crop in ("random", "pad", "none"), "dataset.augment.crop", "random, pad or none", self.crop)
+        crops = ("random", "pad", "random_resized", "none")
+        _require(self.crop in crops, "dataset.augment.crop", ", ".join(crops), self.crop)
+        _require(0 < self.min_area <= 1, "dataset.augment.min_area", "in (0, 1]", self.min_area)
         _require(self.crop_size >= 0, "dataset.augment.crop_size", ">= 0", self.crop_size)
         _require(self.padding >= 0, "dataset.augment.padding", ">= 0", self.padding)
         _require(self.brightness >= 0, "dataset.augment.brightness", ">= 0", self.brightness)
@@ -103,6 +106,42 @@ class BinaryDatasetConfig:
         _require(bool(self.test_files), "dataset.test_files", "a non-empty list", self.test_files)
         if self.download:
             _require(bool(self.url), "dataset.url", "set when dataset.download=true", self.url)
+
+
+@dataclass
+class TFRecordDatasetConfig:
+    """TFRecord shards: the converter's output or the classic Cats-vs-Dogs files."""
+
+    name: str = MISSING
+    data_dir: str = "."  # the converter's OUTPUT_DIR; the globs below usually start with it
+    train_files: list[str] = MISSING  # globs, e.g. ["${dataset.data_dir}/train.tfrecords_*"]
+    val_files: list[str] = MISSING
+    test_files: list[str] = MISSING
+    format: str = "raw"  # raw (label + img_raw pixels) | jpeg (image/encoded ...)
+    stored_size: int = 224  # raw: side of the stored images
+    image_key: str | None = None  # feature keys; null: the format's defaults
+    label_key: str | None = None
+    filename_key: str | None = None
+    num_classes: int = 2
+    class_names: list[str] = field(default_factory=lambda: ["cat", "dog"])  # the manifest's win when present
+    image_size: int = 224  # model input side
+    shuffle_buffer: int = 1000  # records held for shuffling
+    standardize: bool = True
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
+
+    def __post_init__(self) -> None:
+        _require(self.format in ("raw", "jpeg"), "dataset.format", "raw or jpeg", self.format)
+        for key in ("stored_size", "image_size", "shuffle_buffer"):
+            _require(getattr(self, key) >= 1, f"dataset.{key}", ">= 1", getattr(self, key))
+        _require(self.num_classes >= 2, "dataset.num_classes", ">= 2", self.num_classes)
+        _require(
+            len(self.class_names) == self.num_classes,
+            "dataset.class_names",
+            f"a list of num_classes={self.num_classes} names",
+            list(self.class_names),
+        )
+        for key in ("train_files", "val_files", "test_files"):
+            _require(bool(getattr(self, key)), f"dataset.{key}", "a non-empty glob or list", getattr(self, key))
 
 
 @dataclass
@@ -269,7 +308,7 @@ class Config:
 
 
 SCHEMAS = {
-    "dataset": {"binary_schema": BinaryDatasetConfig},
+    "dataset": {"binary_schema": BinaryDatasetConfig, "tfrecord_schema": TFRecordDatasetConfig},
     "model": {"vgg19_schema": VGG19Config},
     "optimizer": {"optimizer_schema": OptimizerConfig},
     "strategy": {

@@ -12,6 +12,7 @@ operation, so a seeded run replays exactly, whatever the parallelism.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import tensorflow as tf
@@ -19,16 +20,17 @@ import tensorflow as tf
 from trainer.data.records import RecordFormat
 
 # One stateless stream per random operation, derived from the batch seed.
-_CROP_Y, _CROP_X, _FLIP, _BRIGHTNESS, _CONTRAST = range(5)
+_CROP_Y, _CROP_X, _FLIP, _BRIGHTNESS, _CONTRAST, _AREA, _RATIO = range(7)
 
 
 @dataclass(frozen=True)
 class Augmentation:
     """Training augmentation; see `conf/dataset/*.yaml` for each field."""
 
-    crop: str = "none"  # random | pad | none
+    crop: str = "none"  # random | pad | random_resized | none
     crop_size: int = 0
     padding: int = 4
+    min_area: float = 0.25  # random_resized: smallest crop, as a fraction of the image area
     flip: bool = False
     brightness: float = 0.0
     contrast_lower: float = 1.0
@@ -92,6 +94,21 @@ def random_crop(images: tf.Tensor, size: int, seed: tf.Tensor) -> tf.Tensor:
     return tf.gather(images, left[:, None] + offsets, axis=2, batch_dims=1)
 
 
+def random_resized_crop(images: tf.Tensor, min_area: float, seed: tf.Tensor) -> tf.Tensor:
+    """Inception-style crop: a box of random area in [min_area, 1] and aspect ratio in [3/4, 4/3],
+    at a random position, resized back to the input size; every parameter drawn per image."""
+    batch = tf.shape(images)[0]
+    area = _uniform(batch, seed, _AREA, min_area, 1.0)
+    ratio = tf.exp(_uniform(batch, seed, _RATIO, math.log(3 / 4), math.log(4 / 3)))
+    height = tf.minimum(tf.sqrt(area / ratio), 1.0)
+    width = tf.minimum(tf.sqrt(area * ratio), 1.0)
+    top = _uniform(batch, seed, _CROP_Y, 0.0, 1.0) * (1.0 - height)
+    left = _uniform(batch, seed, _CROP_X, 0.0, 1.0) * (1.0 - width)
+    boxes = tf.stack([top, left, top + height, left + width], axis=1)
+    size = [images.shape[1], images.shape[2]]
+    return tf.image.crop_and_resize(images, boxes, tf.range(batch), size)
+
+
 def center_crop(images: tf.Tensor, size: int) -> tf.Tensor:
     """The evaluation counterpart of `random_crop`."""
     top = (images.shape[1] - size) // 2
@@ -122,6 +139,8 @@ def augment_batch(images: tf.Tensor, augment: Augmentation, seed: tf.Tensor) -> 
     """Applies the training augmentation to float32 images; every parameter is drawn per image."""
     if augment.crop == "random" and augment.crop_size:
         images = random_crop(images, augment.crop_size, seed)
+    elif augment.crop == "random_resized":
+        images = random_resized_crop(images, augment.min_area, seed)
     elif augment.crop == "pad" and augment.padding:
         size = images.shape[1]
         pad = augment.padding

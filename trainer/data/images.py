@@ -10,6 +10,7 @@ with the reason instead of stopping a whole job.
 
 from __future__ import annotations
 
+import io
 import os
 import warnings
 from pathlib import Path
@@ -89,3 +90,16 @@ def list_images(folder: str | os.PathLike) -> list[Path]:
     with its reason rather than silently ignored.
     """
     return sorted(path for path in Path(folder).rglob("*") if path.is_file())
+
+
+def encode_file(path: str, size: int, mode: str, format: str, quality: int = 95) -> tuple[bytes | None, str | None]:
+    """(image bytes, None) or (None, reason): raw RGB pixels or a JPEG, for the converter's worker processes."""
+    try:
+        pixels = load_rgb(path, size, mode)
+    except ImageError as error:
+        return None, str(error)
+    if format == "raw":
+        return pixels.tobytes(), None
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="JPEG", quality=quality)
+    return buffer.getvalue(), None

@@ -6,14 +6,17 @@ python run.py mode=train dataset=cifar dataset.data_dir=/data/cifar10
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 import tensorflow as tf
 
-from trainer.config import BinaryDatasetConfig
-from trainer.data import pipeline, records
+from trainer.config import BinaryDatasetConfig, TFRecordDatasetConfig
+from trainer.data import pipeline, records, tfrecords
 from trainer.data.augment import Augmentation, Preprocess
+from trainer.errors import DataError
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +88,78 @@ def load_binary(dataset: BinaryDatasetConfig, batch_size: int, seed: int) -> Dat
     )
 
 
-LOADERS = {BinaryDatasetConfig: load_binary}
+def record_spec(dataset: TFRecordDatasetConfig) -> tfrecords.RecordSpec:
+    return tfrecords.RecordSpec.for_format(
+        dataset.format,
+        dataset.stored_size,
+        image=dataset.image_key,
+        label=dataset.label_key,
+        filename=dataset.filename_key,
+    )
+
+
+def tfrecord_preprocess(dataset: TFRecordDatasetConfig) -> Preprocess:
+    return Preprocess(
+        image_size=dataset.image_size,
+        augment=Augmentation(**dataclasses.asdict(dataset.augment)),
+        standardize=dataset.standardize,
+    )
+
+
+def _counts(files: list[str], manifest: dict | None, split: str) -> int:
+    """Records in a split: from the converter's manifest when it lists exactly these files, else counted."""
+    entry = (manifest or {}).get("splits", {}).get(split)
+    if entry and sorted(entry["files"]) == sorted(Path(file).name for file in files):
+        return int(entry["count"])
+    return sum(tfrecords.count_records(file) for file in files)  # also verifies every checksum
+
+
+def load_tfrecords(dataset: TFRecordDatasetConfig, batch_size: int, seed: int) -> Data:
+    """Expands the globs, checks each file's first record, counts the records and builds the pipelines."""
+    spec = record_spec(dataset)
+    files = {
+        split: tfrecords.expand(list(getattr(dataset, f"{split}_files")), f"dataset.{split}_files")
+        for split in ("train", "val", "test")
+    }
+    for split, paths in files.items():
+        for path in paths:
+            if not tfrecords.inspect_first(path, spec):
+                raise DataError(
+                    f"{path}: records have no '{spec.label_key}' feature; dataset.{split}_files "
+                    f"must be labeled (predict unlabeled files with mode=predict)"
+                )
+    manifest_file = tfrecords.manifest_path(files["train"])
+    manifest = json.loads(manifest_file.read_text()) if manifest_file else None
+    class_names = list((manifest or {}).get("class_names") or dataset.class_names)
+    if len(class_names) != dataset.num_classes:
+        raise DataError(
+            f"{manifest_file}: lists {len(class_names)} classes but dataset.num_classes={dataset.num_classes}"
+        )
+    counts = {split: _counts(paths, manifest, split) for split, paths in files.items()}
+    preprocess = tfrecord_preprocess(dataset)
+    log.info(
+        "Dataset %s (%s, %d shards): %s records, classes %s <dataset=%s>",
+        dataset.name,
+        dataset.format,
+        sum(map(len, files.values())),
+        counts,
+        class_names,
+        dataset.name,
+    )
+    num_classes = dataset.num_classes
+    return Data(
+        train=tfrecords.train_dataset(
+            files["train"], spec, preprocess, num_classes, batch_size, seed, dataset.shuffle_buffer
+        ),
+        val=tfrecords.eval_dataset(files["val"], spec, preprocess, num_classes, batch_size, count=counts["val"]),
+        test=tfrecords.eval_dataset(files["test"], spec, preprocess, num_classes, batch_size, count=counts["test"]),
+        num_examples=counts,
+        class_names=class_names,
+        input_shape=(preprocess.output_size, preprocess.output_size, 3),
+    )
+
+
+LOADERS = {BinaryDatasetConfig: load_binary, TFRecordDatasetConfig: load_tfrecords}
 
 
 def load_data(dataset, batch_size: int, seed: int) -> Data:

@@ -1,0 +1,297 @@
+"""Image folders -> TFRecord shards -> `dataset=cats_dogs`: round trip, classic files, bad files, errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+from conftest import compose
+from trainer.convert import ConvertOptions, convert, main
+from trainer.data import tfrecords
+from trainer.data.augment import Preprocess
+from trainer.data.images import ImageError, load_rgb
+from trainer.errors import DataError
+from trainer.tasks import run_task
+
+SIZE = 32
+
+
+def _color(index: int, label: int) -> tuple[int, int, int]:
+    return (index * 7) % 256, 60 + label * 120, 200 - (index * 5) % 100
+
+
+def make_pets(folder: Path, per_class: int = 12, noise: float = 0.0, seed: int = 0) -> dict[tuple, int]:
+    """Cat/ and Dog/ folders of images of varied sizes; returns {colour: label} of the clean ones."""
+    rng = np.random.default_rng(seed)
+    colours = {}
+    for label, name in enumerate(("Cat", "Dog")):
+        (folder / name).mkdir(parents=True, exist_ok=True)
+        for index in range(per_class):
+            colour = _color(index + 100 * label, label)
+            shape = (int(rng.integers(20, 60)), int(rng.integers(20, 60)), 3)
+            pixels = np.clip(np.array(colour) + rng.normal(0, noise, shape), 0, 255).astype(np.uint8)
+            Image.fromarray(pixels).save(folder / name / f"{index}.png")
+            colours[colour] = label
+    return colours
+
+
+def _read_all(files, spec, labeled=True):
+    dataset = tfrecords.eval_dataset(files, spec, Preprocess(spec.stored_size, standardize=False), 2, 8, labeled)
+    images, labels = zip(*[(i.numpy(), lab.numpy()) for i, lab in dataset])
+    return np.concatenate(images), np.concatenate(labels)
+
+
+@pytest.mark.parametrize("format, tolerance", [("raw", 0), ("jpeg", 3)])
+def test_round_trip_gives_the_same_pixels_and_labels(tmp_path, format, tolerance):
+    colours = make_pets(tmp_path / "in")
+    options = ConvertOptions(image_size=SIZE, format=format, val_fraction=0.25, records_per_shard=5, workers=1)
+    manifest = convert(tmp_path / "in", tmp_path / "out", options)
+    spec = tfrecords.RecordSpec.for_format(format, SIZE)
+    seen = {}
+    for split in ("train", "val"):
+        files = [str(tmp_path / "out" / name) for name in manifest["splits"][split]["files"]]
+        images, labels = _read_all(files, spec)
+        assert len(images) == manifest["splits"][split]["count"]
+        for image, label in zip(images, labels, strict=True):
+            centre = tuple(int(v) for v in image[SIZE // 2, SIZE // 2])
+            match = min(colours, key=lambda c: sum(abs(a - b) for a, b in zip(c, centre)))
+            assert max(abs(a - b) for a, b in zip(match, centre)) <= tolerance
+            assert np.abs(image.astype(int) - np.array(match)).max() <= tolerance, "every pixel is the source colour"
+            assert colours[match] == label, "the label must be the label of the image it came with"
+            seen[match] = label
+        assert set(labels.tolist()) == {0, 1}, "every split mixes classes"
+    assert len(seen) == len(colours)
+    assert manifest["splits"]["val"]["per_class"] == {"Cat": 3, "Dog": 3}
+    assert manifest["class_names"] == ["Cat", "Dog"] and manifest["format"] == format
+
+
+def test_jpeg_records_use_the_tfds_keys_and_are_smaller(tmp_path):
+    make_pets(tmp_path / "in", per_class=4, noise=5.0)
+    raw = convert(tmp_path / "in", tmp_path / "raw", ConvertOptions(image_size=64, workers=1))
+    jpeg = convert(tmp_path / "in", tmp_path / "jpeg", ConvertOptions(image_size=64, format="jpeg", workers=1))
+    raw_size = sum((tmp_path / "raw" / f).stat().st_size for f in raw["splits"]["train"]["files"])
+    jpeg_size = sum((tmp_path / "jpeg" / f).stat().st_size for f in jpeg["splits"]["train"]["files"])
+    assert jpeg_size * 2 < raw_size
+    first = next(iter(tf.data.TFRecordDataset(str(tmp_path / "jpeg" / jpeg["splits"]["train"]["files"][0]))))
+    keys = set(tf.train.Example.FromString(first.numpy()).features.feature)
+    assert {"image/encoded", "image/class/label", "image/filename", "image/height", "image/width"} <= keys
+    first_raw = next(iter(tf.data.TFRecordDataset(str(tmp_path / "raw" / raw["splits"]["train"]["files"][0]))))
+    assert set(tf.train.Example.FromString(first_raw.numpy()).features.feature) == {"label", "img_raw"}
+
+
+def test_bad_files_are_skipped_and_reported_and_odd_ones_handled(tmp_path):
+    folder = tmp_path / "in"
+    make_pets(folder, per_class=3)
+    cat, dog = folder / "Cat", folder / "Dog"
+    (cat / "empty.jpg").write_bytes(b"")
+    (cat / "Thumbs.db").write_bytes(b"\xd0\xcf\x11\xe0 not an image")
+    (dog / "notes.txt").write_text("hello")
+    good = (cat / "0.png").read_bytes()
+    Image.open(cat / "0.png").save(cat / "full.jpg")
+    (cat / "truncated.jpg").write_bytes((cat / "full.jpg").read_bytes()[:200])
+    (dog / "png_named.jpg").write_bytes(good)
+    Image.fromarray(np.full((20, 30), 90, np.uint8), "L").save(dog / "gray.jpg")
+    Image.new("CMYK", (20, 20), (0, 0, 0, 0)).save(dog / "cmyk.jpg")
+    Image.fromarray(np.full((20, 20, 4), 90, np.uint8), "RGBA").save(dog / "alpha.png")
+    Image.fromarray(np.full((20, 20), 30000, np.uint16)).save(dog / "sixteen.png")
+    Image.new("P", (20, 20), 3).save(dog / "palette.gif")
+    manifest = convert(folder, tmp_path / "out", ConvertOptions(image_size=SIZE, workers=2))
+    skipped = {entry["file"]: entry["reason"] for entry in manifest["skipped"]}
+    assert set(skipped) == {"Cat/empty.jpg", "Cat/Thumbs.db", "Dog/notes.txt", "Cat/truncated.jpg"}
+    assert skipped["Cat/empty.jpg"] == "empty file"
+    assert skipped["Cat/truncated.jpg"].startswith("corrupt or truncated")
+    assert manifest["splits"]["train"]["count"] == 3 + 1 + 3 + 6  # clean, full.jpg, and the six odd ones
+    assert json.loads((tmp_path / "out" / "manifest.json").read_text()) == manifest
+
+
+def test_pixel_modes_and_exif_orientation(tmp_path):
+    sixteen = tmp_path / "sixteen.png"
+    Image.fromarray(np.full((4, 4), 65535, np.uint16)).save(sixteen)
+    assert load_rgb(sixteen, 4).min() == 255, "16-bit white stays white, scaled not clipped"
+    Image.fromarray(np.full((4, 4), 32896, np.uint16)).save(sixteen)
+    assert abs(int(load_rgb(sixteen, 4)[0, 0, 0]) - 128) <= 1
+    # A 20x10 image (left half red, right half blue) stored with EXIF "rotate 90 CW" (orientation 6).
+    pixels = np.zeros((10, 20, 3), np.uint8)
+    pixels[:, :10, 0] = 255
+    pixels[:, 10:, 2] = 255
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    Image.fromarray(pixels).save(tmp_path / "rotated.jpg", exif=exif, quality=100, subsampling=0)
+    with Image.open(tmp_path / "rotated.jpg") as image:
+        assert image.size == (20, 10)
+    upright = load_rgb(tmp_path / "rotated.jpg", 8)
+    assert upright[0, 4, 0] > 200 and upright[0, 4, 2] < 50, "red on top after rotation"
+    assert upright[7, 4, 2] > 200 and upright[7, 4, 0] < 50, "blue below"
+    with pytest.raises(ImageError, match="empty file"):
+        (tmp_path / "zero.jpg").write_bytes(b"")
+        load_rgb(tmp_path / "zero.jpg", 8)
+
+
+def test_the_same_bytes_for_one_and_two_workers(tmp_path):
+    make_pets(tmp_path / "in", per_class=10, noise=20)
+    for workers in (1, 2):
+        for format in ("raw", "jpeg"):
+            convert(
+                tmp_path / "in",
+                tmp_path / f"{format}{workers}",
+                ConvertOptions(image_size=SIZE, format=format, records_per_shard=7, workers=workers, seed=3),
+            )
+    for format in ("raw", "jpeg"):
+        one = sorted((tmp_path / f"{format}1").iterdir())
+        two = sorted((tmp_path / f"{format}2").iterdir())
+        assert [p.name for p in one] == [p.name for p in two]
+        assert all(a.read_bytes() == b.read_bytes() for a, b in zip(one, two, strict=True))
+
+
+def test_converter_command_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as help_exit:
+        main(["--help"])
+    assert help_exit.value.code == 0
+    text = capsys.readouterr().out
+    for option in (
+        "--image-size",
+        "--format",
+        "--val-fraction",
+        "--test-fraction",
+        "--records-per-shard",
+        "--workers",
+        "--seed",
+        "--classes",
+        "--resize",
+    ):
+        assert option in text
+    assert main([str(tmp_path / "missing"), str(tmp_path / "out")]) == 1
+    assert "error: INPUT_DIR" in capsys.readouterr().err
+    # A flat folder is an unlabeled test set that keeps each file name.
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    for index in range(3):
+        Image.fromarray(np.full((10, 10, 3), index * 50, np.uint8)).save(flat / f"img{index}.png")
+    assert main([str(flat), str(tmp_path / "out"), "--image-size", "16", "--workers", "1"]) == 0
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["labeled"] is False and manifest["splits"]["test"]["count"] == 3
+    spec = tfrecords.RecordSpec.for_format("raw", 16)
+    files = [str(tmp_path / "out" / name) for name in manifest["splits"]["test"]["files"]]
+    assert tfrecords.read_filenames(files, spec) == ["img0.png", "img1.png", "img2.png"]
+    assert main([str(flat), str(tmp_path / "out")]) == 1, "never overwrite an earlier conversion"
+
+
+def _classic_records(path: Path, count: int, size: int, seed: int = 0) -> None:
+    """The classic recipe, written here with a plain TFRecordWriter: `label` + `img_raw` only."""
+    rng = np.random.default_rng(seed)
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for _ in range(count):
+            label = int(rng.integers(0, 2))
+            pixels = np.zeros((size, size, 3), np.uint8)
+            pixels[..., 0 if label == 0 else 2] = 200  # cats red, dogs blue
+            pixels = np.clip(pixels + rng.normal(0, 30, pixels.shape), 0, 255).astype(np.uint8)
+            feature = {
+                "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
+                "img_raw": tf.train.Feature(bytes_list=tf.train.BytesList(value=[pixels.tobytes()])),
+            }
+            writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+
+
+def _cats_dogs(train, val, test, *extra):
+    return [
+        "dataset=cats_dogs",
+        f"dataset.train_files=[{train}]",
+        f"dataset.val_files=[{val}]",
+        f"dataset.test_files=[{test}]",
+        "debug=smoke",
+        "trainer.batch_size=8",
+        *extra,
+    ]
+
+
+def test_classic_files_train_without_conversion(tmp_path):
+    for index in range(2):
+        _classic_records(tmp_path / f"trpetdata.tfrecords_00{index}", 12, 40, seed=index)
+    _classic_records(tmp_path / "val.tfrecords", 8, 40, seed=5)
+    overrides = _cats_dogs(
+        f"{tmp_path}/trpetdata.tfrecords_*",
+        f"{tmp_path}/val.tfrecords",
+        f"{tmp_path}/val.tfrecords",
+        "dataset.stored_size=40",
+        "dataset.image_size=32",
+    )
+    objective = run_task(compose(overrides, tmp_path / "run"))
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["num_examples"] == {"train": 24, "val": 8, "test": 8}
+    assert 0.0 <= objective <= 1.0
+
+
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("glob", "matches no file"),
+        ("missing_key", "has no 'img_raw' feature"),
+        ("wrong_length", "holds 300 bytes, expected 40x40x3 = 4800"),
+        ("corrupted", "corrupted or truncated TFRecord file"),
+        ("unlabeled", "records have no 'label' feature"),
+    ],
+)
+def test_reader_errors_name_the_file(tmp_path, case, message):
+    good = tmp_path / "good.tfrecords"
+    _classic_records(good, 6, 40)
+    bad = tmp_path / "bad.tfrecords"
+    if case == "missing_key":
+        with tf.io.TFRecordWriter(str(bad)) as writer:
+            feature = {"label": tf.train.Feature(int64_list=tf.train.Int64List(value=[0]))}
+            writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+    elif case == "wrong_length":
+        spec = tfrecords.RecordSpec.for_format("raw", 10)
+        with tf.io.TFRecordWriter(str(bad)) as writer:
+            writer.write(tfrecords.make_example(spec, bytes(300), 1, None, 10, 10))
+    elif case == "corrupted":
+        data = bytearray(good.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        bad.write_bytes(bytes(data))
+    elif case == "unlabeled":
+        spec = tfrecords.RecordSpec.for_format("raw", 40)
+        with tf.io.TFRecordWriter(str(bad)) as writer:
+            writer.write(tfrecords.make_example(spec, bytes(4800), None, "a.png", 40, 40))
+    train = f"{tmp_path}/nothing_*" if case == "glob" else str(bad)
+    overrides = _cats_dogs(train, good, good, "dataset.stored_size=40", "dataset.image_size=32")
+    with pytest.raises(DataError, match=message) as error:
+        run_task(compose(overrides, tmp_path / "run"))
+    assert ("nothing_" if case == "glob" else "bad.tfrecords") in str(error.value)
+
+
+def test_training_on_separable_cats_and_dogs_reaches_high_accuracy(tmp_path):
+    """Cats are reddish, dogs bluish: a label drifting from its image anywhere on the path shows as ~50%."""
+    rng = np.random.default_rng(1)
+    for label, name in enumerate(("Cat", "Dog")):
+        (tmp_path / "in" / name).mkdir(parents=True)
+        for index in range(80):
+            pixels = rng.normal(110, 40, (36, 36, 3))
+            pixels[..., 0 if label == 0 else 2] += 60
+            Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8)).save(tmp_path / "in" / name / f"{index}.png")
+    convert(
+        tmp_path / "in",
+        tmp_path / "records",
+        ConvertOptions(image_size=SIZE, format="jpeg", val_fraction=0.2, test_fraction=0.1, records_per_shard=32),
+    )
+    overrides = [
+        "dataset=cats_dogs",
+        f"dataset.data_dir={tmp_path / 'records'}",
+        "dataset.format=jpeg",
+        f"dataset.stored_size={SIZE}",
+        f"dataset.image_size={SIZE}",
+        "debug=smoke",
+        "trainer.steps_per_epoch=null",
+        "trainer.epochs=10",
+        "optimizer=adam",
+        "optimizer.lr=0.002",
+        "model.dropout=0.0",
+        "model.weight_decay=0",
+    ]
+    objective = run_task(compose(overrides, tmp_path / "run"))
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert objective >= 0.9, metrics
+    assert metrics["test_accuracy"] >= 0.85, metrics
