@@ -42,7 +42,7 @@ def make_pets(folder: Path, per_class: int = 12, noise: float = 0.0, seed: int =
 
 def _read_all(files, spec, labeled=True):
     dataset = tfrecords.eval_dataset(files, spec, Preprocess(spec.stored_size, standardize=False), 2, 8, labeled)
-    images, labels = zip(*[(i.numpy(), lab.numpy()) for i, lab in dataset])
+    images, labels = zip(*[(i.numpy(), lab.numpy()) for i, lab in dataset], strict=False)
     return np.concatenate(images), np.concatenate(labels)
 
 
@@ -59,8 +59,8 @@ def test_round_trip_gives_the_same_pixels_and_labels(tmp_path, format, tolerance
         assert len(images) == manifest["splits"][split]["count"]
         for image, label in zip(images, labels, strict=True):
             centre = tuple(int(v) for v in image[SIZE // 2, SIZE // 2])
-            match = min(colours, key=lambda c: sum(abs(a - b) for a, b in zip(c, centre)))
-            assert max(abs(a - b) for a, b in zip(match, centre)) <= tolerance
+            match = min(colours, key=lambda c: sum(abs(a - b) for a, b in zip(c, centre, strict=False)))
+            assert max(abs(a - b) for a, b in zip(match, centre, strict=False)) <= tolerance
             assert np.abs(image.astype(int) - np.array(match)).max() <= tolerance, "every pixel is the source colour"
             assert colours[match] == label, "the label must be the label of the image it came with"
             seen[match] = label
