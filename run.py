@@ -29,7 +29,7 @@ def main(cfg: DictConfig) -> float | None:
     from trainer.tasks import run_task
 
     try:
-        return run_task(cfg)
+        return run_task(cfg, show_config=True)
     except UserError as error:
         if os.environ.get("HYDRA_FULL_ERROR") == "1" or HydraConfig.get().mode == RunMode.MULTIRUN:
             raise  # a sweep records the failure and goes on with the other jobs

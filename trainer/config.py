@@ -271,7 +271,18 @@ class PredictConfig:
     workers: int = 0  # threads decoding image files; 0: one per core
 
 
-MODES = ("train", "evaluate", "predict")
+@dataclass
+class InspectConfig:
+    split: str = "train"  # train | val | test
+    num_images: int = 64  # tiles on the contact sheet
+    augmented: bool = False  # show the training augmentation (train split)
+
+    def __post_init__(self) -> None:
+        _require(self.split in ("train", "val", "test"), "inspect.split", "train, val or test", self.split)
+        _require(self.num_images >= 1, "inspect.num_images", ">= 1", self.num_images)
+
+
+MODES = ("train", "evaluate", "predict", "inspect")
 
 
 @dataclass
@@ -284,14 +295,15 @@ class Config:
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
     predict: PredictConfig = field(default_factory=PredictConfig)
-    mode: str = "train"  # train | evaluate | predict
+    inspect: InspectConfig = field(default_factory=InspectConfig)
+    mode: str = "train"  # train | evaluate | predict | inspect
     checkpoint: str | None = None  # evaluate/predict: a .keras file or a run folder
     seed: int = 42  # seeds weights, shuffling and augmentation
     output_dir: str = MISSING  # the run folder (Hydra's runtime.output_dir)
 
     def __post_init__(self) -> None:
         _require(self.mode in MODES, "mode", " or ".join(MODES), self.mode)
-        if self.mode != "train":
+        if self.mode in ("evaluate", "predict"):
             _require(
                 bool(self.checkpoint),
                 "checkpoint",

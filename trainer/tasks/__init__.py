@@ -5,16 +5,42 @@ python run.py mode=train
 
 from __future__ import annotations
 
-from omegaconf import DictConfig
+import io
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
 
 from trainer.config import to_settings
 
 
-def run_task(cfg: DictConfig) -> float | None:
+def print_config_tree(cfg: DictConfig, path: Path | None = None) -> str:
+    """Prints the composed config as a tree (one branch per group) and saves it as text."""
+    from rich.console import Console
+    from rich.tree import Tree
+
+    tree = Tree("config", guide_style="dim")
+    for key, value in cfg.items():
+        branch = tree.add(f"[bold]{key}[/bold]")
+        text = OmegaConf.to_yaml(value, resolve=True) if OmegaConf.is_config(value) else str(value)
+        branch.add(text.rstrip())
+    Console().print(tree)
+    recorder = Console(record=True, width=120, file=io.StringIO())
+    recorder.print(tree)
+    text = recorder.export_text()
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return text
+
+
+def run_task(cfg: DictConfig, show_config: bool = False) -> float | None:
     """Validates the composed config and runs the task named by `mode`."""
     settings = to_settings(cfg)
+    if show_config:
+        print_config_tree(cfg, Path(settings.output_dir) / "config_tree.txt")
     from trainer.tasks.evaluate import evaluate, predict  # deferred: imports TensorFlow
+    from trainer.tasks.inspect import inspect
     from trainer.tasks.train import train
 
-    tasks = {"train": train, "evaluate": evaluate, "predict": predict}
+    tasks = {"train": train, "evaluate": evaluate, "predict": predict, "inspect": inspect}
     return tasks[settings.mode](settings)

@@ -26,11 +26,13 @@ class Data:
     """The three splits of one dataset, ready for `fit`/`evaluate`."""
 
     train: tf.data.Dataset
+    train_plain: tf.data.Dataset  # the training split once, in order, with the evaluation preprocessing
     val: tf.data.Dataset
     test: tf.data.Dataset
     num_examples: dict[str, int]  # records per split
     class_names: list[str]
     input_shape: tuple[int, int, int]
+    class_counts: dict[str, dict[str, int]] | None = None  # per split, when known without reading the images
 
 
 def binary_format(dataset: BinaryDatasetConfig) -> records.RecordFormat:
@@ -80,6 +82,7 @@ def load_binary(dataset: BinaryDatasetConfig, batch_size: int, seed: int) -> Dat
             dataset.shuffle_buffer,
             dataset.cache,
         ),
+        train_plain=pipeline.eval_dataset(splits["train"], fmt, preprocess, batch_size),
         val=pipeline.eval_dataset(splits["val"], fmt, preprocess, batch_size, dataset.cache),
         test=pipeline.eval_dataset(splits["test"], fmt, preprocess, batch_size),
         num_examples=counts,
@@ -151,11 +154,15 @@ def load_tfrecords(dataset: TFRecordDatasetConfig, batch_size: int, seed: int) -
         train=tfrecords.train_dataset(
             files["train"], spec, preprocess, num_classes, batch_size, seed, dataset.shuffle_buffer
         ),
+        train_plain=tfrecords.eval_dataset(
+            files["train"], spec, preprocess, num_classes, batch_size, count=counts["train"]
+        ),
         val=tfrecords.eval_dataset(files["val"], spec, preprocess, num_classes, batch_size, count=counts["val"]),
         test=tfrecords.eval_dataset(files["test"], spec, preprocess, num_classes, batch_size, count=counts["test"]),
         num_examples=counts,
         class_names=class_names,
         input_shape=(preprocess.output_size, preprocess.output_size, 3),
+        class_counts={split: entry["per_class"] for split, entry in (manifest or {}).get("splits", {}).items()},
     )
 
 

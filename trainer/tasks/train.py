@@ -117,6 +117,7 @@ def train(settings: Config) -> float:
         model = _build_model(settings, data, steps_per_epoch, strategy.num_replicas_in_sync)
 
     chief = distribute.is_chief(strategy)
+    sample_images = next(iter(data.train.take(1)))[0][:8].numpy() if chief else None
     with run_folder(settings.output_dir, chief) as run_dir, distribute.collective_errors(strategy):
         started = time.perf_counter()
         history = model.fit(
@@ -124,7 +125,9 @@ def train(settings: Config) -> float:
             epochs=settings.trainer.epochs,
             steps_per_epoch=steps_per_epoch,
             validation_data=data.val,
-            callbacks=training_callbacks(run_dir, metric, settings.objective.mode),
+            callbacks=training_callbacks(
+                run_dir, metric, settings.objective.mode, sample_images, settings.dataset.standardize
+            ),
             verbose=settings.trainer.verbose if chief else 0,
             shuffle=False,  # the pipeline shuffles, seeded
         )

@@ -1,0 +1,371 @@
+"""The benchmark rows. Each case makes its own data under `folder` and measures ours and a baseline side by side."""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Row:
+    figure: str
+    ours: float
+    baseline: float
+    unit: str
+    target: float | None  # on the ratio ours / baseline; None: reported only
+    higher_is_better: bool = True
+
+    @property
+    def ratio(self) -> float:
+        return self.ours / self.baseline if self.baseline else float("inf")
+
+    @property
+    def met(self) -> bool | None:
+        if self.target is None:
+            return None
+        return self.ratio >= self.target if self.higher_is_better else self.ratio <= self.target
+
+    @property
+    def target_text(self) -> str:
+        return "report" if self.target is None else f"{'>=' if self.higher_is_better else '<='} {self.target:g}"
+
+
+def _rate(dataset, batches: int, warmup: int = 5) -> float:
+    """Images per second over `batches` batches, after `warmup` batches."""
+    iterator = iter(dataset)
+    for _ in range(warmup):
+        next(iterator)
+    images = 0
+    started = time.perf_counter()
+    for _ in range(batches):
+        images += int(next(iterator)[1].shape[0])
+    return images / (time.perf_counter() - started)
+
+
+def _cifar_files(folder: Path, records: int) -> list[str]:
+    path = folder / f"cifar_{records}.bin"
+    if not path.exists():
+        rng = np.random.default_rng(0)
+        data = rng.integers(0, 256, (records, 3073), dtype=np.uint8)
+        data[:, 0] %= 10
+        path.write_bytes(data.tobytes())
+    return [str(path)]
+
+
+def _textbook_cifar(files, batch_size, seed):
+    """The per-example recipe: parse, augment and standardize one image at a time, then batch."""
+    import tensorflow as tf
+
+    def parse(record):
+        raw = tf.io.decode_raw(record, tf.uint8)
+        image = tf.cast(tf.transpose(tf.reshape(raw[1:], [3, 32, 32]), [1, 2, 0]), tf.float32)
+        image = tf.image.random_crop(image, [28, 28, 3])
+        image = tf.image.random_flip_left_right(image)
+        image = tf.image.random_brightness(image, 63)
+        image = tf.image.random_contrast(image, 0.2, 1.8)
+        return tf.image.per_image_standardization(image), tf.cast(raw[0], tf.int32)
+
+    records = tf.data.FixedLengthRecordDataset(files, 3073).shuffle(10000, seed=seed).repeat()
+    return records.map(parse, num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size).prefetch(tf.data.AUTOTUNE)
+
+
+CIFAR_AUGMENT = dict(crop="random", crop_size=28, flip=True, brightness=63.0, contrast_lower=0.2, contrast_upper=1.8)
+
+
+def cifar_pipeline(folder: Path, quick: bool) -> list[Row]:
+    from trainer.data import pipeline, records
+    from trainer.data.augment import Augmentation, Preprocess
+
+    count = 10000 if quick else 50000
+    files = _cifar_files(folder, count)
+    ours = pipeline.train_dataset(
+        records.RecordSlice(tuple(files), 0, count),
+        records.RecordFormat(32, 32, 3),
+        Preprocess(32, Augmentation(**CIFAR_AUGMENT)),
+        128,
+        seed=0,
+    )
+    batches = 60 if quick else 300
+    baseline_rate = _rate(_textbook_cifar(files, 128, 0), batches)
+    ours_rate = _rate(ours, batches)
+    return [Row("CIFAR train pipeline (full augmentation)", ours_rate, baseline_rate, "img/s", 3.0)]
+
+
+def _pet_records(folder: Path, format: str, count: int, size: int = 224) -> list[str]:
+    import tensorflow as tf
+
+    from trainer.data import tfrecords
+
+    path = folder / f"pets_{format}_{count}.tfrecords"
+    if not path.exists():
+        spec = tfrecords.RecordSpec.for_format(format, size)
+        rng = np.random.default_rng(0)
+        base = np.linspace(0, 255, size * size * 3).reshape(size, size, 3)
+        with tf.io.TFRecordWriter(str(path)) as writer:
+            for index in range(count):
+                pixels = np.clip(base + rng.normal(0, 20, base.shape), 0, 255).astype(np.uint8)
+                data = pixels.tobytes() if format == "raw" else tf.io.encode_jpeg(pixels, quality=90).numpy()
+                writer.write(tfrecords.make_example(spec, data, index % 2, None, size, size))
+    return [str(path)]
+
+
+def _textbook_reader(files, format, batch_size, size=224):
+    import tensorflow as tf
+
+    from trainer.data.tfrecords import DEFAULT_KEYS
+
+    keys = DEFAULT_KEYS[format]
+    description = {
+        keys["image"]: tf.io.FixedLenFeature([], tf.string),
+        keys["label"]: tf.io.FixedLenFeature([], tf.int64),
+    }
+
+    def parse(serialized):
+        example = tf.io.parse_single_example(serialized, description)
+        if format == "raw":
+            image = tf.reshape(tf.io.decode_raw(example[keys["image"]], tf.uint8), [size, size, 3])
+        else:
+            image = tf.io.decode_jpeg(example[keys["image"]], channels=3)
+        image = tf.image.random_flip_left_right(tf.cast(image, tf.float32))
+        return tf.image.per_image_standardization(image), tf.cast(example[keys["label"]], tf.int32)
+
+    records = tf.data.TFRecordDataset(files).shuffle(256, seed=0).repeat()
+    return records.map(parse, num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size).prefetch(tf.data.AUTOTUNE)
+
+
+def tfrecord_reader(folder: Path, quick: bool) -> list[Row]:
+    from trainer.data import tfrecords
+    from trainer.data.augment import Augmentation, Preprocess
+
+    rows = []
+    for format, target in (("raw", 2.0), ("jpeg", 1.0)):
+        files = _pet_records(folder, format, 256 if quick else 1024)
+        spec = tfrecords.RecordSpec.for_format(format, 224)
+        ours = tfrecords.train_dataset(files, spec, Preprocess(224, Augmentation(flip=True)), 2, 32, 0, 256)
+        batches = 10 if quick else 60
+        baseline_rate = _rate(_textbook_reader(files, format, 32), batches)
+        rows.append(Row(f"Cats-vs-Dogs reader 224x224 {format}", _rate(ours, batches), baseline_rate, "img/s", target))
+    return rows
+
+
+def _demo_model():
+    from trainer.models.vgg19 import build_vgg19
+
+    return build_vgg19(
+        10, (32, 32, 3), width_multiplier=0.25, fc_units=512, dropout=0.3, weight_decay=5e-4, batch_norm=True
+    )
+
+
+def _fit_rate(model, dataset, steps: int, validation=None, callbacks=(), epochs: int = 4) -> float:
+    """Training images/s: the median epoch, leaving out the first (tracing)."""
+    import keras
+
+    times = []
+
+    class EpochTimer(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self.started = time.perf_counter()
+
+        def on_epoch_end(self, epoch, logs=None):
+            times.append(time.perf_counter() - self.started)
+
+    model.fit(
+        dataset,
+        epochs=epochs,
+        steps_per_epoch=steps,
+        validation_data=validation,
+        verbose=0,
+        callbacks=[*callbacks, EpochTimer()],
+    )
+    batch = int(next(iter(dataset))[1].shape[0])
+    return steps * batch / float(np.median(times[1:]))
+
+
+def trainer_overhead(folder: Path, quick: bool) -> list[Row]:
+    import keras
+    import tensorflow as tf
+
+    from trainer import optim
+    from trainer.callbacks import training_callbacks
+
+    rng = np.random.default_rng(0)
+    images = rng.normal(size=(512, 32, 32, 3)).astype(np.float32)
+    labels = rng.integers(0, 10, 512).astype(np.int32)
+    dataset = tf.data.Dataset.from_tensor_slices((images, labels)).batch(64).repeat().cache()
+    steps = 8 if quick else 24
+    keras.utils.set_random_seed(0)
+    plain = _demo_model()
+    plain.compile(
+        keras.optimizers.SGD(0.01, momentum=0.9), loss="sparse_categorical_crossentropy", metrics=["accuracy"]
+    )
+    keras.utils.set_random_seed(0)
+    ours = _demo_model()
+    schedule = optim.build_learning_rate("cosine", 0.01, steps, 4, warmup_epochs=1.0)
+    ours.compile(
+        optim.build_optimizer("sgd", schedule, 0.9), loss="sparse_categorical_crossentropy", metrics=["accuracy"]
+    )
+    validation = tf.data.Dataset.from_tensor_slices((images[:64], labels[:64])).batch(64)
+
+    callbacks = training_callbacks(folder / "overhead", "val_accuracy", "max")
+    baseline = _fit_rate(plain, dataset, steps, validation)
+    mine = _fit_rate(ours, dataset, steps, validation, callbacks)
+    return [Row("Trainer overhead (run.py path vs plain Keras)", mine, baseline, "img/s", 0.97)]
+
+
+def input_bound(folder: Path, quick: bool) -> list[Row]:
+    import keras
+    import tensorflow as tf
+
+    from trainer.config import bundled_data
+    from trainer.data import pipeline, records
+    from trainer.data.augment import Augmentation, Preprocess
+
+    fmt = records.RecordFormat(8, 8, 1)
+    source = records.RecordSlice((str(Path(bundled_data("digits")) / "train.bin"),), 0, 1238)
+    real = pipeline.train_dataset(
+        source, fmt, Preprocess(32, Augmentation(crop="pad", padding=2)), 64, 0, 2000, cache=True
+    )
+    cached = (
+        tf.data.Dataset.from_tensor_slices(tuple(tf.stack(parts) for parts in zip(*list(real.take(19)), strict=True)))
+        .repeat()
+        .cache()
+    )
+    steps = 10 if quick else 19
+    rates = {}
+    for name, dataset in (("cached", cached), ("real", real)):
+        keras.utils.set_random_seed(0)
+        model = _demo_model()
+        model.compile(
+            keras.optimizers.SGD(0.01, momentum=0.9), loss="sparse_categorical_crossentropy", metrics=["accuracy"]
+        )
+        rates[name] = _fit_rate(model, dataset, steps, epochs=4)
+    return [Row("Input-bound check (real pipeline vs cached)", rates["real"], rates["cached"], "img/s", 0.97)]
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as handle:
+        return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def memory(folder: Path, quick: bool) -> list[Row]:
+    from trainer.data import pipeline, records
+    from trainer.data.augment import Augmentation, Preprocess
+
+    count = 10000 if quick else 50000
+    files = _cifar_files(folder, count)
+    dataset = pipeline.train_dataset(
+        records.RecordSlice(tuple(files), 0, count),
+        records.RecordFormat(32, 32, 3),
+        Preprocess(32, Augmentation(**CIFAR_AUGMENT)),
+        128,
+        seed=0,
+    )
+    steps = count // 128
+    iterator = iter(dataset)
+    after_epoch = []
+    for _ in range(5):
+        for _ in range(steps):
+            next(iterator)
+        after_epoch.append(_rss_mib())
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return [
+        Row("Memory: peak RSS, 5 epochs CIFAR pipeline (vs 1.5 GiB)", peak, 1536.0, "MiB", 1.0, higher_is_better=False),
+        Row(
+            "Memory: RSS after epoch 5 vs after epoch 2",
+            after_epoch[4],
+            after_epoch[1],
+            "MiB",
+            1.05,
+            higher_is_better=False,
+        ),
+    ]
+
+
+def _time_until(command: list[str], marker: str | None, cwd: Path) -> float:
+    started = time.perf_counter()
+    process = subprocess.Popen(
+        command,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    elapsed = None
+    for line in process.stdout:
+        if marker and marker in line and elapsed is None:
+            elapsed = time.perf_counter() - started
+    process.wait()
+    if process.returncode:
+        raise RuntimeError(f"{command} failed with exit code {process.returncode}")
+    return elapsed if marker else time.perf_counter() - started
+
+
+def startup(folder: Path, quick: bool) -> list[Row]:
+    run = [sys.executable, str(ROOT / "run.py"), "debug=smoke", f"hydra.run.dir={folder / 'startup'}"]
+    first_step = min(_time_until(run, "First training step", folder) for _ in range(1 if quick else 2))
+    imports = min(
+        _time_until([sys.executable, "-c", "import tensorflow, keras"], None, folder) for _ in range(1 if quick else 2)
+    )
+    return [
+        Row(
+            "Start-up: run.py debug=smoke to first step vs import tensorflow, keras",
+            first_step,
+            imports,
+            "s",
+            None,
+            higher_is_better=False,
+        )
+    ]
+
+
+def _photos(folder: Path, count: int) -> Path:
+    from PIL import Image
+
+    root = folder / "photos"
+    if not root.exists():
+        rng = np.random.default_rng(0)
+        gradient = np.linspace(0, 200, 500 * 375 * 3).reshape(375, 500, 3)
+        for label, name in enumerate(("Cat", "Dog")):
+            (root / name).mkdir(parents=True)
+            for index in range(count // 2):
+                pixels = np.clip(gradient + rng.normal(0, 25, gradient.shape) + label * 30, 0, 255).astype(np.uint8)
+                Image.fromarray(pixels).save(root / name / f"{index}.jpg", quality=90)
+    return root
+
+
+def converter(folder: Path, quick: bool) -> list[Row]:
+    import tensorflow  # noqa: F401  # imported before timing: the writer needs it, the workers do not
+
+    from trainer.convert import ConvertOptions, convert
+
+    count = 60 if quick else 600
+    photos = _photos(folder, count)
+    rates = {}
+    for workers in (1, os.cpu_count() or 1):
+        output = folder / f"converted_{workers}"
+        started = time.perf_counter()
+        convert(photos, output, ConvertOptions(image_size=224, workers=workers))
+        rates[workers] = count / (time.perf_counter() - started)
+    many = max(rates)
+    return [Row(f"Converter: {many} workers vs 1 (500x375 JPEG -> 224 raw)", rates[many], rates[1], "img/s", 1.7)]
+
+
+CASES = {
+    "cifar_pipeline": cifar_pipeline,
+    "tfrecord_reader": tfrecord_reader,
+    "trainer_overhead": trainer_overhead,
+    "input_bound": input_bound,
+    "memory": memory,
+    "startup": startup,
+    "converter": converter,
+}

@@ -1,0 +1,109 @@
+"""mode=inspect contact sheets, curves.png, the config tree and TensorBoard extras."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+from test_cats_dogs import make_pets
+
+from conftest import cifar_overrides, compose, write_cifar
+from trainer.convert import ConvertOptions, convert
+from trainer.tasks import run_task
+from trainer.visualize import sheet_layout, tile_origin
+
+
+def test_contact_sheet_tiles_are_the_records_in_order(tmp_path):
+    data = write_cifar(tmp_path / "cifar", num_test=16)
+    out = tmp_path / "inspect"
+    overrides = [
+        *cifar_overrides(data),
+        "mode=inspect",
+        "inspect.split=test",
+        "inspect.num_images=9",
+        "dataset.standardize=false",
+        "dataset.augment.crop=none",
+    ]
+    run_task(compose(overrides, out))
+    sheet = np.asarray(Image.open(out / "contact_sheet.png").convert("RGB"))
+    tile = 64  # 32x32 images are doubled to reach 64
+    columns, width, height = sheet_layout(9, tile)
+    assert columns == 3 and sheet.shape == (3 * height, 3 * width, 3)
+    records = np.frombuffer((data / "test_batch.bin").read_bytes(), np.uint8).reshape(16, 3073)
+    for index in range(4):
+        expected = records[index, 1:].reshape(3, 32, 32).transpose(1, 2, 0)
+        x, y = tile_origin(index, 9, tile)
+        shown = sheet[y : y + tile : 2, x : x + tile : 2]
+        np.testing.assert_array_equal(shown, expected, err_msg=f"tile {index}")
+    stats = json.loads((out / "inspect.json").read_text())
+    labels = records[:, 0]
+    assert stats["per_class"] == {
+        name: int((labels == i).sum())
+        for i, name in enumerate(
+            ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
+        )
+    }
+    assert stats["image_shape"] == [32, 32, 3] and stats["max"] <= 255
+
+
+def test_augmented_sheet_undoes_standardization(tmp_path):
+    out = tmp_path / "inspect"
+    run_task(compose(["mode=inspect", "inspect.augmented=true", "inspect.num_images=8"], out))
+    sheet = Image.open(out / "contact_sheet.png")
+    assert sheet.size == tuple(3 * n for n in sheet_layout(8, 64)[1:])
+    stats = json.loads((out / "inspect.json").read_text())
+    assert stats["augmented"] and stats["min"] < 0 < stats["max"], "the model sees standardized values"
+    assert np.asarray(sheet).std() > 20, "the picture is stretched back to a visible range"
+
+
+def test_inspect_on_cats_dogs_uses_the_manifest(tmp_path):
+    make_pets(tmp_path / "in", per_class=6)
+    convert(
+        tmp_path / "in",
+        tmp_path / "records",
+        ConvertOptions(image_size=32, val_fraction=0.34, test_fraction=0.34, workers=1),
+    )
+    out = tmp_path / "inspect"
+    run_task(
+        compose(
+            [
+                "dataset=cats_dogs",
+                f"dataset.data_dir={tmp_path / 'records'}",
+                "dataset.stored_size=32",
+                "dataset.image_size=32",
+                "mode=inspect",
+                "inspect.num_images=4",
+            ],
+            out,
+        )
+    )
+    stats = json.loads((out / "inspect.json").read_text())
+    assert stats["per_class"] == {"Cat": 2, "Dog": 2}
+    assert (out / "contact_sheet.png").is_file()
+
+
+def test_training_draws_curves_logs_the_learning_rate_and_sample_images(tmp_path):
+    run_dir = tmp_path / "run"
+    run_task(compose(["debug=smoke", "trainer.epochs=2"], run_dir), show_config=True)
+    curves = Image.open(run_dir / "curves.png")
+    assert curves.format == "PNG" and curves.size == (1000, 400)
+    header = (run_dir / "history.csv").read_text().splitlines()[0]
+    assert "learning_rate" in header
+    assert "dataset" in (run_dir / "config_tree.txt").read_text()
+    tags = set()
+    for event_file in (run_dir / "tensorboard" / "train").glob("events.*"):
+        for event in tf.compat.v1.train.summary_iterator(str(event_file)):
+            tags.update(value.tag for value in event.summary.value)
+    assert "input_images" in tags
+    assert any("learning_rate" in tag for tag in tags)
+
+
+@pytest.mark.parametrize("dataset", ["digits"])
+def test_inspect_runs_on_the_bundled_dataset(tmp_path, dataset):
+    run_task(
+        compose([f"dataset={dataset}", "mode=inspect", "inspect.split=val", "inspect.num_images=4"], tmp_path / "out")
+    )
+    assert json.loads((tmp_path / "out" / "inspect.json").read_text())["num_examples"] == 200

@@ -1,0 +1,82 @@
+"""`mode=inspect`: look at the data exactly as the pipeline yields it, labels included.
+
+    python run.py mode=inspect dataset=cifar inspect.split=train inspect.num_images=64 inspect.augmented=true
+
+Writes contact_sheet.png (each tile captioned with its label's class name) and
+inspect.json (per-class counts, shape, dtype, value range) into the run folder.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from trainer.config import Config
+from trainer.reports import write_json
+from trainer.tasks.data import load_data
+from trainer.visualize import contact_sheet, save_png, to_display
+
+log = logging.getLogger(__name__)
+
+
+def _first_images(dataset, count: int) -> tuple[np.ndarray, np.ndarray]:
+    images, labels, total = [], [], 0
+    for batch_images, batch_labels in dataset:
+        images.append(batch_images.numpy())
+        labels.append(batch_labels.numpy())
+        total += len(batch_labels)
+        if total >= count:
+            break
+    return np.concatenate(images)[:count], np.concatenate(labels)[:count]
+
+
+def _count(dataset, total: int, class_names: list[str]) -> dict[str, int]:
+    counts = Counter()
+    with tqdm(total=total, unit="img", desc="counting labels", disable=None) as progress:
+        for labels in dataset.map(lambda images, labels: labels):
+            counts.update(labels.numpy().tolist())
+            progress.update(len(labels))
+    return {name: counts.get(index, 0) for index, name in enumerate(class_names)}
+
+
+def inspect(settings: Config) -> None:
+    """Writes the contact sheet and prints the split's statistics."""
+    options = settings.inspect
+    data = load_data(settings.dataset, min(options.num_images, 256), settings.seed)
+    if options.augmented and options.split != "train":
+        log.warning("inspect.augmented=true applies to the train split only; showing %s unaugmented", options.split)
+    dataset = {"train": data.train if options.augmented else data.train_plain, "val": data.val, "test": data.test}[
+        options.split
+    ]
+    images, labels = _first_images(dataset, options.num_images)
+    captions = [data.class_names[label] if 0 <= label < len(data.class_names) else "?" for label in labels]
+    run_dir = Path(settings.output_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    sheet = save_png(
+        contact_sheet(to_display(images, settings.dataset.standardize), captions), run_dir / "contact_sheet.png"
+    )
+
+    plain = {"train": data.train_plain, "val": data.val, "test": data.test}[options.split]
+    counts = (data.class_counts or {}).get(options.split) or _count(
+        plain, data.num_examples[options.split], data.class_names
+    )
+    stats = {
+        "split": options.split,
+        "augmented": options.augmented,
+        "num_examples": data.num_examples[options.split],
+        "per_class": counts,
+        "image_shape": list(images.shape[1:]),
+        "dtype": str(images.dtype),
+        "min": float(images.min()),
+        "max": float(images.max()),
+        "mean": float(images.mean()),
+        "contact_sheet": str(sheet),
+    }
+    write_json(run_dir / "inspect.json", stats)
+    print(f"{options.split}: {stats['num_examples']} examples; per class: {counts}")
+    print(f"images {tuple(images.shape[1:])} {images.dtype}, values in [{stats['min']:.3f}, {stats['max']:.3f}]")
+    print(f"contact sheet of {len(images)} images: {sheet}")

@@ -1,0 +1,90 @@
+"""Pictures a person can read at a glance: contact sheets of what the pipeline yields, and training curves.
+
+python run.py mode=inspect inspect.split=train inspect.augmented=true   # contact_sheet.png
+python run.py                                                           # curves.png, updated every epoch
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont
+
+from trainer.reports import write_atomic
+
+CAPTION = 14  # pixels of caption band under each tile
+GAP = 2  # pixels between tiles
+
+
+def to_display(images: np.ndarray, standardized: bool) -> np.ndarray:
+    """uint8 pictures of float images: standardized ones are stretched per image to 0..255, others clipped."""
+    images = np.asarray(images, dtype=np.float32)
+    if standardized:
+        low = images.min(axis=(1, 2, 3), keepdims=True)
+        high = images.max(axis=(1, 2, 3), keepdims=True)
+        images = (images - low) / np.maximum(high - low, 1e-6) * 255.0
+    return np.clip(np.rint(images), 0, 255).astype(np.uint8)
+
+
+def sheet_layout(count: int, tile: int) -> tuple[int, int, int]:
+    """(columns, cell width, cell height) of a contact sheet of `count` square tiles."""
+    columns = max(1, math.ceil(math.sqrt(count)))
+    return columns, tile + GAP, tile + CAPTION + GAP
+
+
+def tile_origin(index: int, count: int, tile: int) -> tuple[int, int]:
+    """(x, y) of the top-left pixel of tile `index`."""
+    columns, width, height = sheet_layout(count, tile)
+    return (index % columns) * width, (index // columns) * height
+
+
+def contact_sheet(images: np.ndarray, captions: list[str], min_tile: int = 64) -> Image.Image:
+    """A grid of uint8 images (each enlarged by an integer factor to at least `min_tile`), captioned below."""
+    count, size = len(images), images.shape[1]
+    tile = size * max(1, math.ceil(min_tile / size))
+    columns, width, height = sheet_layout(count, tile)
+    rows = math.ceil(count / columns)
+    sheet = Image.new("RGB", (columns * width, rows * height), "white")
+    draw = ImageDraw.Draw(sheet)
+    font = ImageFont.load_default()
+    for index, (image, caption) in enumerate(zip(images, captions, strict=True)):
+        x, y = tile_origin(index, count, tile)
+        sheet.paste(Image.fromarray(image).resize((tile, tile), Image.Resampling.NEAREST), (x, y))
+        draw.text((x + 1, y + tile + 1), caption[: max(4, tile // 6)], fill="black", font=font)
+    return sheet
+
+
+def save_png(image: Image.Image, path: str | os.PathLike) -> Path:
+    return write_atomic(path, lambda temporary: image.save(temporary, format="PNG"))
+
+
+def plot_curves(history_csv: str | os.PathLike, path: str | os.PathLike) -> Path | None:
+    """Loss and accuracy per epoch, train and validation, from history.csv; None before the first epoch."""
+    with open(history_csv, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    if not rows:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    epochs = [int(row["epoch"]) + 1 for row in rows]
+    figure, axes = plt.subplots(1, 2, figsize=(10, 4), dpi=100)
+    for axis, metric in zip(axes, ("loss", "accuracy"), strict=True):
+        for prefix, style in (("", "-o"), ("val_", "--s")):
+            name = prefix + metric
+            if name in rows[0]:
+                axis.plot(epochs, [float(row[name]) for row in rows], style, label=name, markersize=3)
+        axis.set_xlabel("epoch")
+        axis.set_title(metric)
+        axis.grid(alpha=0.3)
+        axis.legend()
+    figure.tight_layout()
+    write_atomic(path, lambda temporary: figure.savefig(temporary, format="png"))
+    plt.close(figure)
+    return Path(path)
