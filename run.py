@@ -24,10 +24,20 @@ from trainer.errors import UserError  # noqa: E402
 register()
 
 
+def _share_cores(cfg: DictConfig) -> None:
+    """Under the joblib launcher, gives each of its n_jobs parallel jobs cores // n_jobs threads."""
+    launcher = HydraConfig.get().launcher
+    if cfg.trainer.threads == 0 and "joblib" in str(launcher.get("_target_", "")).lower():
+        jobs = launcher.get("n_jobs") or 1
+        jobs = os.cpu_count() if jobs < 0 else jobs
+        cfg.trainer.threads = max(1, (os.cpu_count() or 1) // jobs)
+
+
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
     from trainer.tasks import run_task
 
+    _share_cores(cfg)
     try:
         return run_task(cfg, show_config=True)
     except UserError as error:

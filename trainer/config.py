@@ -234,6 +234,7 @@ class TrainerConfig:
     batch_size: int = 128  # global batch size, summed over replicas
     steps_per_epoch: int | None = None  # default: training records // batch_size
     verbose: int = 2  # Keras fit verbosity: 0 silent, 1 progress bar, 2 one line per epoch
+    threads: int = 0  # TensorFlow intra-op threads; 0: TensorFlow's default (all cores)
 
     def __post_init__(self) -> None:
         _require(self.epochs >= 1, "trainer.epochs", ">= 1", self.epochs)
@@ -245,6 +246,7 @@ class TrainerConfig:
             self.steps_per_epoch,
         )
         _require(self.verbose in (0, 1, 2), "trainer.verbose", "0, 1 or 2", self.verbose)
+        _require(self.threads >= 0, "trainer.threads", ">= 0", self.threads)
 
 
 @dataclass
@@ -363,6 +365,7 @@ def register() -> None:
             store.store(group=group, name=name, node=node)
     if not OmegaConf.has_resolver("bundled"):
         OmegaConf.register_new_resolver("bundled", bundled_data)
+        OmegaConf.register_new_resolver("optuna_direction", lambda mode: {"max": "maximize"}.get(mode, "minimize"))
         OmegaConf.register_new_resolver("worker_dir", worker_dir)
 
 

@@ -20,8 +20,22 @@ log = logging.getLogger(__name__)
 WORKER_PREFIX = "vggtrain-worker-"  # temporary folders of non-chief workers (see trainer.config.worker_dir)
 
 
+def setup_threads(threads: int) -> None:
+    """Caps TensorFlow's intra-op threads (0 leaves its default); must run before the runtime starts."""
+    if not threads:
+        return
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(min(threads, 2))
+        log.info("TensorFlow threads: %d intra-op <trainer.threads=%d>", threads, threads)
+    except RuntimeError:  # a reused worker process (joblib) whose runtime already started
+        log.info("TensorFlow already running with %d intra-op threads",
+                 tf.config.threading.get_intra_op_parallelism_threads())
+
+
 def setup_strategy(settings: Config) -> tf.distribute.Strategy:
     """Builds the strategy first (it may split the CPU) and checks the global batch against it."""
+    setup_threads(settings.trainer.threads)
     strategy = distribute.build_strategy(**vars(settings.strategy))
     distribute.per_replica_batch(settings.trainer.batch_size, strategy)
     return strategy

@@ -1,0 +1,65 @@
+"""Hydra multirun sweeps: summary.csv rows as jobs end, failures recorded, Optuna search."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, write_cifar
+
+SMALL = ["dataset=cifar", "dataset.val_size=16", "debug=smoke", "trainer.batch_size=8", "trainer.steps_per_epoch=2"]
+
+
+def _sweep(tmp_path: Path, *overrides: str) -> tuple[subprocess.CompletedProcess, list[dict[str, str]]]:
+    data = write_cifar(tmp_path / "cifar")
+    command = [sys.executable, str(ROOT / "run.py"), "-m", *SMALL, f"dataset.data_dir={data}",
+               f"hydra.sweep.dir={tmp_path / 'sweep'}", *overrides]
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    summary = tmp_path / "sweep" / "summary.csv"
+    assert summary.is_file(), result.stdout[-2000:] + result.stderr[-3000:]
+    with open(summary, newline="") as handle:
+        return result, sorted(csv.DictReader(handle), key=lambda row: int(row["job"]))
+
+
+@pytest.mark.parametrize("launcher", ["basic", "joblib"])
+def test_grid_sweep_summarises_every_job(tmp_path, launcher):
+    extra = [] if launcher == "basic" else ["launcher=joblib"]
+    result, rows = _sweep(tmp_path, "optimizer.lr=0.1,0.01", *extra)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [row["status"] for row in rows] == ["ok", "ok"]
+    for row in rows:
+        metrics = json.loads((Path(row["run_dir"]) / "metrics.json").read_text())
+        assert float(row["objective"]) == pytest.approx(metrics["objective"], rel=1e-5)
+        assert float(row["test_accuracy"]) == pytest.approx(metrics["test_accuracy"])
+    assert "optimizer.lr=0.1" in rows[0]["overrides"] and "optimizer.lr=0.01" in rows[1]["overrides"]
+    assert "Sweep summary: 2 jobs, 0 failed" in result.stdout
+    if launcher == "joblib":  # two jobs at once share the cores instead of each taking all of them
+        threads = max(1, (os.cpu_count() or 1) // 2)
+        assert f"TensorFlow threads: {threads} intra-op" in (Path(rows[0]["run_dir"]) / "run.log").read_text()
+
+
+def test_a_failing_job_keeps_the_others_and_says_why(tmp_path):
+    result, rows = _sweep(tmp_path, "model.dropout=0.2,1.5")
+    assert result.returncode != 0
+    assert [row["status"] for row in rows] == ["ok", "failed"]
+    assert rows[0]["objective"] != ""
+    assert rows[1]["error"] == "model.dropout must be in [0, 1); got 1.5"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is None,
+                    reason='needs the sweep extra: pip install -e ".[sweep]"')
+def test_optuna_search_runs_trials_and_optimises_the_returned_float(tmp_path):
+    result, rows = _sweep(tmp_path, "hparams_search=vgg19_optuna", "hydra.sweeper.n_trials=2",
+                          "hydra.sweeper.sampler.n_startup_trials=2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len(rows) == 2 and all(row["status"] == "ok" for row in rows)
+    assert "Best parameters" in result.stdout + result.stderr or (tmp_path / "sweep" / "optimization_results.yaml"
+                                                                   ).is_file()

@@ -1,0 +1,108 @@
+"""A Hydra callback that keeps `summary.csv` in the sweep folder: one row per finished job, as it finishes.
+
+    python run.py -m optimizer.lr=0.1,0.01 model.dropout=0.3,0.5
+    python run.py -m hparams_search=vgg19_optuna
+
+Rows are appended under a file lock, so parallel launchers (joblib) can share
+the file, and an interrupted sweep keeps the rows of the jobs that finished.
+A failed job gets a row too, with the first line of its error. At the end the
+best jobs are printed as a table.
+"""
+
+from __future__ import annotations
+
+import csv
+import fcntl
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+log = logging.getLogger(__name__)
+
+COLUMNS = ["job", "status", "objective", "val_accuracy", "val_loss", "test_accuracy", "test_loss",
+           "epochs_completed", "overrides", "error", "run_dir"]
+
+
+def _metrics(run_dir: Path) -> dict[str, Any]:
+    try:
+        return json.loads((run_dir / "metrics.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def append_row(summary: Path, row: dict[str, Any]) -> None:
+    """Appends one row (writing the header first if the file is new), holding an exclusive lock."""
+    summary.parent.mkdir(parents=True, exist_ok=True)
+    with open(summary, "a+", newline="") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            handle.seek(0, 2)
+            writer = csv.DictWriter(handle, fieldnames=COLUMNS, extrasaction="ignore")
+            if handle.tell() == 0:
+                writer.writeheader()
+            writer.writerow(row)
+            handle.flush()
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def read_rows(summary: Path) -> list[dict[str, str]]:
+    with open(summary, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def best_table(rows: list[dict[str, str]], mode: str, limit: int = 5) -> str:
+    """The best finished jobs by objective, as aligned text."""
+    finished = [row for row in rows if row["status"] == "ok" and row["objective"] not in ("", "nan")]
+    finished.sort(key=lambda row: float(row["objective"]), reverse=(mode == "max"))
+    columns = ["job", "objective", "val_accuracy", "test_accuracy", "overrides"]
+    lines = [columns] + [[row[name] for name in columns] for row in finished[:limit]]
+    widths = [max(len(line[index]) for line in lines) for index in range(len(columns))]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True))
+                     for line in lines)
+
+
+class SweepSummary(Callback):
+    """Writes `<sweep dir>/summary.csv` as jobs end and prints the best jobs when the sweep ends."""
+
+    def __init__(self, filename: str = "summary.csv", top: int = 5) -> None:
+        self.filename = filename
+        self.top = top
+
+    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
+        hydra = job_return.hydra_cfg.hydra if job_return.hydra_cfg else config.hydra
+        if str(hydra.mode) != "RunMode.MULTIRUN":
+            return
+        run_dir = Path(hydra.runtime.output_dir)
+        ok = job_return.status == JobStatus.COMPLETED
+        metrics = _metrics(run_dir) if ok else {}
+        objective = job_return.return_value if ok else None
+        error = "" if ok else (str(job_return._return_value).strip().splitlines() or [repr(job_return._return_value)])[0]
+        row = {
+            "job": hydra.job.num,
+            "status": "ok" if ok else "failed",
+            "objective": "" if objective is None or not math.isfinite(objective) else f"{objective:.6g}",
+            "overrides": " ".join(job_return.overrides or []),
+            "error": error,
+            "run_dir": str(run_dir),
+            **{key: metrics.get(key, "") for key in COLUMNS[3:8]},
+        }
+        # The job folder is <sweep dir>/<subdir>; `hydra.sweep.dir` itself would re-resolve ${now:...}.
+        sweep_dir = run_dir.parents[len(Path(str(hydra.sweep.subdir)).parts) - 1]
+        append_row(sweep_dir / self.filename, row)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        summary = Path(config.hydra.sweep.dir) / self.filename
+        if not summary.exists():
+            return
+        rows = read_rows(summary)
+        failed = sum(row["status"] == "failed" for row in rows)
+        mode = config.get("objective", {}).get("mode", "max")
+        print(f"Sweep summary: {len(rows)} jobs, {failed} failed -> {summary}")
+        print(best_table(rows, mode, self.top))
