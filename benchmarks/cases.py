@@ -215,7 +215,7 @@ def trainer_overhead(folder: Path, quick: bool) -> list[Row]:
     )
     validation = tf.data.Dataset.from_tensor_slices((images[:64], labels[:64])).batch(64)
 
-    callbacks = training_callbacks(folder / "overhead", "val_accuracy", "max")
+    callbacks = training_callbacks(folder / "overhead", "val_accuracy", "max", folder / "overhead" / "backup")
     baseline = _fit_rate(plain, dataset, steps, validation)
     mine = _fit_rate(ours, dataset, steps, validation, callbacks)
     return [Row("Trainer overhead (run.py path vs plain Keras)", mine, baseline, "img/s", 0.97)]

@@ -19,10 +19,23 @@ SMALL = ["dataset=cifar", "dataset.val_size=16", "debug=smoke", "trainer.batch_s
 
 def _sweep(tmp_path: Path, *overrides: str) -> tuple[subprocess.CompletedProcess, list[dict[str, str]]]:
     data = write_cifar(tmp_path / "cifar")
-    command = [sys.executable, str(ROOT / "run.py"), "-m", *SMALL, f"dataset.data_dir={data}",
-               f"hydra.sweep.dir={tmp_path / 'sweep'}", *overrides]
-    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    command = [
+        sys.executable,
+        str(ROOT / "run.py"),
+        "-m",
+        *SMALL,
+        f"dataset.data_dir={data}",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        *overrides,
+    ]
+    result = subprocess.run(
+        command,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
     summary = tmp_path / "sweep" / "summary.csv"
     assert summary.is_file(), result.stdout[-2000:] + result.stderr[-3000:]
     with open(summary, newline="") as handle:
@@ -54,12 +67,17 @@ def test_a_failing_job_keeps_the_others_and_says_why(tmp_path):
     assert rows[1]["error"] == "model.dropout must be in [0, 1); got 1.5"
 
 
-@pytest.mark.skipif(importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is None,
-                    reason='needs the sweep extra: pip install -e ".[sweep]"')
+@pytest.mark.skipif(
+    importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is None,
+    reason='needs the sweep extra: pip install -e ".[sweep]"',
+)
 def test_optuna_search_runs_trials_and_optimises_the_returned_float(tmp_path):
-    result, rows = _sweep(tmp_path, "hparams_search=vgg19_optuna", "hydra.sweeper.n_trials=2",
-                          "hydra.sweeper.sampler.n_startup_trials=2")
+    result, rows = _sweep(
+        tmp_path, "hparams_search=vgg19_optuna", "hydra.sweeper.n_trials=2", "hydra.sweeper.sampler.n_startup_trials=2"
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert len(rows) == 2 and all(row["status"] == "ok" for row in rows)
-    assert "Best parameters" in result.stdout + result.stderr or (tmp_path / "sweep" / "optimization_results.yaml"
-                                                                   ).is_file()
+    assert (
+        "Best parameters" in result.stdout + result.stderr
+        or (tmp_path / "sweep" / "optimization_results.yaml").is_file()
+    )

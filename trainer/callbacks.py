@@ -5,12 +5,16 @@ python run.py   # writes checkpoints/, history.csv and tensorboard/ in the run f
 
 from __future__ import annotations
 
+import csv
 import logging
 import math
+import signal
+import threading
 from pathlib import Path
 
 import keras
 
+from trainer.errors import UserError
 from trainer.reports import write_atomic
 
 log = logging.getLogger(__name__)
@@ -23,14 +27,16 @@ class Checkpoint(keras.callbacks.Callback):
     without, saves every epoch (`last.keras`).
     """
 
-    def __init__(self, path: str | Path, monitor: str | None = None, mode: str = "max"):
+    def __init__(self, path: str | Path, monitor: str | None = None, mode: str = "max", best: float | None = None):
         super().__init__()
         self.path = Path(path)
         self.monitor = monitor
         self.better = (lambda new, old: new > old) if mode == "max" else (lambda new, old: new < old)
-        self.best = -math.inf if mode == "max" else math.inf
+        self.best = best if best is not None else (-math.inf if mode == "max" else math.inf)
 
     def on_epoch_end(self, epoch, logs=None):
+        if not all(math.isfinite(float(value)) for value in (logs or {}).values()):
+            return  # never replace a good checkpoint with diverged weights
         if self.monitor is not None:
             value = (logs or {}).get(self.monitor)
             if value is None:
@@ -57,6 +63,74 @@ class EpochLog(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         metrics = " ".join(f"{name}={value:.4f}" for name, value in sorted((logs or {}).items()))
         log.info("Epoch %d/%d: %s", epoch + 1, self.params.get("epochs", 0), metrics)
+
+
+class Preempted(Exception):
+    """Training stopped on SIGTERM after saving a backup; `epoch` is the (0-based) epoch to redo."""
+
+    def __init__(self, epoch: int):
+        super().__init__(f"stopped by SIGTERM during epoch {epoch + 1}")
+        self.epoch = epoch
+
+
+class Diverged(UserError):
+    """The loss became NaN or Inf."""
+
+
+class StopOnSignal(keras.callbacks.Callback):
+    """On SIGTERM (preemption), saves a backup at the next batch end and stops with `Preempted`.
+
+    The backup records the current epoch as not done, so a resumed run redoes
+    it from the saved weights and history.csv never holds a partial epoch.
+    """
+
+    def __init__(self, backup: keras.callbacks.BackupAndRestore):
+        super().__init__()
+        self.backup, self.requested, self.epoch, self.previous = backup, False, 0, None
+
+    def on_train_begin(self, logs=None):
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGTERM, self._request)
+
+    def _request(self, signum, frame):
+        self.requested = True
+        log.warning("SIGTERM received: saving a backup at the end of this step")
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.requested:
+            self.backup._current_epoch = self.epoch  # this epoch is not finished: redo it on resume
+            self.backup._save_model()
+            raise Preempted(self.epoch)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.requested:  # arrived during validation: the epoch is complete and backed up already
+            raise Preempted(epoch + 1)
+
+    def on_train_end(self, logs=None):
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)
+
+
+class StopOnNaN(keras.callbacks.Callback):
+    """Stops at the first non-finite loss, before any checkpoint or backup takes the diverged weights."""
+
+    def __init__(self, checkpoints: Path):
+        super().__init__()
+        self.checkpoints, self.epoch = checkpoints, 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        loss = (logs or {}).get("loss")
+        if loss is not None and not math.isfinite(float(loss)):
+            raise Diverged(
+                f"loss became {float(loss)} at epoch {self.epoch + 1}, step {batch + 1}; the last good checkpoints "
+                f"stay in {self.checkpoints} (try a lower optimizer.lr or optimizer.clipnorm=1.0)"
+            )
 
 
 class LearningRateLog(keras.callbacks.Callback):
@@ -96,15 +170,47 @@ class SampleImages(keras.callbacks.Callback):
             tf.summary.image("input_images", to_display(self.images, self.standardized), step=0, max_outputs=8)
 
 
+def best_so_far(history_csv: Path, monitor: str, mode: str) -> float | None:
+    """The best `monitor` value in an existing history.csv (a resumed run), else None."""
+    if not history_csv.is_file():
+        return None
+    with open(history_csv, newline="") as handle:
+        values = [float(row[monitor]) for row in csv.DictReader(handle) if row.get(monitor)]
+    return (max if mode == "max" else min)(values) if values else None
+
+
 def training_callbacks(
-    run_dir: Path, monitor: str, mode: str, sample_images=None, standardized: bool = True
+    run_dir: Path,
+    monitor: str,
+    mode: str,
+    backup_dir: Path,
+    save_every_steps: int | None = None,
+    sample_images=None,
+    standardized: bool = True,
 ) -> list[keras.callbacks.Callback]:
-    """The callbacks every run gets, writing into `run_dir`; order matters (the lr joins the logs first)."""
+    """The callbacks every run gets, writing into `run_dir`.
+
+    Order matters: the backup restores first; the NaN check runs before anything
+    saves; the learning rate joins the logs before history.csv and TensorBoard
+    write them; the SIGTERM stop comes last, after the epoch's files are written.
+    """
     checkpoints = run_dir / "checkpoints"
     checkpoints.mkdir(parents=True, exist_ok=True)
+    backup = keras.callbacks.BackupAndRestore(
+        str(backup_dir),
+        save_freq=save_every_steps or "epoch",
+        double_checkpoint=True,
+    )
     callbacks = [
+        backup,
+        StopOnNaN(checkpoints),
         LearningRateLog(),
-        Checkpoint(checkpoints / "best.keras", monitor=monitor, mode=mode),
+        Checkpoint(
+            checkpoints / "best.keras",
+            monitor=monitor,
+            mode=mode,
+            best=best_so_far(run_dir / "history.csv", monitor, mode),
+        ),
         Checkpoint(checkpoints / "last.keras"),
         keras.callbacks.CSVLogger(str(run_dir / "history.csv"), append=True),
         Curves(run_dir / "history.csv", run_dir / "curves.png"),
@@ -113,4 +219,5 @@ def training_callbacks(
     ]
     if sample_images is not None:
         callbacks.append(SampleImages(run_dir / "tensorboard", sample_images, standardized))
+    callbacks.append(StopOnSignal(backup))
     return callbacks

@@ -235,6 +235,8 @@ class TrainerConfig:
     steps_per_epoch: int | None = None  # default: training records // batch_size
     verbose: int = 2  # Keras fit verbosity: 0 silent, 1 progress bar, 2 one line per epoch
     threads: int = 0  # TensorFlow intra-op threads; 0: TensorFlow's default (all cores)
+    save_every_steps: int | None = None  # also back up every N steps, not only at epoch ends
+    deterministic: bool = False  # TensorFlow op determinism: identical weights run to run, slower
 
     def __post_init__(self) -> None:
         _require(self.epochs >= 1, "trainer.epochs", ">= 1", self.epochs)
@@ -247,6 +249,12 @@ class TrainerConfig:
         )
         _require(self.verbose in (0, 1, 2), "trainer.verbose", "0, 1 or 2", self.verbose)
         _require(self.threads >= 0, "trainer.threads", ">= 0", self.threads)
+        _require(
+            self.save_every_steps is None or self.save_every_steps >= 1,
+            "trainer.save_every_steps",
+            ">= 1 or null",
+            self.save_every_steps,
+        )
 
 
 @dataclass
@@ -300,6 +308,7 @@ class Config:
     inspect: InspectConfig = field(default_factory=InspectConfig)
     mode: str = "train"  # train | evaluate | predict | inspect
     checkpoint: str | None = None  # evaluate/predict: a .keras file or a run folder
+    resume: str | None = None  # train: continue the run in this folder (or `latest`) from its backup
     seed: int = 42  # seeds weights, shuffling and augmentation
     output_dir: str = MISSING  # the run folder (Hydra's runtime.output_dir)
 

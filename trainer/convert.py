@@ -131,8 +131,6 @@ def convert(input_dir: Path, output_dir: Path, options: ConvertOptions) -> dict:
     Raises:
         UserError: bad input or output folder, or no readable image at all.
     """
-    from trainer.data.tfrecords import RecordSpec
-
     class_names, items = scan(input_dir, options.classes)
     if not items:
         raise UserError(f"INPUT_DIR {input_dir}: holds no files")
@@ -142,6 +140,8 @@ def convert(input_dir: Path, output_dir: Path, options: ConvertOptions) -> dict:
         output_dir.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise UserError(f"OUTPUT_DIR {output_dir}: cannot create it ({error.strerror})") from None
+    from trainer.data.tfrecords import RecordSpec  # deferred: TensorFlow costs seconds to import
+
     spec = RecordSpec.for_format(options.format, options.image_size)
     splits = assign_splits(items, class_names is not None, options)
     workers = options.workers or os.cpu_count() or 1

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from collections.abc import Callable, Iterator
 
 import tensorflow as tf
 
 from trainer import cluster
-from trainer.errors import ClusterError, ConfigError
+from trainer.errors import ClusterError, ConfigError, DataError
 
 log = logging.getLogger(__name__)
 
@@ -114,11 +115,28 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
     return resolver.task_type == "chief" or (resolver.task_type == "worker" and resolver.task_id == 0 and not has_chief)
 
 
+def worker_name(strategy: tf.distribute.Strategy) -> str:
+    """This process's task in the cluster, e.g. `worker1` (`worker0` outside multi-worker runs)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not resolver.task_type:
+        return "worker0"
+    return f"{resolver.task_type}{resolver.task_id}"
+
+
+def _reason(error: tf.errors.OpError) -> str:
+    """The useful part of a TensorFlow error: the assertion text of our pipeline checks, else the first line."""
+    match = re.search(r"assertion failed: \[([^\]]+)\]", error.message)
+    return match.group(1) if match else " ".join(error.message.split())[:300]
+
+
 @contextlib.contextmanager
 def collective_errors(strategy: tf.distribute.Strategy) -> Iterator[None]:
-    """Turns a lost worker or a collective timeout into one clear `ClusterError`."""
+    """Turns a lost worker or a collective timeout into one clear `ClusterError`, and a check failing
+    inside the input pipeline (a bad label, a corrupted record) into a `DataError`."""
     try:
         yield
+    except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as error:
+        raise DataError(f"bad input data: {_reason(error)}") from None
     except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.CancelledError) as error:
         if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
             raise

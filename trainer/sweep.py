@@ -25,8 +25,19 @@ from omegaconf import DictConfig
 
 log = logging.getLogger(__name__)
 
-COLUMNS = ["job", "status", "objective", "val_accuracy", "val_loss", "test_accuracy", "test_loss",
-           "epochs_completed", "overrides", "error", "run_dir"]
+COLUMNS = [
+    "job",
+    "status",
+    "objective",
+    "val_accuracy",
+    "val_loss",
+    "test_accuracy",
+    "test_loss",
+    "epochs_completed",
+    "overrides",
+    "error",
+    "run_dir",
+]
 
 
 def _metrics(run_dir: Path) -> dict[str, Any]:
@@ -64,8 +75,7 @@ def best_table(rows: list[dict[str, str]], mode: str, limit: int = 5) -> str:
     columns = ["job", "objective", "val_accuracy", "test_accuracy", "overrides"]
     lines = [columns] + [[row[name] for name in columns] for row in finished[:limit]]
     widths = [max(len(line[index]) for line in lines) for index in range(len(columns))]
-    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True))
-                     for line in lines)
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)) for line in lines)
 
 
 class SweepSummary(Callback):
@@ -83,7 +93,8 @@ class SweepSummary(Callback):
         ok = job_return.status == JobStatus.COMPLETED
         metrics = _metrics(run_dir) if ok else {}
         objective = job_return.return_value if ok else None
-        error = "" if ok else (str(job_return._return_value).strip().splitlines() or [repr(job_return._return_value)])[0]
+        failure = job_return._return_value
+        error = "" if ok else (str(failure).strip().splitlines() or [repr(failure)])[0]
         row = {
             "job": hydra.job.num,
             "status": "ok" if ok else "failed",

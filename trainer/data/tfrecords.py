@@ -185,8 +185,8 @@ def _options() -> tf.data.Options:
 
 
 def _check_labels(labels: tf.Tensor, num_classes: int) -> tf.Tensor:
-    tf.debugging.assert_less(labels, num_classes, message=f"a label is >= num_classes={num_classes}")
-    tf.debugging.assert_non_negative(labels, message="a label is negative")
+    tf.debugging.assert_less(labels, num_classes, message=f"a record has a label >= num_classes={num_classes}")
+    tf.debugging.assert_non_negative(labels, message="a record has a negative label")
     return labels
 
 

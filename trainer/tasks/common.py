@@ -29,13 +29,18 @@ def setup_threads(threads: int) -> None:
         tf.config.threading.set_inter_op_parallelism_threads(min(threads, 2))
         log.info("TensorFlow threads: %d intra-op <trainer.threads=%d>", threads, threads)
     except RuntimeError:  # a reused worker process (joblib) whose runtime already started
-        log.info("TensorFlow already running with %d intra-op threads",
-                 tf.config.threading.get_intra_op_parallelism_threads())
+        log.info(
+            "TensorFlow already running with %d intra-op threads",
+            tf.config.threading.get_intra_op_parallelism_threads(),
+        )
 
 
 def setup_strategy(settings: Config) -> tf.distribute.Strategy:
     """Builds the strategy first (it may split the CPU) and checks the global batch against it."""
     setup_threads(settings.trainer.threads)
+    if settings.trainer.deterministic:
+        tf.config.experimental.enable_op_determinism()
+        log.info("Op determinism on <trainer.deterministic=true>")
     strategy = distribute.build_strategy(**vars(settings.strategy))
     distribute.per_replica_batch(settings.trainer.batch_size, strategy)
     return strategy

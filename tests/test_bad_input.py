@@ -1,0 +1,283 @@
+"""The bad-input matrix: every entry point meets every kind of bad input with one clear line.
+
+Each case must fail with a `UserError` (run.py prints it as one `error: ...` line
+and exits 1; see the subprocess cases at the end), name the file or key, and
+leave what was already written untouched. Unreadable images are not errors:
+the converter and predict skip them and report each one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from hydra.errors import ConfigCompositionException
+from test_cats_dogs import _classic_records
+
+from conftest import ROOT, cifar_overrides, compose, pattern_records, write_cifar
+from trainer.convert import ConvertOptions, convert
+from trainer.data import tfrecords
+from trainer.errors import UserError
+from trainer.tasks import run_task
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """Good CIFAR files, good classic TFRecords and a trained checkpoint, shared by every case."""
+    root = tmp_path_factory.mktemp("world")
+    cifar = write_cifar(root / "cifar")
+    _classic_records(root / "good.tfrecords", 16, 40)
+    run_task(compose(cifar_overrides(cifar), root / "run"))
+    return root
+
+
+def _fingerprint(folder: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def _pets(root: Path, overrides: list[str]) -> list[str]:
+    return [
+        "dataset=cats_dogs",
+        "dataset.stored_size=40",
+        "dataset.image_size=32",
+        "debug=smoke",
+        "trainer.batch_size=8",
+        *overrides,
+    ]
+
+
+def _tfrecord(path: Path, feature: dict) -> None:
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+
+
+def _int(value):
+    return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
+
+
+def _bytes(value):
+    return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
+
+
+def case_missing_data_folder(world, tmp):
+    return ["dataset=cifar", f"dataset.data_dir={tmp / 'nowhere'}"], "nowhere"
+
+
+def case_glob_matches_nothing(world, tmp):
+    good = world / "good.tfrecords"
+    return _pets(
+        tmp, [f"dataset.train_files=[{tmp}/none_*]", f"dataset.val_files=[{good}]", f"dataset.test_files=[{good}]"]
+    ), "none_* matches no file"
+
+
+def case_zero_byte_file(world, tmp):
+    cifar = write_cifar(tmp / "cifar")
+    (cifar / "data_batch_3.bin").write_bytes(b"")
+    return cifar_overrides(cifar), "data_batch_3.bin: the file is empty"
+
+
+def case_truncated_bin(world, tmp):
+    cifar = write_cifar(tmp / "cifar")
+    with open(cifar / "test_batch.bin", "ab") as handle:
+        handle.write(b"\x01" * 100)
+    return cifar_overrides(cifar), "test_batch.bin: 49268 bytes is not a whole number of 3073-byte records"
+
+
+def case_corrupted_tfrecord(world, tmp):
+    data = bytearray((world / "good.tfrecords").read_bytes())
+    data[len(data) // 2] ^= 0x55
+    (tmp / "bad.tfrecords").write_bytes(bytes(data))
+    good = world / "good.tfrecords"
+    return _pets(
+        tmp,
+        [f"dataset.train_files=[{tmp}/bad.tfrecords]", f"dataset.val_files=[{good}]", f"dataset.test_files=[{good}]"],
+    ), "bad.tfrecords: corrupted or truncated TFRecord"
+
+
+def case_wrong_image_length(world, tmp):
+    _tfrecord(tmp / "short.tfrecords", {"label": _int(0), "img_raw": _bytes(bytes(300))})
+    good = world / "good.tfrecords"
+    return _pets(
+        tmp,
+        [f"dataset.train_files=[{tmp}/short.tfrecords]", f"dataset.val_files=[{good}]", f"dataset.test_files=[{good}]"],
+    ), "short.tfrecords: record 0 'img_raw' holds 300 bytes"
+
+
+def case_missing_feature_key(world, tmp):
+    _tfrecord(tmp / "keyless.tfrecords", {"label": _int(0), "image": _bytes(bytes(4800))})
+    good = world / "good.tfrecords"
+    return _pets(
+        tmp,
+        [
+            f"dataset.train_files=[{tmp}/keyless.tfrecords]",
+            f"dataset.val_files=[{good}]",
+            f"dataset.test_files=[{good}]",
+        ],
+    ), "keyless.tfrecords: record 0 has no 'img_raw' feature"
+
+
+def case_label_too_large_bin(world, tmp):
+    cifar = write_cifar(tmp / "cifar")
+    (cifar / "data_batch_2.bin").write_bytes(pattern_records(np.array([3, 12, 4])))
+    return cifar_overrides(cifar), "data_batch_2.bin: record 1 has label 12"
+
+
+def _bad_label_tfrecord(label):
+    def case(world, tmp):
+        with tf.io.TFRecordWriter(str(tmp / "labels.tfrecords")) as writer:
+            for value in (0, 1, label, 0, 1, 0, 1, 0):
+                feature = {"label": _int(value), "img_raw": _bytes(bytes(4800))}
+                writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+        good = world / "good.tfrecords"
+        message = "label >= num_classes=2" if label >= 2 else "negative label"
+        return _pets(
+            tmp,
+            [
+                f"dataset.train_files=[{good}]",
+                f"dataset.val_files=[{tmp}/labels.tfrecords]",
+                f"dataset.test_files=[{good}]",
+            ],
+        ), message
+
+    return case
+
+
+def case_unknown_key(world, tmp):
+    return ["model.dropuot=0.1"], "dropuot"
+
+
+def case_wrong_type(world, tmp):
+    return ["trainer.epochs=many"], "trainer.epochs"
+
+
+def case_dropout_one(world, tmp):
+    return ["model.dropout=1.0"], "model.dropout must be in [0, 1); got 1.0"
+
+
+def case_batch_zero(world, tmp):
+    return ["trainer.batch_size=0"], "trainer.batch_size must be >= 1; got 0"
+
+
+def case_epochs_zero(world, tmp):
+    return ["trainer.epochs=0"], "trainer.epochs must be >= 1; got 0"
+
+
+def case_checkpoint_of_another_model(world, tmp):
+    import keras
+
+    keras.Sequential([keras.Input((28, 28, 3)), keras.layers.Flatten(), keras.layers.Dense(4)]).save(tmp / "m.keras")
+    return [*cifar_overrides(world / "cifar"), "mode=evaluate", f"checkpoint={tmp / 'm.keras'}"], (
+        "predicts 4 classes but the dataset has num_classes=10"
+    )
+
+
+def case_checkpoint_not_a_model(world, tmp):
+    (tmp / "junk.keras").write_bytes(b"PK\x03\x04 not a zip")
+    return [*cifar_overrides(world / "cifar"), "mode=evaluate", f"checkpoint={tmp / 'junk.keras'}"], (
+        "junk.keras: cannot be loaded as a Keras model"
+    )
+
+
+def case_output_not_writable(world, tmp):
+    (tmp / "a_file").write_text("x")
+    return [
+        *cifar_overrides(world / "cifar"),
+        "mode=predict",
+        f"checkpoint={world / 'run'}",
+        f"predict.input={world / 'cifar'}/test_batch.bin",
+        f"predict.output={tmp}/a_file/p.csv",
+    ], ("predict.output=")
+
+
+CASES = {name[5:]: function for name, function in dict(globals()).items() if name.startswith("case_")}
+CASES["label_too_large_tfrecord"] = _bad_label_tfrecord(2)
+CASES["negative_label_tfrecord"] = _bad_label_tfrecord(-1)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_training_entry_points_fail_with_one_clear_line(world, tmp_path, name):
+    before = _fingerprint(world)
+    overrides, expected = CASES[name](world, tmp_path)
+    with pytest.raises((UserError, ConfigCompositionException)) as error:
+        run_task(compose(overrides, tmp_path / "out"))
+    message = str(error.value)
+    assert expected in message
+    if isinstance(error.value, UserError):
+        assert "\n" not in message, "one line"
+    assert _fingerprint(world) == before, "nothing already written is lost"
+
+
+def test_converter_skips_bad_images_and_rejects_bad_folders(tmp_path):
+    folder = tmp_path / "in" / "cat"
+    folder.mkdir(parents=True)
+    from PIL import Image
+
+    Image.fromarray(np.zeros((10, 10, 3), np.uint8)).save(folder / "ok.png")
+    (folder / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0" + bytes(50))
+    (folder / "readme.txt").write_text("not an image")
+    manifest = convert(tmp_path / "in", tmp_path / "out", ConvertOptions(image_size=8, workers=1))
+    assert {entry["file"] for entry in manifest["skipped"]} == {"cat/broken.jpg", "cat/readme.txt"}
+    assert manifest["splits"]["train"]["count"] == 1
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(UserError, match="OUTPUT_DIR .* cannot create it"):
+        convert(tmp_path / "in", tmp_path / "file" / "out", ConvertOptions(image_size=8, workers=1))
+    with pytest.raises(UserError, match="already holds a converted dataset"):
+        convert(tmp_path / "in", tmp_path / "out", ConvertOptions(image_size=8, workers=1))
+    assert tfrecords.expand([str(tmp_path / "out" / "train.tfrecords_*")], "x")
+
+
+@pytest.mark.parametrize(
+    "arguments, expected",
+    [
+        (["dataset=cifar", "dataset.data_dir=/nonexistent/cifar"], "error: dataset files data_batch_1.bin"),
+        (["mode=evaluate", "checkpoint=/nonexistent/run"], "error: checkpoint=/nonexistent/run: no such file"),
+        (["trainer.batch_size=0"], "error: trainer.batch_size must be >= 1; got 0"),
+        (
+            ["strategy=mirrored", "strategy.cpu_devices=2", "trainer.batch_size=15"],
+            "error: trainer.batch_size=15 must be divisible by the 2 replicas of the strategy",
+        ),
+    ],
+)
+def test_run_py_prints_one_line_without_traceback(tmp_path, arguments, expected):
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), *arguments, f"hydra.run.dir={tmp_path}/r"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1].startswith(expected)
+    assert "Traceback" not in result.stderr
+    debug = subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), *arguments, f"hydra.run.dir={tmp_path}/d"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "HYDRA_FULL_ERROR": "1"},
+    )
+    assert debug.returncode == 1 and "Traceback" in debug.stderr, "the debug flag shows the full traceback"
+
+
+def test_converter_command_line_errors_are_one_line(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "trainer.convert", str(tmp_path / "missing"), str(tmp_path / "o")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [f"error: INPUT_DIR {tmp_path / 'missing'}: no such folder"]

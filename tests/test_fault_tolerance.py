@@ -1,0 +1,157 @@
+"""A kill, a preemption or a NaN costs at most the work since the last save, never the run."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+
+from conftest import ROOT, cifar_overrides, compose, write_cifar
+from trainer.errors import UserError
+from trainer.reports import write_atomic
+from trainer.tasks import run_task
+
+
+def _command(data: Path, run_dir: Path, *extra: str) -> list[str]:
+    return [sys.executable, str(ROOT / "run.py"), *cifar_overrides(data), f"hydra.run.dir={run_dir}", *extra]
+
+
+def _epochs(history: Path) -> list[int]:
+    if not history.is_file():
+        return []
+    with open(history, newline="") as handle:
+        return [int(row["epoch"]) for row in csv.DictReader(handle)]
+
+
+def _start(command: list[str], cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        command,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+
+
+def _wait_for_epochs(process: subprocess.Popen, history: Path, count: int, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while len(_epochs(history)) < count:
+        assert process.poll() is None, "training ended before it could be interrupted"
+        assert time.monotonic() < deadline, "training too slow"
+        time.sleep(0.05)
+
+
+def test_sigkill_then_resume_has_every_epoch_exactly_once(tmp_path):
+    data = write_cifar(tmp_path / "cifar", records_per_file=32)
+    run_dir = tmp_path / "run"
+    slow = ["trainer.epochs=4", "trainer.steps_per_epoch=15"]
+    process = _start(_command(data, run_dir, *slow), tmp_path)
+    _wait_for_epochs(process, run_dir / "history.csv", 2)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not (run_dir / "metrics.json").exists()
+    assert (run_dir / "backup").is_dir()
+    resumed = subprocess.run(
+        _command(data, tmp_path / "second", *slow, f"resume={run_dir}"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "Resuming after epoch" in resumed.stdout + resumed.stderr
+    assert _epochs(run_dir / "history.csv") == [0, 1, 2, 3]
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["epochs_completed"] == 4
+    assert not (run_dir / "backup").exists(), "a finished run removes its backup"
+
+
+def test_sigterm_saves_a_backup_and_exits_cleanly(tmp_path):
+    data = write_cifar(tmp_path / "cifar", records_per_file=32)
+    run_dir = tmp_path / "run"
+    process = _start(_command(data, run_dir, "trainer.epochs=200", "trainer.steps_per_epoch=15"), tmp_path)
+    _wait_for_epochs(process, run_dir / "history.csv", 1)
+    process.send_signal(signal.SIGTERM)
+    output = process.communicate(timeout=120)[0]
+    assert process.returncode == 0, output[-3000:]
+    assert f"rerun the same command with resume={run_dir}" in output
+    metadata = json.loads((run_dir / "backup" / "training_metadata.json").read_text())
+    done = metadata["epoch"]
+    assert done >= 1 and _epochs(run_dir / "history.csv") == list(range(done))
+    resumed = subprocess.run(
+        _command(
+            data, tmp_path / "second", f"trainer.epochs={done + 1}", "trainer.steps_per_epoch=15", f"resume={run_dir}"
+        ),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert _epochs(run_dir / "history.csv") == list(range(done + 1))
+
+
+def test_nan_loss_stops_with_a_clear_message_and_keeps_the_last_good_checkpoint(tmp_path):
+    data = write_cifar(tmp_path / "cifar")
+    run_dir = tmp_path / "run"
+    # The learning rate jumps by 1e12 after epoch 1: training diverges after that.
+    overrides = [
+        *cifar_overrides(data),
+        "trainer.epochs=5",
+        "optimizer.schedule.name=step",
+        "optimizer.schedule.boundaries=[1]",
+        "optimizer.schedule.factor=1e12",
+        "model.batch_norm=false",
+    ]
+    with pytest.raises(UserError, match=r"loss became (nan|inf) at epoch (\d+), step \d+") as error:
+        run_task(compose(overrides, run_dir))
+    failed_epoch = int(str(error.value).split("at epoch ")[1].split(",")[0])
+    assert failed_epoch >= 2 and str(run_dir / "checkpoints") in str(error.value)
+    weights = keras.saving.load_model(run_dir / "checkpoints" / "last.keras").get_weights()
+    assert all(np.isfinite(weight).all() for weight in weights), "last.keras holds the last good epoch"
+    assert _epochs(run_dir / "history.csv") == list(range(failed_epoch - 1)), "the diverged epoch is not recorded"
+
+
+def test_a_kill_at_the_rename_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
+    path = tmp_path / "last.keras"
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    write_atomic(path, model.save)
+    before = path.read_bytes()
+    model.layers[0].kernel.assign(np.ones((4, 2)))
+
+    def killed(source, target):
+        raise KeyboardInterrupt("killed between writing and renaming")
+
+    monkeypatch.setattr(os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        write_atomic(path, model.save)
+    monkeypatch.undo()
+    assert path.read_bytes() == before
+    assert not np.all(keras.saving.load_model(path).get_weights()[0] == 1.0)
+    assert [p.name for p in tmp_path.iterdir()] == ["last.keras"], "no temporary file is left behind"
+
+
+def test_deterministic_runs_give_identical_weights(tmp_path):
+    data = write_cifar(tmp_path / "cifar")
+    fingerprints = []
+    for name in ("a", "b"):
+        run_task(compose([*cifar_overrides(data), "trainer.deterministic=true", "trainer.epochs=2"], tmp_path / name))
+        fingerprints.append(json.loads((tmp_path / name / "metrics.json").read_text())["weights_sha256"])
+    assert fingerprints[0] == fingerprints[1]
+
+
+def test_resume_of_a_finished_run_is_refused(tmp_path):
+    data = write_cifar(tmp_path / "cifar")
+    run_task(compose(cifar_overrides(data), tmp_path / "run"))
+    with pytest.raises(UserError, match="the run finished"):
+        run_task(compose([*cifar_overrides(data), f"resume={tmp_path / 'run'}"], tmp_path / "again"))
