@@ -12,7 +12,7 @@ from trainer.data.augment import Augmentation, Preprocess, augment_batch, decode
 from trainer.errors import DataError
 
 CIFAR = records.RecordFormat(32, 32, 3)
-RAW = Preprocess(image_size=32, standardize=False)  # no resize, no standardization: pixels stay exact
+RAW = Preprocess(image_size=32, normalization="none")  # no resize, no standardization: pixels stay exact
 
 
 def _all_records(folder):
@@ -39,7 +39,7 @@ def test_channel_first_decode_matches_known_pattern():
 @pytest.mark.parametrize("augment", [Augmentation(), Augmentation(crop="random", crop_size=28, flip=True)])
 def test_every_image_keeps_its_label_through_shuffle_parallel_map_and_batching(tmp_path, augment):
     folder = write_cifar(tmp_path, records_per_file=16)
-    preprocess = Preprocess(image_size=32, augment=augment, standardize=False)
+    preprocess = Preprocess(image_size=32, augment=augment, normalization="none")
     dataset = pipeline.train_dataset(_all_records(folder), CIFAR, preprocess, batch_size=8, seed=3, shuffle_buffer=80)
     seen = []
     for images, labels in dataset.take(10):  # one full pass: 80 records
@@ -117,7 +117,7 @@ def test_preprocess_is_the_same_eagerly_and_inside_dataset_map(tmp_path):
 
 def test_grayscale_records_are_resized_to_three_channels():
     record = tf.constant([bytes([3]) + bytes(range(64))])
-    images, labels = preprocess_batch(record, records.RecordFormat(8, 8, 1), Preprocess(32, standardize=False))
+    images, labels = preprocess_batch(record, records.RecordFormat(8, 8, 1), Preprocess(32, normalization="none"))
     assert images.shape == (1, 32, 32, 3) and labels.numpy().tolist() == [3]
     np.testing.assert_array_equal(images[..., 0].numpy(), images[..., 2].numpy())
 

@@ -157,9 +157,9 @@ class Curves(keras.callbacks.Callback):
 class SampleImages(keras.callbacks.Callback):
     """Writes a few input images, as the model sees them, to TensorBoard once at the start."""
 
-    def __init__(self, log_dir: Path, images, standardized: bool):
+    def __init__(self, log_dir: Path, images, normalization: str):
         super().__init__()
-        self.log_dir, self.images, self.standardized = log_dir, images, standardized
+        self.log_dir, self.images, self.normalization = log_dir, images, normalization
 
     def on_train_begin(self, logs=None):
         import tensorflow as tf
@@ -167,7 +167,7 @@ class SampleImages(keras.callbacks.Callback):
         from trainer.visualize import to_display
 
         with tf.summary.create_file_writer(str(self.log_dir / "train")).as_default():
-            tf.summary.image("input_images", to_display(self.images, self.standardized), step=0, max_outputs=8)
+            tf.summary.image("input_images", to_display(self.images, self.normalization), step=0, max_outputs=8)
 
 
 def best_so_far(history_csv: Path, monitor: str, mode: str) -> float | None:
@@ -186,7 +186,8 @@ def training_callbacks(
     backup_dir: Path,
     save_every_steps: int | None = None,
     sample_images=None,
-    standardized: bool = True,
+    normalization: str = "standardize",
+    keep_backup: bool = False,
 ) -> list[keras.callbacks.Callback]:
     """The callbacks every run gets, writing into `run_dir`.
 
@@ -218,6 +219,6 @@ def training_callbacks(
         EpochLog(),
     ]
     if sample_images is not None:
-        callbacks.append(SampleImages(run_dir / "tensorboard", sample_images, standardized))
+        callbacks.append(SampleImages(run_dir / "tensorboard", sample_images, normalization))
     callbacks.append(StopOnSignal(backup))
     return callbacks

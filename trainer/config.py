@@ -161,6 +161,38 @@ class VGG19Config:
 
 
 @dataclass
+class VGG19ImageNetConfig:
+    name: str = "vgg19_imagenet"
+    weights: str | None = "imagenet"  # imagenet (Keras downloads and caches) | a local .h5/.weights.h5 | null
+    fc_units: int = 256  # the new head's hidden layer
+    dropout: float = 0.5  # before the classifier; off at evaluation
+    weight_decay: float = 1e-4  # L2 on the new head's kernels
+    preprocessing: str = "caffe"  # what the ImageNet weights expect: BGR, mean-subtracted
+
+    def __post_init__(self) -> None:
+        _require(self.fc_units >= 1, "model.fc_units", ">= 1", self.fc_units)
+        _require(0 <= self.dropout < 1, "model.dropout", "in [0, 1)", self.dropout)
+        _require(self.weight_decay >= 0, "model.weight_decay", ">= 0", self.weight_decay)
+        _require(self.preprocessing == "caffe", "model.preprocessing", "caffe (the weights fix it)", self.preprocessing)
+
+
+@dataclass
+class FinetuneConfig:
+    freeze_epochs: int = 0  # phase 1: epochs training the head with the whole base frozen
+    unfreeze_from: str = "block5_conv1"  # phase 2: base layers from this one on train too (or `all`)
+    lr_multiplier: float = 0.1  # phase 2 learning rate = optimizer.lr x this
+
+    def __post_init__(self) -> None:
+        _require(self.freeze_epochs >= 0, "finetune.freeze_epochs", ">= 0", self.freeze_epochs)
+        _require(0 < self.lr_multiplier <= 1, "finetune.lr_multiplier", "in (0, 1]", self.lr_multiplier)
+
+
+@dataclass
+class ExportConfig:
+    dir: str | None = None  # the SavedModel folder (must not exist yet)
+
+
+@dataclass
 class ScheduleConfig:
     name: str = "constant"  # constant | step | cosine
     warmup_epochs: float = 0.0  # cosine: linear warmup from 0 to optimizer.lr
@@ -292,7 +324,7 @@ class InspectConfig:
         _require(self.num_images >= 1, "inspect.num_images", ">= 1", self.num_images)
 
 
-MODES = ("train", "evaluate", "predict", "inspect")
+MODES = ("train", "evaluate", "predict", "inspect", "export")
 
 
 @dataclass
@@ -306,7 +338,9 @@ class Config:
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
     predict: PredictConfig = field(default_factory=PredictConfig)
     inspect: InspectConfig = field(default_factory=InspectConfig)
-    mode: str = "train"  # train | evaluate | predict | inspect
+    finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
+    export: ExportConfig = field(default_factory=ExportConfig)
+    mode: str = "train"  # train | evaluate | predict | inspect | export
     checkpoint: str | None = None  # evaluate/predict: a .keras file or a run folder
     resume: str | None = None  # train: continue the run in this folder (or `latest`) from its backup
     seed: int = 42  # seeds weights, shuffling and augmentation
@@ -314,13 +348,15 @@ class Config:
 
     def __post_init__(self) -> None:
         _require(self.mode in MODES, "mode", " or ".join(MODES), self.mode)
-        if self.mode in ("evaluate", "predict"):
+        if self.mode in ("evaluate", "predict", "export"):
             _require(
                 bool(self.checkpoint),
                 "checkpoint",
                 f"a .keras file or run folder with mode={self.mode}",
                 self.checkpoint,
             )
+        if self.mode == "export":
+            _require(bool(self.export.dir), "export.dir", "a new folder with mode=export", self.export.dir)
         if self.mode == "predict":
             _require(
                 bool(self.predict.input),
@@ -332,7 +368,7 @@ class Config:
 
 SCHEMAS = {
     "dataset": {"binary_schema": BinaryDatasetConfig, "tfrecord_schema": TFRecordDatasetConfig},
-    "model": {"vgg19_schema": VGG19Config},
+    "model": {"vgg19_schema": VGG19Config, "vgg19_imagenet_schema": VGG19ImageNetConfig},
     "optimizer": {"optimizer_schema": OptimizerConfig},
     "strategy": {
         "single_schema": SingleStrategyConfig,

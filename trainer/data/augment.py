@@ -43,7 +43,7 @@ class Preprocess:
 
     image_size: int  # resize stored images to this square size first
     augment: Augmentation = Augmentation()
-    standardize: bool = True
+    normalization: str = "standardize"  # standardize (per image) | caffe (ImageNet VGG: BGR, mean-subtracted) | none
 
     @property
     def output_size(self) -> int:
@@ -192,7 +192,24 @@ def prepare_images(images: tf.Tensor, preprocess: Preprocess, seed: tf.Tensor | 
         images = augment_batch(images, preprocess.augment, seed)
     elif preprocess.output_size != preprocess.image_size:
         images = center_crop(images, preprocess.output_size)
-    images = tf.cast(images, tf.float32)
-    if preprocess.standardize:
-        images = tf.image.per_image_standardization(images)
-    return images
+    return normalize(tf.cast(images, tf.float32), preprocess.normalization)
+
+
+NORMALIZATIONS = ("standardize", "caffe", "none")
+CAFFE_MEAN_BGR = (103.939, 116.779, 123.68)  # keras.applications.vgg19.preprocess_input
+
+
+def normalize(images: tf.Tensor, normalization: str) -> tf.Tensor:
+    """float32 RGB images on the 0..255 scale to model inputs.
+
+    `standardize`: per-image zero mean and unit variance. `caffe`: what ImageNet
+    VGG weights expect (`keras.applications.vgg19.preprocess_input`): RGB to BGR,
+    then the ImageNet channel means subtracted. `none`: unchanged.
+    """
+    if normalization == "standardize":
+        return tf.image.per_image_standardization(images)
+    if normalization == "caffe":
+        return images[..., ::-1] - tf.constant(CAFFE_MEAN_BGR, tf.float32)
+    if normalization == "none":
+        return images
+    raise ValueError(f"normalization must be one of {NORMALIZATIONS}. Received: normalization={normalization}")

@@ -54,7 +54,12 @@ def resolve_inputs(spec: str) -> tuple[str, list[Path], Path | None]:
     files = [file for file in files if file.is_file()]
     if not files:
         raise DataError(f"predict.input={spec}: matches no file")
-    kind = "records" if all(file.suffix == ".bin" for file in files) else "images"
+    if all(file.suffix == ".bin" for file in files):
+        kind = "records"
+    elif all("tfrecord" in file.name for file in files):
+        kind = "tfrecords"
+    else:
+        kind = "images"
     return kind, files, None
 
 
@@ -73,6 +78,24 @@ def record_chunks(
             Item(str(index + offset), owners[index + offset], int(label)) for offset, label in enumerate(labels.numpy())
         ]
         index += len(items)
+        yield items, images
+
+
+def tfrecord_chunks(
+    files: list[Path], spec, preprocess: Preprocess, num_classes: int, batch_size: int
+) -> Iterator[Chunk]:
+    """TFRecord files in the given order; the id is the file name stored in the record, else its index."""
+    from trainer.data import tfrecords
+
+    names = [str(file) for file in files]
+    labeled = all(tfrecords.inspect_first(name, spec) for name in names)
+    stored = tfrecords.read_filenames(names, spec)
+    index = 0
+    for images, labels in tfrecords.eval_dataset(names, spec, preprocess, num_classes, batch_size, labeled):
+        items = []
+        for label in labels.numpy():
+            items.append(Item(stored[index] or str(index), stored[index], int(label) if labeled else None))
+            index += 1
         yield items, images
 
 

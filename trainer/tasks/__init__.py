@@ -39,8 +39,9 @@ def run_task(cfg: DictConfig, show_config: bool = False) -> float | None:
     if show_config:
         print_config_tree(cfg, Path(settings.output_dir) / "config_tree.txt")
     from trainer.tasks.evaluate import evaluate, predict  # deferred: imports TensorFlow
+    from trainer.tasks.export import export
     from trainer.tasks.inspect import inspect
     from trainer.tasks.train import train
 
-    tasks = {"train": train, "evaluate": evaluate, "predict": predict, "inspect": inspect}
+    tasks = {"train": train, "evaluate": evaluate, "predict": predict, "inspect": inspect, "export": export}
     return tasks[settings.mode](settings)

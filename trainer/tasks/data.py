@@ -32,6 +32,7 @@ class Data:
     num_examples: dict[str, int]  # records per split
     class_names: list[str]
     input_shape: tuple[int, int, int]
+    normalization: str = "standardize"  # how images were normalized (for display and export)
     class_counts: dict[str, dict[str, int]] | None = None  # per split, when known without reading the images
 
 
@@ -45,15 +46,15 @@ def binary_format(dataset: BinaryDatasetConfig) -> records.RecordFormat:
     )
 
 
-def binary_preprocess(dataset: BinaryDatasetConfig) -> Preprocess:
+def binary_preprocess(dataset: BinaryDatasetConfig, normalization: str = "standardize") -> Preprocess:
     return Preprocess(
         image_size=dataset.image_size or dataset.height,
         augment=Augmentation(**dataclasses.asdict(dataset.augment)),
-        standardize=dataset.standardize,
+        normalization=normalization,
     )
 
 
-def load_binary(dataset: BinaryDatasetConfig, batch_size: int, seed: int) -> Data:
+def load_binary(dataset: BinaryDatasetConfig, batch_size: int, seed: int, normalization: str) -> Data:
     """Finds (or downloads), checks and splits the record files, then builds the pipelines."""
     url = dataset.url if dataset.download else None
     names = list(dataset.train_files) + list(dataset.test_files)
@@ -68,7 +69,7 @@ def load_binary(dataset: BinaryDatasetConfig, batch_size: int, seed: int) -> Dat
         dataset.val_size,
         dataset.val_source,
     )
-    preprocess = binary_preprocess(dataset)
+    preprocess = binary_preprocess(dataset, normalization)
     size = preprocess.output_size
     counts = {name: split.count for name, split in splits.items()}
     log.info("Dataset %s from %s: %s records <dataset=%s>", dataset.name, paths[0].parent, counts, dataset.name)
@@ -88,6 +89,7 @@ def load_binary(dataset: BinaryDatasetConfig, batch_size: int, seed: int) -> Dat
         num_examples=counts,
         class_names=list(dataset.class_names),
         input_shape=(size, size, 3),
+        normalization=normalization,
     )
 
 
@@ -101,11 +103,11 @@ def record_spec(dataset: TFRecordDatasetConfig) -> tfrecords.RecordSpec:
     )
 
 
-def tfrecord_preprocess(dataset: TFRecordDatasetConfig) -> Preprocess:
+def tfrecord_preprocess(dataset: TFRecordDatasetConfig, normalization: str = "standardize") -> Preprocess:
     return Preprocess(
         image_size=dataset.image_size,
         augment=Augmentation(**dataclasses.asdict(dataset.augment)),
-        standardize=dataset.standardize,
+        normalization=normalization,
     )
 
 
@@ -117,7 +119,7 @@ def _counts(files: list[str], manifest: dict | None, split: str) -> int:
     return sum(tfrecords.count_records(file) for file in files)  # also verifies every checksum
 
 
-def load_tfrecords(dataset: TFRecordDatasetConfig, batch_size: int, seed: int) -> Data:
+def load_tfrecords(dataset: TFRecordDatasetConfig, batch_size: int, seed: int, normalization: str) -> Data:
     """Expands the globs, checks each file's first record, counts the records and builds the pipelines."""
     spec = record_spec(dataset)
     files = {
@@ -139,7 +141,7 @@ def load_tfrecords(dataset: TFRecordDatasetConfig, batch_size: int, seed: int) -
             f"{manifest_file}: lists {len(class_names)} classes but dataset.num_classes={dataset.num_classes}"
         )
     counts = {split: _counts(paths, manifest, split) for split, paths in files.items()}
-    preprocess = tfrecord_preprocess(dataset)
+    preprocess = tfrecord_preprocess(dataset, normalization)
     log.info(
         "Dataset %s (%s, %d shards): %s records, classes %s <dataset=%s>",
         dataset.name,
@@ -162,6 +164,7 @@ def load_tfrecords(dataset: TFRecordDatasetConfig, batch_size: int, seed: int) -
         num_examples=counts,
         class_names=class_names,
         input_shape=(preprocess.output_size, preprocess.output_size, 3),
+        normalization=normalization,
         class_counts={split: entry["per_class"] for split, entry in (manifest or {}).get("splits", {}).items()},
     )
 
@@ -169,6 +172,13 @@ def load_tfrecords(dataset: TFRecordDatasetConfig, batch_size: int, seed: int) -
 LOADERS = {BinaryDatasetConfig: load_binary, TFRecordDatasetConfig: load_tfrecords}
 
 
-def load_data(dataset, batch_size: int, seed: int) -> Data:
+def normalization_for(dataset, model) -> str:
+    """What the model expects: `caffe` for ImageNet weights, else per-image standardization if the dataset asks."""
+    if getattr(model, "preprocessing", None) == "caffe":
+        return "caffe"
+    return "standardize" if dataset.standardize else "none"
+
+
+def load_data(dataset, batch_size: int, seed: int, normalization: str = "standardize") -> Data:
     """Dispatches on the dataset schema (`conf/dataset/*.yaml` picks it)."""
-    return LOADERS[type(dataset)](dataset, batch_size, seed)
+    return LOADERS[type(dataset)](dataset, batch_size, seed, normalization)

@@ -22,7 +22,14 @@ from trainer.data import predict_inputs
 from trainer.errors import ConfigError
 from trainer.reports import atomic_path, check_writable, write_json
 from trainer.tasks.common import evaluate_checkpoint, run_folder, setup_strategy
-from trainer.tasks.data import binary_format, binary_preprocess, load_data
+from trainer.tasks.data import (
+    binary_format,
+    binary_preprocess,
+    load_data,
+    normalization_for,
+    record_spec,
+    tfrecord_preprocess,
+)
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +41,12 @@ def evaluate(settings: Config) -> float:
         The accuracy, as a plain float.
     """
     strategy = setup_strategy(settings)
-    data = load_data(settings.dataset, settings.trainer.batch_size, settings.seed)
+    data = load_data(
+        settings.dataset,
+        settings.trainer.batch_size,
+        settings.seed,
+        normalization_for(settings.dataset, settings.model),
+    )
     split = settings.evaluate.split
     with run_folder(settings.output_dir, distribute.is_chief(strategy)) as run_dir:
         with distribute.collective_errors(strategy):
@@ -49,15 +61,28 @@ def evaluate(settings: Config) -> float:
 
 def _chunks(settings: Config, kind: str, files: list[Path], root: Path | None):
     dataset = settings.dataset
-    if not isinstance(dataset, BinaryDatasetConfig):
-        raise ConfigError(f"mode=predict does not support dataset={dataset.name} yet")
-    preprocess = binary_preprocess(dataset)
+    normalization = normalization_for(dataset, settings.model)
     batch = settings.trainer.batch_size
-    if kind == "records":
-        return predict_inputs.record_chunks(files, binary_format(dataset), preprocess, dataset.num_classes, batch)
+    if isinstance(dataset, BinaryDatasetConfig):
+        preprocess = binary_preprocess(dataset, normalization)
+        if kind == "records":
+            return predict_inputs.record_chunks(files, binary_format(dataset), preprocess, dataset.num_classes, batch)
+    else:
+        preprocess = tfrecord_preprocess(dataset, normalization)
+        if kind == "tfrecords":
+            return predict_inputs.tfrecord_chunks(files, record_spec(dataset), preprocess, dataset.num_classes, batch)
+    if kind != "images":
+        raise ConfigError(f"predict.input holds {kind} files, which dataset={dataset.name} does not read")
     return predict_inputs.image_chunks(
         files, root, preprocess, list(dataset.class_names), batch, settings.predict.workers
     )
+
+
+def _input_size(settings: Config) -> int:
+    dataset = settings.dataset
+    if isinstance(dataset, BinaryDatasetConfig):
+        return binary_preprocess(dataset).output_size
+    return tfrecord_preprocess(dataset).output_size
 
 
 def predict(settings: Config) -> float | None:
@@ -69,7 +94,7 @@ def predict(settings: Config) -> float | None:
     if settings.strategy.name == "multi_worker":
         raise ConfigError("mode=predict runs on one machine: use strategy=single or strategy=mirrored")
     class_names = list(settings.dataset.class_names)
-    size = binary_preprocess(settings.dataset).output_size
+    size = _input_size(settings)
     output = Path(settings.predict.output or Path(settings.output_dir) / "predictions.csv")
     check_writable(output, "predict.output")
     kind, files, root = predict_inputs.resolve_inputs(settings.predict.input)

@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from trainer.config import Config
 from trainer.reports import write_json
-from trainer.tasks.data import load_data
+from trainer.tasks.data import load_data, normalization_for
 from trainer.visualize import contact_sheet, save_png, to_display
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,12 @@ def _count(dataset, total: int, class_names: list[str]) -> dict[str, int]:
 def inspect(settings: Config) -> None:
     """Writes the contact sheet and prints the split's statistics."""
     options = settings.inspect
-    data = load_data(settings.dataset, min(options.num_images, 256), settings.seed)
+    data = load_data(
+        settings.dataset,
+        min(options.num_images, 256),
+        settings.seed,
+        normalization_for(settings.dataset, settings.model),
+    )
     if options.augmented and options.split != "train":
         log.warning("inspect.augmented=true applies to the train split only; showing %s unaugmented", options.split)
     dataset = {"train": data.train if options.augmented else data.train_plain, "val": data.val, "test": data.test}[
@@ -56,9 +61,7 @@ def inspect(settings: Config) -> None:
     captions = [data.class_names[label] if 0 <= label < len(data.class_names) else "?" for label in labels]
     run_dir = Path(settings.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    sheet = save_png(
-        contact_sheet(to_display(images, settings.dataset.standardize), captions), run_dir / "contact_sheet.png"
-    )
+    sheet = save_png(contact_sheet(to_display(images, data.normalization), captions), run_dir / "contact_sheet.png")
 
     plain = {"train": data.train_plain, "val": data.val, "test": data.test}[options.split]
     counts = (data.class_counts or {}).get(options.split) or _count(

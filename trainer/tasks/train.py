@@ -11,25 +11,24 @@ the same files to a temporary folder (saving needs every worker) and delete it.
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import json
 import logging
-import tempfile
 import time
-from pathlib import Path
+from dataclasses import dataclass
 
 import keras
 import numpy as np
 
 from trainer import distribute, optim
 from trainer.callbacks import Preempted, training_callbacks
-from trainer.config import Config
+from trainer.config import Config, VGG19ImageNetConfig
 from trainer.errors import ConfigError
+from trainer.models.finetune import build_vgg19_imagenet, set_trainable
 from trainer.models.vgg19 import build_vgg19
-from trainer.reports import write_atomic, write_json
+from trainer.reports import write_json
+from trainer.resume import backup_folder, prepare_resume, read_history, resolve_resume
 from trainer.tasks.common import evaluate_checkpoint, run_folder, setup_strategy
-from trainer.tasks.data import Data, load_data
+from trainer.tasks.data import Data, load_data, normalization_for
 
 log = logging.getLogger(__name__)
 
@@ -52,24 +51,32 @@ def _objective_metric(settings: Config) -> str:
     return metric
 
 
-def _build_model(settings: Config, data: Data, steps_per_epoch: int, replicas: int) -> keras.Model:
-    """VGG19 compiled with the configured optimizer; call inside `strategy.scope()`."""
-    model = build_vgg19(
-        num_classes=len(data.class_names),
-        input_shape=data.input_shape,
-        width_multiplier=settings.model.width_multiplier,
-        fc_units=settings.model.fc_units,
-        dropout=settings.model.dropout,
-        weight_decay=settings.model.weight_decay,
-        batch_norm=settings.model.batch_norm,
+def _build_model(settings: Config, data: Data) -> keras.Model:
+    """The configured model, uncompiled; call inside `strategy.scope()`."""
+    model = settings.model
+    if isinstance(model, VGG19ImageNetConfig):
+        return build_vgg19_imagenet(
+            len(data.class_names), data.input_shape, model.weights, model.fc_units, model.dropout, model.weight_decay
+        )
+    return build_vgg19(
+        len(data.class_names),
+        data.input_shape,
+        model.width_multiplier,
+        model.fc_units,
+        model.dropout,
+        model.weight_decay,
+        model.batch_norm,
     )
+
+
+def _compile(model: keras.Model, settings: Config, lr: float, steps_per_epoch: int, epochs: int) -> None:
+    """Compiles with the configured optimizer and schedule at peak rate `lr`; call inside the scope."""
     opt = settings.optimizer
-    lr = opt.lr * replicas if opt.scale_with_replicas else opt.lr
     learning_rate = optim.build_learning_rate(
         opt.schedule.name,
         lr,
         steps_per_epoch,
-        settings.trainer.epochs,
+        epochs,
         warmup_epochs=opt.schedule.warmup_epochs,
         alpha=opt.schedule.alpha,
         boundaries=list(opt.schedule.boundaries),
@@ -79,86 +86,41 @@ def _build_model(settings: Config, data: Data, steps_per_epoch: int, replicas: i
         opt.name, learning_rate, opt.momentum, opt.nesterov, opt.weight_decay, opt.clipnorm
     )
     model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-    log.info(
-        "Model %s: %s parameters, input %s, lr %g <model=%s optimizer=%s>",
-        model.name,
-        f"{model.count_params():,}",
-        data.input_shape,
-        lr,
-        settings.model.name,
-        opt.name,
-    )
-    return model
 
 
-def resolve_resume(resume: str | None, output_dir: str) -> str:
-    """The folder a run writes to: `resume` (an earlier run folder, or `latest`) or Hydra's new folder.
+@dataclass(frozen=True)
+class Phase:
+    """Epochs [start, end) trained with the base unfrozen from `unfreeze_from`, at lr x `lr_scale`."""
 
-    Raises:
-        ConfigError: `resume` names no run folder.
-    """
-    if not resume:
-        return output_dir
-    if resume == "latest":
-        candidates = sorted(Path("outputs").glob("*/*/backup"), key=lambda path: path.stat().st_mtime)
-        if not candidates:
-            raise ConfigError("resume=latest: no run folder under outputs/ has a backup to resume from")
-        return str(candidates[-1].parent)
-    if not (Path(resume) / "history.csv").is_file() and not (Path(resume) / "backup").is_dir():
-        raise ConfigError(f"resume={resume}: not a training run folder (no history.csv or backup/ in it)")
-    return resume
+    start: int
+    end: int
+    unfreeze_from: str | None  # None: the whole base frozen; "all": nothing frozen
+    lr_scale: float
 
 
-def backup_folder(run_dir: Path, output_dir: str, worker: str | None) -> Path:
-    """Where BackupAndRestore keeps this worker's state: the run folder for the chief (`worker=None`),
-    else a temporary folder named after the run and the worker, so a rerun of that worker (with
-    resume=PATH) finds it and two workers never share one."""
-    if worker is None:
-        return run_dir / "backup"
-    key = hashlib.sha1(str(Path(output_dir).resolve()).encode()).hexdigest()[:12]
-    return Path(tempfile.gettempdir()) / f"vggtrain-backup-{key}-{worker}"
-
-
-def prepare_resume(run_dir: Path, backup_dir: Path, resume: str | None) -> int:
-    """Epochs already done per the backup; trims history.csv to exactly those, so none appears twice.
-
-    Raises:
-        ConfigError: `resume` points at a run that finished (its backup is gone).
-    """
-    metadata = backup_dir / "training_metadata.json"
-    done = json.loads(metadata.read_text())["epoch"] if metadata.is_file() else 0
-    history_csv = run_dir / "history.csv"
-    if resume and not done and history_csv.is_file():
-        raise ConfigError(f"resume={resume}: the run finished (no backup left); start a new run instead")
-    if history_csv.is_file():
-        lines = history_csv.read_text().splitlines(keepends=True)
-        kept = lines[:1] + [line for line in lines[1:] if int(line.split(",", 1)[0]) < done]
-        if kept != lines:
-            write_atomic(history_csv, lambda temporary: temporary.write_text("".join(kept)))
-    if done:
-        log.info("Resuming after epoch %d from %s <resume=%s>", done, backup_dir, resume)
-    return done
-
-
-def read_history(path: Path) -> dict[str, list[float]]:
-    """history.csv as columns of floats: every epoch of the run, resumed parts included."""
-    with open(path, newline="") as handle:
-        rows = list(csv.DictReader(handle))
-    return {name: [float(row[name]) for row in rows] for name in rows[0]} if rows else {}
+def phases(settings: Config) -> list[Phase]:
+    """One phase for a model trained from scratch; for ImageNet weights, head first, then fine-tuning."""
+    epochs = settings.trainer.epochs
+    if not isinstance(settings.model, VGG19ImageNetConfig):
+        return [Phase(0, epochs, "all", 1.0)]
+    tune = settings.finetune
+    freeze = min(tune.freeze_epochs, epochs)
+    second = [Phase(freeze, epochs, tune.unfreeze_from, tune.lr_multiplier)] if freeze < epochs else []
+    return ([Phase(0, freeze, None, 1.0)] if freeze else []) + second
 
 
 def train(settings: Config) -> float | None:
     """Trains, evaluates the best checkpoint on the test split and writes metrics.json.
 
     Returns:
-        The best value of `objective.metric` over the epochs, as a plain float.
+        The best value of `objective.metric` over the epochs, as a plain float (None if preempted).
     """
     metric = _objective_metric(settings)
     strategy = setup_strategy(settings)
     keras.utils.set_random_seed(settings.seed)
     batch = settings.trainer.batch_size
-    per_replica = batch // strategy.num_replicas_in_sync
-    data = load_data(settings.dataset, batch, settings.seed)
+    replicas = strategy.num_replicas_in_sync
+    data = load_data(settings.dataset, batch, settings.seed, normalization_for(settings.dataset, settings.model))
     steps_per_epoch = settings.trainer.steps_per_epoch or data.num_examples["train"] // batch
     if steps_per_epoch < 1:
         raise ConfigError(
@@ -167,14 +129,23 @@ def train(settings: Config) -> float | None:
     log.info(
         "Global batch %d = %d replica(s) x %d, %d steps per epoch <trainer.batch_size=%d>",
         batch,
-        strategy.num_replicas_in_sync,
-        per_replica,
+        replicas,
+        batch // replicas,
         steps_per_epoch,
         batch,
     )
-
+    lr = settings.optimizer.lr * (replicas if settings.optimizer.scale_with_replicas else 1)
     with strategy.scope():
-        model = _build_model(settings, data, steps_per_epoch, strategy.num_replicas_in_sync)
+        model = _build_model(settings, data)
+    log.info(
+        "Model %s: %s parameters, input %s, lr %g <model=%s optimizer=%s>",
+        model.name,
+        f"{model.count_params():,}",
+        data.input_shape,
+        lr,
+        settings.model.name,
+        settings.optimizer.name,
+    )
 
     chief = distribute.is_chief(strategy)
     sample_images = next(iter(data.train.take(1)))[0][:8].numpy() if chief else None
@@ -185,38 +156,56 @@ def train(settings: Config) -> float | None:
         if done >= settings.trainer.epochs:
             raise ConfigError(f"resume={settings.resume}: {done} epochs are done already; raise trainer.epochs")
         started = time.perf_counter()
-        try:
-            model.fit(
-                data.train,
-                epochs=settings.trainer.epochs,
-                steps_per_epoch=steps_per_epoch,
-                validation_data=data.val,
-                verbose=settings.trainer.verbose if chief else 0,
-                shuffle=False,  # the pipeline shuffles, seeded
-                callbacks=training_callbacks(
-                    run_dir,
-                    metric,
-                    settings.objective.mode,
-                    backup_dir,
-                    settings.trainer.save_every_steps,
-                    sample_images,
-                    settings.dataset.standardize,
-                ),
-            )
-        except Preempted as stop:
-            log.warning(
-                "Stopped by SIGTERM: epoch %d will be redone from the backup in %s. To continue, rerun "
-                "the same command with resume=%s",
-                stop.epoch + 1,
-                backup_dir,
+        plan = phases(settings)
+        for phase in plan:
+            if done >= phase.end:
+                continue
+            if isinstance(settings.model, VGG19ImageNetConfig):
+                trainable = set_trainable(model, phase.unfreeze_from)
+                log.info(
+                    "Epochs %d-%d: %d base layers train, lr x %g <finetune.unfreeze_from=%s>",
+                    phase.start + 1,
+                    phase.end,
+                    len(trainable),
+                    phase.lr_scale,
+                    phase.unfreeze_from,
+                )
+            with strategy.scope():
+                _compile(model, settings, lr * phase.lr_scale, steps_per_epoch, phase.end - phase.start)
+            callbacks = training_callbacks(
                 run_dir,
+                metric,
+                settings.objective.mode,
+                backup_dir,
+                settings.trainer.save_every_steps,
+                sample_images,
+                data.normalization,
+                keep_backup=phase is not plan[-1],
             )
-            return None
+            try:
+                model.fit(
+                    data.train,
+                    initial_epoch=max(done, phase.start),
+                    epochs=phase.end,
+                    steps_per_epoch=steps_per_epoch,
+                    validation_data=data.val,
+                    verbose=settings.trainer.verbose if chief else 0,
+                    callbacks=callbacks,
+                    shuffle=False,  # the pipeline shuffles, seeded
+                )
+            except Preempted as stop:
+                log.warning(
+                    "Stopped by SIGTERM: epoch %d will be redone from the backup in %s. To continue, "
+                    "rerun the same command with resume=%s",
+                    stop.epoch + 1,
+                    backup_dir,
+                    run_dir,
+                )
+                return None
         seconds = time.perf_counter() - started
         history = read_history(run_dir / "history.csv")
         values = history[metric]
-        pick = max if settings.objective.mode == "max" else min
-        best_epoch = values.index(pick(values))
+        best_epoch = values.index((max if settings.objective.mode == "max" else min)(values))
 
         test = evaluate_checkpoint(
             strategy,
@@ -238,7 +227,7 @@ def train(settings: Config) -> float | None:
             "train_seconds": round(seconds, 2),
             "train_images_per_second": round((len(values) - done) * steps_per_epoch * batch / seconds, 1),
             "num_examples": data.num_examples,
-            "num_replicas": strategy.num_replicas_in_sync,
+            "num_replicas": replicas,
             "weights_sha256": weights_fingerprint(model),
         }
         write_json(run_dir / "metrics.json", metrics)

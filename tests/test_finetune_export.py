@@ -1,0 +1,156 @@
+"""Fine-tuning from VGG19 weights in a local file (no download), and the serving export round trip."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from test_cats_dogs import make_pets
+
+from conftest import compose
+from trainer.convert import ConvertOptions, convert
+from trainer.data.augment import Preprocess, normalize, prepare_images
+from trainer.errors import DataError
+from trainer.tasks import run_task
+
+SIZE = 32
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """Random VGG19 weights saved to a file, and tiny cats/dogs shards."""
+    root = tmp_path_factory.mktemp("finetune")
+    keras.utils.set_random_seed(0)
+    base = keras.applications.VGG19(weights=None, include_top=False, input_shape=(SIZE, SIZE, 3))
+    weights = root / "vgg19_notop.weights.h5"
+    base.save_weights(weights)
+    make_pets(root / "in", per_class=12, noise=20)
+    convert(
+        root / "in", root / "records", ConvertOptions(image_size=SIZE, val_fraction=0.25, test_fraction=0.25, workers=1)
+    )
+    return root, weights, {w.path: w.numpy() for w in base.weights}
+
+
+def _overrides(root, weights, *extra):
+    return [
+        "dataset=cats_dogs",
+        f"dataset.data_dir={root / 'records'}",
+        f"dataset.stored_size={SIZE}",
+        f"dataset.image_size={SIZE}",
+        "model=vgg19_imagenet",
+        f"model.weights={weights}",
+        "model.fc_units=16",
+        "trainer.batch_size=6",
+        "trainer.steps_per_epoch=2",
+        "trainer.verbose=0",
+        "optimizer.lr=0.05",
+        *extra,
+    ]
+
+
+def _base_weights(run_dir):
+    model = keras.saving.load_model(run_dir / "checkpoints" / "last.keras")
+    return {layer.name: [w.numpy() for w in layer.weights] for layer in model.layers if layer.name.startswith("block")}
+
+
+def _original(initial, layer):
+    return [initial[f"{layer}/kernel"], initial[f"{layer}/bias"]] if f"{layer}/kernel" in initial else []
+
+
+def test_phase_one_keeps_the_base_bit_for_bit(setup, tmp_path):
+    root, weights, initial = setup
+    run_task(compose(_overrides(root, weights, "trainer.epochs=1", "finetune.freeze_epochs=1"), tmp_path / "run"))
+    trained = _base_weights(tmp_path / "run")
+    for layer, values in trained.items():
+        for got, expected in zip(values, _original(initial, layer), strict=True):
+            np.testing.assert_array_equal(got, expected, err_msg=layer)
+    head = keras.saving.load_model(tmp_path / "run" / "checkpoints" / "last.keras").get_layer("fc1")
+    assert head.trainable
+
+
+def test_phase_two_trains_from_unfreeze_from_only(setup, tmp_path):
+    root, weights, initial = setup
+    run_task(
+        compose(
+            _overrides(
+                root, weights, "trainer.epochs=2", "finetune.freeze_epochs=1", "finetune.unfreeze_from=block5_conv1"
+            ),
+            tmp_path / "run",
+        )
+    )
+    trained = _base_weights(tmp_path / "run")
+    for layer, values in trained.items():
+        if not values:
+            continue
+        same = all(np.array_equal(a, b) for a, b in zip(values, _original(initial, layer), strict=True))
+        assert same == (not layer.startswith("block5")), layer
+    history = (tmp_path / "run" / "history.csv").read_text().splitlines()
+    assert len(history) == 3, "two epochs, each once, across the two phases"
+
+
+def test_pipeline_applies_the_preprocessing_the_weights_expect():
+    rng = np.random.default_rng(0)
+    image = rng.integers(0, 256, (1, SIZE, SIZE, 3)).astype(np.uint8)
+    ours = prepare_images(tf.constant(image), Preprocess(SIZE, normalization="caffe")).numpy()
+    expected = keras.applications.vgg19.preprocess_input(image.astype(np.float32))
+    np.testing.assert_allclose(ours, expected, rtol=1e-6, atol=1e-4)
+
+
+@pytest.mark.parametrize("case, message", [("missing", "no such file"), ("mismatch", "does not match VGG19")])
+def test_bad_weights_files_are_clear_errors(setup, tmp_path, case, message):
+    root, _, _ = setup
+    weights = tmp_path / "w.weights.h5"
+    if case == "mismatch":
+        keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)]).save_weights(weights)
+    with pytest.raises(DataError, match=message) as error:
+        run_task(compose(_overrides(root, weights, "trainer.epochs=1"), tmp_path / "run"))
+    assert str(weights) in str(error.value)
+
+
+def test_export_round_trip_in_a_fresh_process(setup, tmp_path):
+    root, weights, _ = setup
+    run_task(compose(_overrides(root, weights, "trainer.epochs=1", "finetune.freeze_epochs=1"), tmp_path / "run"))
+    export_dir = tmp_path / "serving"
+    run_task(
+        compose(
+            _overrides(root, weights, "mode=export", f"checkpoint={tmp_path / 'run'}", f"export.dir={export_dir}"),
+            tmp_path / "export_run",
+        )
+    )
+    info = json.loads((export_dir / "serving_info.json").read_text())
+    assert info["class_names"] == ["cat", "dog"] and info["input"]["dtype"] == "uint8"
+    rng = np.random.default_rng(1)
+    small = rng.integers(0, 256, (2, 20, 28, 3)).astype(np.uint8)
+    large = rng.integers(0, 256, (1, 70, 50, 3)).astype(np.uint8)
+    np.save(tmp_path / "small.npy", small)
+    np.save(tmp_path / "large.npy", large)
+    script = textwrap.dedent(f"""
+        import sys, numpy as np, tensorflow as tf
+        assert not any(name.startswith("trainer") for name in sys.modules)
+        served = tf.saved_model.load({str(export_dir / "1")!r})
+        for name in ("small", "large"):
+            images = np.load({str(tmp_path)!r} + f"/{{name}}.npy")
+            np.save({str(tmp_path)!r} + f"/{{name}}_served.npy", served.serve(tf.constant(images))["probabilities"])
+    """)
+    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    model = keras.saving.load_model(tmp_path / "run" / "checkpoints" / "best.keras")
+    for name, images in (("small", small), ("large", large)):
+        resized = tf.image.resize(tf.cast(images, tf.float32), [SIZE, SIZE], antialias=True)
+        expected = model(normalize(resized, "caffe"), training=False).numpy()
+        served = np.load(tmp_path / f"{name}_served.npy")
+        np.testing.assert_allclose(served, expected, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(served.sum(axis=1), 1.0, atol=1e-5)
+    with pytest.raises(DataError, match="already exists"):
+        run_task(
+            compose(
+                _overrides(root, weights, "mode=export", f"checkpoint={tmp_path / 'run'}", f"export.dir={export_dir}"),
+                tmp_path / "again",
+            )
+        )
