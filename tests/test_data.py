@@ -8,7 +8,14 @@ import tensorflow as tf
 
 from conftest import pattern_records, write_cifar
 from trainer.data import pipeline, records
-from trainer.data.augment import Augmentation, Preprocess, augment_batch, decode_records, preprocess_batch
+from trainer.data.augment import (
+    Augmentation,
+    Preprocess,
+    augment_batch,
+    decode_records,
+    prepare_images,
+    preprocess_batch,
+)
 from trainer.errors import DataError
 
 CIFAR = records.RecordFormat(32, 32, 3)
@@ -161,3 +168,36 @@ def test_splits_hold_out_the_end_of_the_training_files(tmp_path):
     assert splits["test"].count == 16
     with pytest.raises(DataError, match="dataset.val_size=80"):
         records.make_splits(train, [folder / "test_batch.bin"], CIFAR, 10, val_size=80, val_source="train")
+
+
+def test_the_decoded_cache_gives_the_same_batches(tmp_path):
+    folder = write_cifar(tmp_path)
+    preprocess = Preprocess(
+        32, Augmentation(crop="random", crop_size=28, flip=True, contrast_lower=0.5, contrast_upper=1.5)
+    )
+    batches = []
+    for cache in (False, True):
+        dataset = pipeline.train_dataset(_all_records(folder), CIFAR, preprocess, 8, 4, 80, cache=cache)
+        batches.append([(images.numpy(), labels.numpy()) for images, labels in dataset.take(12)])
+    for (images_a, labels_a), (images_b, labels_b) in zip(*batches, strict=True):
+        np.testing.assert_array_equal(labels_a, labels_b)
+        np.testing.assert_allclose(images_a, images_b, atol=1e-5)
+    evaluation = [
+        np.concatenate(
+            [i.numpy() for i, _ in pipeline.eval_dataset(_all_records(folder), CIFAR, preprocess, 16, cache=c)]
+        )
+        for c in (False, True)
+    ]
+    np.testing.assert_allclose(*evaluation, atol=1e-5)
+
+
+def test_fused_standardization_matches_the_two_tensorflow_ops():
+    rng = np.random.default_rng(0)
+    images = tf.constant(rng.integers(0, 256, (16, 28, 28, 3)).astype(np.float32))
+    seed = tf.constant(5, tf.int64)
+    augment = Augmentation(brightness=63.0, contrast_lower=0.2, contrast_upper=1.8)
+    expected = tf.image.per_image_standardization(augment_batch(images, augment, seed))
+    fused = prepare_images(images, Preprocess(28, augment), seed)
+    np.testing.assert_allclose(fused.numpy(), expected.numpy(), atol=2e-5)
+    flat = tf.fill([2, 8, 8, 3], 7.0)
+    np.testing.assert_array_equal(prepare_images(flat, Preprocess(8)).numpy(), 0.0)

@@ -74,7 +74,7 @@ class BinaryDatasetConfig:
     val_size: int = 5000  # validation records held out from the end of the training files
     val_source: str = "train"  # train: hold out val_size records; test: validate on the test files
     shuffle_buffer: int = 10000  # records; >= the training set size gives a full shuffle
-    cache: bool = False  # keep the raw records in memory after the first epoch
+    cache: bool = False  # keep the decoded images in memory after the first epoch (small datasets)
     standardize: bool = True  # per-image standardization (zero mean, unit variance)
     download: bool = False  # fetch `url` if the files are missing
     url: str | None = None
@@ -269,6 +269,9 @@ class TrainerConfig:
     threads: int = 0  # TensorFlow intra-op threads; 0: TensorFlow's default (all cores)
     save_every_steps: int | None = None  # also back up every N steps, not only at epoch ends
     deterministic: bool = False  # TensorFlow op determinism: identical weights run to run, slower
+    precision: str = "float32"  # float32 | mixed_float16 | mixed_bfloat16
+    jit_compile: str = "auto"  # auto | true | false (XLA; with a strategy, Keras's auto means off)
+    steps_per_execution: int = 1  # training steps run per call into TensorFlow
 
     def __post_init__(self) -> None:
         _require(self.epochs >= 1, "trainer.epochs", ">= 1", self.epochs)
@@ -281,6 +284,16 @@ class TrainerConfig:
         )
         _require(self.verbose in (0, 1, 2), "trainer.verbose", "0, 1 or 2", self.verbose)
         _require(self.threads >= 0, "trainer.threads", ">= 0", self.threads)
+        precisions = ("float32", "mixed_float16", "mixed_bfloat16")
+        _require(self.precision in precisions, "trainer.precision", " or ".join(precisions), self.precision)
+        self.jit_compile = str(self.jit_compile).lower()
+        _require(
+            self.jit_compile in ("auto", "true", "false"),
+            "trainer.jit_compile",
+            "auto, true or false",
+            self.jit_compile,
+        )
+        _require(self.steps_per_execution >= 1, "trainer.steps_per_execution", ">= 1", self.steps_per_execution)
         _require(
             self.save_every_steps is None or self.save_every_steps >= 1,
             "trainer.save_every_steps",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from trainer.data.augment import Preprocess, preprocess_batch
+from trainer.data.augment import Preprocess, decode_records, prepare_images, preprocess_batch, to_model_size
 from trainer.data.records import RecordFormat, RecordSlice
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -27,11 +27,26 @@ def _options() -> tf.data.Options:
     return options
 
 
-def _records(source: RecordSlice, fmt: RecordFormat, cache: bool) -> tf.data.Dataset:
+def _decoded(source: RecordSlice, fmt: RecordFormat, preprocess: Preprocess) -> tf.data.Dataset:
+    """(image at image_size, label) per record, decoded and resized once, then kept in memory.
+
+    For small datasets (digits, CIFAR) this leaves only the augmentation to run every epoch.
+    """
+    records = _records(source, fmt).batch(1024)
+
+    def decode(raw):
+        images, labels = decode_records(raw, fmt)
+        return to_model_size(images, preprocess.image_size), labels
+
+    images = records.map(decode, num_parallel_calls=AUTOTUNE, deterministic=True).unbatch()
+    return images.apply(tf.data.experimental.assert_cardinality(source.count)).cache()
+
+
+def _records(source: RecordSlice, fmt: RecordFormat) -> tf.data.Dataset:
     records = tf.data.FixedLengthRecordDataset(list(source.files), fmt.record_bytes)
     # The file sizes give the count; stating it lets Keras size each epoch.
     records = records.skip(source.start).take(source.count).apply(tf.data.experimental.assert_cardinality(source.count))
-    return records.cache() if cache else records
+    return records
 
 
 def train_dataset(
@@ -52,23 +67,26 @@ def train_dataset(
         batch_size: Global batch size; the last partial batch of each pass is dropped.
         seed: Seeds the shuffle order and every augmentation parameter.
         shuffle_buffer: Records held for shuffling.
-        cache: Keep the raw records in memory after the first pass.
+        cache: Keep the decoded, resized images in memory after the first pass.
 
     Returns:
         A dataset of (float32 images [batch, size, size, 3], int32 labels [batch]).
     """
-    records = _records(source, fmt, cache)
+    records = _decoded(source, fmt, preprocess) if cache else _records(source, fmt)
     # Shuffle, then repeat: one epoch's records are all seen before the next
     # epoch starts, and each pass gets a new (seeded) order.
     records = records.shuffle(min(shuffle_buffer, source.count), seed=seed, reshuffle_each_iteration=True)
     batches = records.repeat().batch(batch_size, drop_remainder=True)
     # One stateless seed per batch; a different stream from the shuffle's.
     seeds = tf.data.Dataset.random(seed=seed + 1)
-    batches = tf.data.Dataset.zip((batches, seeds)).map(
-        lambda raw, batch_seed: preprocess_batch(raw, fmt, preprocess, batch_seed),
-        num_parallel_calls=AUTOTUNE,
-        deterministic=True,
-    )
+
+    def prepare(batch, batch_seed):
+        if cache:  # already decoded: (images, labels)
+            images, labels = batch
+            return prepare_images(images, preprocess, batch_seed), labels
+        return preprocess_batch(batch, fmt, preprocess, batch_seed)
+
+    batches = tf.data.Dataset.zip((batches, seeds)).map(prepare, num_parallel_calls=AUTOTUNE, deterministic=True)
     return batches.prefetch(AUTOTUNE).with_options(_options())
 
 
@@ -80,10 +98,24 @@ def eval_dataset(
     cache: bool = False,
 ) -> tf.data.Dataset:
     """Every record once, in file order, with the evaluation preprocessing (no augmentation)."""
-    batches = _records(source, fmt, cache).batch(batch_size)
-    batches = batches.map(
-        lambda raw: preprocess_batch(raw, fmt, preprocess),
-        num_parallel_calls=AUTOTUNE,
-        deterministic=True,
-    )
+    if cache:
+        batches = (
+            _decoded(source, fmt, preprocess)
+            .batch(batch_size)
+            .map(
+                lambda images, labels: (prepare_images(images, preprocess), labels),
+                num_parallel_calls=AUTOTUNE,
+                deterministic=True,
+            )
+        )
+    else:
+        batches = (
+            _records(source, fmt)
+            .batch(batch_size)
+            .map(
+                lambda raw: preprocess_batch(raw, fmt, preprocess),
+                num_parallel_calls=AUTOTUNE,
+                deterministic=True,
+            )
+        )
     return batches.prefetch(AUTOTUNE).with_options(_options())

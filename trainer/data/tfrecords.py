@@ -140,41 +140,60 @@ def count_records(path: str) -> int:
         raise DataError(f"{path}: corrupted or truncated TFRecord file ({error.message.splitlines()[0]})") from None
 
 
-def parse_batch(serialized: tf.Tensor, spec: RecordSpec, labeled: bool) -> tuple[tf.Tensor, tf.Tensor]:
-    """A batch of serialized examples to (uint8 images [batch, size, size, 3], int32 labels).
-
-    Unlabeled records get label -1.
-    """
+def _parse(serialized: tf.Tensor, spec: RecordSpec, labeled: bool) -> tuple[tf.Tensor, tf.Tensor]:
+    """A batch of serialized examples to (image bytes, int32 labels); unlabeled records get label -1."""
     description = {spec.image_key: tf.io.FixedLenFeature([], tf.string)}
     if labeled:
         description[spec.label_key] = tf.io.FixedLenFeature([], tf.int64)
     parsed = tf.io.parse_example(serialized, description)
     encoded = parsed[spec.image_key]
-    if spec.format == "raw":
-        tf.debugging.assert_equal(
-            tf.strings.length(encoded),
-            spec.raw_bytes,
-            message=f"'{spec.image_key}' is not {spec.stored_size}x{spec.stored_size}x3 bytes (dataset.stored_size)",
-        )
-        images = tf.reshape(tf.io.decode_raw(encoded, tf.uint8), [-1, spec.stored_size, spec.stored_size, 3])
-    else:
-        size = spec.stored_size
-
-        def decode(data: tf.Tensor) -> tf.Tensor:
-            image = tf.io.decode_jpeg(data, channels=3)
-            same = tf.reduce_all(tf.equal(tf.shape(image)[:2], size))
-            image = tf.cond(
-                same,
-                lambda: image,
-                lambda: tf.cast(tf.image.resize(image, [size, size], antialias=True) + 0.5, tf.uint8),
-            )
-            return tf.ensure_shape(image, [size, size, 3])
-
-        images = tf.map_fn(
-            decode, encoded, fn_output_signature=tf.TensorSpec([size, size, 3], tf.uint8), parallel_iterations=16
-        )
     labels = tf.cast(parsed[spec.label_key], tf.int32) if labeled else -tf.ones(tf.shape(encoded), tf.int32)
-    return images, labels
+    return encoded, labels
+
+
+def _decode_raw(encoded: tf.Tensor, spec: RecordSpec) -> tf.Tensor:
+    tf.debugging.assert_equal(
+        tf.strings.length(encoded),
+        spec.raw_bytes,
+        message=f"'{spec.image_key}' is not {spec.stored_size}x{spec.stored_size}x3 bytes (dataset.stored_size)",
+    )
+    return tf.reshape(tf.io.decode_raw(encoded, tf.uint8), [-1, spec.stored_size, spec.stored_size, 3])
+
+
+def _decode_jpeg(data: tf.Tensor, size: int) -> tf.Tensor:
+    """One JPEG to uint8 size x size x 3 (resized only if stored at another size)."""
+    image = tf.io.decode_jpeg(data, channels=3)
+    same = tf.reduce_all(tf.equal(tf.shape(image)[:2], size))
+    image = tf.cond(
+        same, lambda: image, lambda: tf.cast(tf.image.resize(image, [size, size], antialias=True) + 0.5, tf.uint8)
+    )
+    return tf.ensure_shape(image, [size, size, 3])
+
+
+def image_batches(
+    records: tf.data.Dataset, spec: RecordSpec, labeled: bool, batch_size: int, drop_remainder: bool = False
+) -> tf.data.Dataset:
+    """Serialized records to batches of (uint8 images, labels), each image with the label of its own record.
+
+    Whole batches are parsed at once (`parse_example`); raw pixels are decoded per
+    batch, JPEGs one by one in parallel (order kept) and then batched again.
+    """
+    batches = records.batch(batch_size, drop_remainder=drop_remainder)
+    parsed = batches.map(
+        lambda serialized: _parse(serialized, spec, labeled), num_parallel_calls=AUTOTUNE, deterministic=True
+    )
+    if spec.format == "raw":
+        return parsed.map(
+            lambda encoded, labels: (_decode_raw(encoded, spec), labels),
+            num_parallel_calls=AUTOTUNE,
+            deterministic=True,
+        )
+    singles = parsed.unbatch().map(
+        lambda data, label: (_decode_jpeg(data, spec.stored_size), label),
+        num_parallel_calls=AUTOTUNE,
+        deterministic=True,
+    )
+    return singles.batch(batch_size, drop_remainder=drop_remainder)
 
 
 def _options() -> tf.data.Options:
@@ -206,10 +225,11 @@ def train_dataset(
     )
     # Shuffle, then repeat: every record of an epoch is seen before the next epoch starts.
     records = records.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True).repeat()
-    batches = tf.data.Dataset.zip((records.batch(batch_size, drop_remainder=True), tf.data.Dataset.random(seed + 1)))
+    images = image_batches(records, spec, True, batch_size, drop_remainder=True)
+    batches = tf.data.Dataset.zip((images, tf.data.Dataset.random(seed + 1)))
 
-    def prepare(serialized, batch_seed):
-        images, labels = parse_batch(serialized, spec, labeled=True)
+    def prepare(pair, batch_seed):
+        images, labels = pair
         return prepare_images(images, preprocess, batch_seed), _check_labels(labels, num_classes)
 
     return (
@@ -233,11 +253,12 @@ def eval_dataset(
     if count is not None:
         records = records.apply(tf.data.experimental.assert_cardinality(count))
 
-    def prepare(serialized):
-        images, labels = parse_batch(serialized, spec, labeled)
+    def prepare(images, labels):
         return prepare_images(images, preprocess), (_check_labels(labels, num_classes) if labeled else labels)
 
-    batches = records.batch(batch_size).map(prepare, num_parallel_calls=AUTOTUNE, deterministic=True)
+    batches = image_batches(records, spec, labeled, batch_size).map(
+        prepare, num_parallel_calls=AUTOTUNE, deterministic=True
+    )
     return batches.prefetch(AUTOTUNE).with_options(_options())
 
 

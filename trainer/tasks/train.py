@@ -85,7 +85,14 @@ def _compile(model: keras.Model, settings: Config, lr: float, steps_per_epoch: i
     optimizer = optim.build_optimizer(
         opt.name, learning_rate, opt.momentum, opt.nesterov, opt.weight_decay, opt.clipnorm
     )
-    model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    jit = {"auto": "auto", "true": True, "false": False}[settings.trainer.jit_compile]
+    model.compile(
+        optimizer=optimizer,
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+        jit_compile=jit,
+        steps_per_execution=settings.trainer.steps_per_execution,
+    )
 
 
 @dataclass(frozen=True)
@@ -135,6 +142,7 @@ def train(settings: Config) -> float | None:
         batch,
     )
     lr = settings.optimizer.lr * (replicas if settings.optimizer.scale_with_replicas else 1)
+    keras.mixed_precision.set_global_policy(settings.trainer.precision)  # before any layer is built
     with strategy.scope():
         model = _build_model(settings, data)
     log.info(

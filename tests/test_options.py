@@ -1,0 +1,38 @@
+"""Speed options run on CPU and give sane results: precision, XLA, steps per execution, the decoded cache."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import keras
+import pytest
+
+from conftest import compose
+from trainer.tasks import run_task
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["trainer.precision=mixed_bfloat16"],
+        ["trainer.precision=mixed_float16"],
+        ["trainer.jit_compile=true"],
+        ["trainer.steps_per_execution=2"],
+        ["dataset.cache=false"],
+    ],
+    ids=lambda overrides: overrides[0],
+)
+def test_option_trains_to_finite_metrics(tmp_path, overrides):
+    try:
+        objective = run_task(compose(["debug=smoke", "trainer.epochs=2", *overrides], tmp_path))
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert 0.0 <= objective <= 1.0
+    assert math.isfinite(metrics["test_loss"]) and 0.0 <= metrics["test_accuracy"] <= 1.0
+    assert metrics["epochs_completed"] == 2
+    if "precision" in overrides[0]:
+        model = keras.saving.load_model(tmp_path / "checkpoints" / "best.keras")
+        assert model.get_layer("block1_conv1").dtype_policy.name == overrides[0].split("=")[1]
+        assert model.output.dtype == "float32", "softmax stays in float32"
