@@ -364,7 +364,7 @@ def converter(folder: Path, quick: bool) -> list[Row]:
 
     from trainer.convert import ConvertOptions, convert
 
-    count = 60 if quick else 1500  # enough that starting the worker processes weighs little
+    count = 60 if quick else 3000  # enough that starting the worker processes weighs little
     photos = _photos(folder, count)
     rates = {}
     for workers in (1, os.cpu_count() or 1):

@@ -201,3 +201,43 @@ def test_fused_standardization_matches_the_two_tensorflow_ops():
     np.testing.assert_allclose(fused.numpy(), expected.numpy(), atol=2e-5)
     flat = tf.fill([2, 8, 8, 3], 7.0)
     np.testing.assert_array_equal(prepare_images(flat, Preprocess(8)).numpy(), 0.0)
+
+
+def test_parameter_distributions_match_the_per_example_recipe():
+    """Over many images, our batch-level draws follow the same distributions as tf.image's per-image ops."""
+    count = 2048
+    grid = (np.arange(32)[:, None] * 64 + np.arange(32)[None, :]).astype(np.float32)
+    images = tf.constant(np.repeat(grid[None, :, :, None], count, axis=0).repeat(3, axis=-1))
+    ours = augment_batch(images, Augmentation(crop="random", crop_size=28, flip=True), tf.constant(3, tf.int64))
+    ours = ours.numpy()
+    tf.random.set_seed(0)
+    recipe = np.stack(
+        [tf.image.random_flip_left_right(tf.image.random_crop(image, [28, 28, 3])).numpy() for image in images[:512]]
+    )
+
+    def offsets_and_flips(batch):
+        corner = np.minimum(batch[:, 0, 0, 0], batch[:, 0, -1, 0]).astype(int)
+        flipped = batch[:, 0, 0, 0] > batch[:, 0, -1, 0]
+        return corner // 64, corner % 64, flipped
+
+    for ours_values, recipe_values in zip(offsets_and_flips(ours), offsets_and_flips(recipe), strict=True):
+        ours_share = np.bincount(ours_values.astype(int), minlength=5) / len(ours_values)
+        recipe_share = np.bincount(recipe_values.astype(int), minlength=5) / len(recipe_values)
+        np.testing.assert_allclose(ours_share, recipe_share, atol=0.07)
+
+    # Contrast: the factor each image got is the ratio of its spread after and before.
+    rng = np.random.default_rng(0)
+    noise = tf.constant(rng.normal(128, 30, (count, 8, 8, 3)).astype(np.float32))
+    contrasted = augment_batch(noise, Augmentation(contrast_lower=0.2, contrast_upper=1.8), tf.constant(4, tf.int64))
+    factors = (np.std(contrasted.numpy(), axis=(1, 2)) / np.std(noise.numpy(), axis=(1, 2)))[:, 0]
+    reference = np.array(
+        [
+            float(np.std(tf.image.random_contrast(image, 0.2, 1.8).numpy()[..., 0]) / np.std(image.numpy()[..., 0]))
+            for image in noise[:512]
+        ]
+    )
+    for statistic in (np.mean, np.std, np.min, np.max):
+        assert abs(statistic(factors) - statistic(reference)) < 0.05, statistic.__name__
+    brightness = augment_batch(tf.zeros([count, 2, 2, 3]), Augmentation(brightness=63.0), tf.constant(5, tf.int64))
+    deltas = brightness.numpy()[:, 0, 0, 0]
+    assert abs(deltas.mean()) < 3 and abs(deltas.std() - 63 / np.sqrt(3)) < 2 and deltas.min() >= -63

@@ -140,9 +140,6 @@ def convert(input_dir: Path, output_dir: Path, options: ConvertOptions) -> dict:
         output_dir.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise UserError(f"OUTPUT_DIR {output_dir}: cannot create it ({error.strerror})") from None
-    from trainer.data.tfrecords import RecordSpec  # deferred: TensorFlow costs seconds to import
-
-    spec = RecordSpec.for_format(options.format, options.image_size)
     splits = assign_splits(items, class_names is not None, options)
     workers = options.workers or os.cpu_count() or 1
     log.info(
@@ -163,7 +160,6 @@ def convert(input_dir: Path, output_dir: Path, options: ConvertOptions) -> dict:
         "class_names": class_names,
         "labeled": class_names is not None,
         "seed": options.seed,
-        "feature_keys": {"image": spec.image_key, "label": spec.label_key, "filename": spec.filename_key},
         "splits": {},
         "skipped": [],
     }
@@ -173,7 +169,12 @@ def convert(input_dir: Path, output_dir: Path, options: ConvertOptions) -> dict:
         context.Pool(workers) if workers > 1 else _InProcess() as pool,
         tqdm(total=len(ordered), unit="img", desc="convert", disable=None) as progress,
     ):
-        results = pool.imap(encode, [str(path) for path, _ in ordered], chunksize=8)
+        results = pool.imap(encode, [str(path) for path, _ in ordered], chunksize=32)
+        # Imported only now, so the workers decode while TensorFlow loads (seconds) in this process.
+        from trainer.data.tfrecords import RecordSpec
+
+        spec = RecordSpec.for_format(options.format, options.image_size)
+        manifest["feature_keys"] = {"image": spec.image_key, "label": spec.label_key, "filename": spec.filename_key}
         for split, members in splits.items():
             encoded = (next(results) for _ in members)
             files, counts, skipped = _write_split(
