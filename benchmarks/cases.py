@@ -81,19 +81,25 @@ def _textbook_cifar(files, batch_size, seed):
 CIFAR_AUGMENT = dict(crop="random", crop_size=28, flip=True, brightness=63.0, contrast_lower=0.2, contrast_upper=1.8)
 
 
-def cifar_pipeline(folder: Path, quick: bool) -> list[Row]:
+def _our_cifar(folder: Path, quick: bool):
+    """(files, record count, this project's CIFAR train pipeline with the full augmentation, batch 128)."""
     from trainer.data import pipeline, records
     from trainer.data.augment import Augmentation, Preprocess
 
     count = 10000 if quick else 50000
     files = _cifar_files(folder, count)
-    ours = pipeline.train_dataset(
+    dataset = pipeline.train_dataset(
         records.RecordSlice(tuple(files), 0, count),
         records.RecordFormat(32, 32, 3),
         Preprocess(32, Augmentation(**CIFAR_AUGMENT)),
         128,
         seed=0,
     )
+    return files, count, dataset
+
+
+def cifar_pipeline(folder: Path, quick: bool) -> list[Row]:
+    files, _, ours = _our_cifar(folder, quick)
     batches = 60 if quick else 300
     baseline_rate = _rate(_textbook_cifar(files, 128, 0), batches)
     ours_rate = _rate(ours, batches)
@@ -273,18 +279,7 @@ def _rss_mib() -> float:
 
 
 def memory(folder: Path, quick: bool) -> list[Row]:
-    from trainer.data import pipeline, records
-    from trainer.data.augment import Augmentation, Preprocess
-
-    count = 10000 if quick else 50000
-    files = _cifar_files(folder, count)
-    dataset = pipeline.train_dataset(
-        records.RecordSlice(tuple(files), 0, count),
-        records.RecordFormat(32, 32, 3),
-        Preprocess(32, Augmentation(**CIFAR_AUGMENT)),
-        128,
-        seed=0,
-    )
+    _, count, dataset = _our_cifar(folder, quick)
     steps = count // 128
     iterator = iter(dataset)
     after_epoch = []
