@@ -23,7 +23,8 @@ from trainer.tasks import run_task
     ],
     ids=lambda overrides: overrides[0],
 )
-def test_option_trains_to_finite_metrics(tmp_path, overrides):
+def test_option_trains_to_finite_metrics(tmp_path, overrides, caplog):
+    caplog.set_level("INFO", logger="trainer.tasks.train")
     try:
         objective = run_task(compose(["debug=smoke", "trainer.epochs=2", *overrides], tmp_path))
     finally:
@@ -32,6 +33,8 @@ def test_option_trains_to_finite_metrics(tmp_path, overrides):
     assert 0.0 <= objective <= 1.0
     assert math.isfinite(metrics["test_loss"]) and 0.0 <= metrics["test_accuracy"] <= 1.0
     assert metrics["epochs_completed"] == 2
+    if overrides[0] == "trainer.jit_compile=true":
+        assert "XLA on <trainer.jit_compile=true>" in caplog.text
     if "precision" in overrides[0]:
         model = keras.saving.load_model(tmp_path / "checkpoints" / "best.keras")
         assert model.get_layer("block1_conv1").dtype_policy.name == overrides[0].split("=")[1]

@@ -185,11 +185,13 @@ def training_callbacks(
     mode: str,
     backup_dir: Path,
     save_every_steps: int | None = None,
-    sample_images=None,
-    normalization: str = "standardize",
+    samples: tuple | None = None,
     keep_backup: bool = False,
 ) -> list[keras.callbacks.Callback]:
     """The callbacks every run gets, writing into `run_dir`.
+
+    `samples` is (a few input images, their normalization) for TensorBoard; with
+    `keep_backup` the backup outlives this `fit` (between fine-tuning phases).
 
     Order matters: the backup restores first; the NaN check runs before anything
     saves; the learning rate joins the logs before history.csv and TensorBoard
@@ -201,6 +203,7 @@ def training_callbacks(
         str(backup_dir),
         save_freq=save_every_steps or "epoch",
         double_checkpoint=True,
+        delete_checkpoint=not keep_backup,
     )
     callbacks = [
         backup,
@@ -218,7 +221,7 @@ def training_callbacks(
         keras.callbacks.TensorBoard(str(run_dir / "tensorboard"), write_graph=False),
         EpochLog(),
     ]
-    if sample_images is not None:
-        callbacks.append(SampleImages(run_dir / "tensorboard", sample_images, normalization))
+    if samples is not None:
+        callbacks.append(SampleImages(run_dir / "tensorboard", *samples))
     callbacks.append(StopOnSignal(backup))
     return callbacks

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import tensorflow as tf
+from tensorflow.python.framework import config as tf_config  # disable_op_determinism has no public alias
 
 from trainer import checkpoints, distribute, evaluation
 from trainer.config import Config
@@ -41,6 +42,10 @@ def setup_strategy(settings: Config) -> tf.distribute.Strategy:
     if settings.trainer.deterministic:
         tf.config.experimental.enable_op_determinism()
         log.info("Op determinism on <trainer.deterministic=true>")
+        if settings.trainer.jit_compile == "true":
+            log.warning("Keras turns XLA off under op determinism <trainer.deterministic=true>")
+    else:  # process-wide in TensorFlow: a run in the same process must not inherit an earlier one's setting
+        tf_config.disable_op_determinism()
     strategy = distribute.build_strategy(**vars(settings.strategy))
     distribute.per_replica_batch(settings.trainer.batch_size, strategy)
     return strategy

@@ -181,14 +181,18 @@ def train(settings: Config) -> float | None:
                 )
             with strategy.scope():
                 _compile(model, settings, lr * phase.lr_scale, steps_per_epoch, phase.end - phase.start)
+            log.info(
+                "XLA %s <trainer.jit_compile=%s>",
+                "on" if model.jit_compile is True else "off",
+                settings.trainer.jit_compile,
+            )
             callbacks = training_callbacks(
                 run_dir,
                 metric,
                 settings.objective.mode,
                 backup_dir,
                 settings.trainer.save_every_steps,
-                sample_images,
-                data.normalization,
+                samples=None if sample_images is None else (sample_images, data.normalization),
                 keep_backup=phase is not plan[-1],
             )
             try:
