@@ -228,8 +228,13 @@ def trainer_overhead(folder: Path, quick: bool) -> list[Row]:
     validation = tf.data.Dataset.from_tensor_slices((images[:64], labels[:64])).batch(64)
 
     callbacks = training_callbacks(folder / "overhead", "val_accuracy", "max", folder / "overhead" / "backup")
-    baseline, baseline_end = _fit_rate(plain, dataset, steps, validation, epochs=3)
-    mine, mine_end = _fit_rate(ours, dataset, steps, validation, callbacks, epochs=3)
+    # Two rounds, alternating, best of each: this machine's noise is larger than the difference sought.
+    results = {"plain": [], "ours": []}
+    for _ in range(1 if quick else 2):
+        results["plain"].append(_fit_rate(plain, dataset, steps, validation, epochs=3))
+        results["ours"].append(_fit_rate(ours, dataset, steps, validation, callbacks, epochs=3))
+    baseline, baseline_end = max(results["plain"])
+    mine, mine_end = max(results["ours"])
     return [
         Row("Trainer overhead per step (run.py path vs plain Keras)", mine, baseline, "img/s", 0.97),
         Row(
