@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from trainer.errors import ConfigError
 
 CLUSTER_SOURCES = ("auto", "tf_config", "workers", "slurm")
+WORKER_PREFIX = "vggtrain-worker-"  # temporary folders of non-chief workers, removed when they finish
 
 
 @dataclass(frozen=True)

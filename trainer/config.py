@@ -411,7 +411,7 @@ def worker_dir(path: str, *, _root_: DictConfig) -> str:
 @functools.cache
 def _temporary_folder(path: str) -> str:
     """One temporary folder per run path and process, however often Hydra resolves it."""
-    return tempfile.mkdtemp(prefix="vggtrain-worker-")
+    return tempfile.mkdtemp(prefix=cluster.WORKER_PREFIX)
 
 
 def register() -> None:

@@ -13,12 +13,11 @@ import tensorflow as tf
 from tensorflow.python.framework import config as tf_config  # disable_op_determinism has no public alias
 
 from trainer import checkpoints, distribute, evaluation
+from trainer.cluster import WORKER_PREFIX
 from trainer.config import Config
 from trainer.reports import plot_confusion_png, write_confusion_csv
 
 log = logging.getLogger(__name__)
-
-WORKER_PREFIX = "vggtrain-worker-"  # temporary folders of non-chief workers (see trainer.config.worker_dir)
 
 
 def setup_threads(threads: int) -> None:
