@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -134,6 +135,8 @@ def test_pixel_modes_and_exif_orientation(tmp_path):
 
 def test_the_same_bytes_for_one_and_two_workers(tmp_path):
     make_pets(tmp_path / "in", per_class=10, noise=20)
+    (tmp_path / "in" / "Cat" / "broken.jpg").write_bytes(b"\xff\xd8 broken")  # a skip inside a worker's chunk
+    shared = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
     for workers in (1, 2):
         for format in ("raw", "jpeg"):
             convert(
@@ -146,6 +149,8 @@ def test_the_same_bytes_for_one_and_two_workers(tmp_path):
         two = sorted((tmp_path / f"{format}2").iterdir())
         assert [p.name for p in one] == [p.name for p in two]
         assert all(a.read_bytes() == b.read_bytes() for a, b in zip(one, two, strict=True))
+    if os.path.isdir("/dev/shm"):
+        assert set(os.listdir("/dev/shm")) <= shared, "the workers' shared-memory blocks are all freed"
 
 
 def test_converter_command_line(tmp_path, capsys):

@@ -13,6 +13,7 @@ in the log and in OUTPUT_DIR/manifest.json, which the reader (`dataset=cats_dogs
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import multiprocessing
@@ -26,12 +27,13 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from trainer.data.images import RESIZE_MODES, encode_file, list_images
+from trainer.data.images import RESIZE_MODES, encode_chunk, encode_file, list_images, read_chunk
 from trainer.errors import UserError
 
 log = logging.getLogger("trainer.convert")
 SPLITS = ("train", "val", "test")
 MANIFEST = "manifest.json"
+CHUNK = 32  # images per task sent to a worker
 
 
 @dataclass(frozen=True)
@@ -149,9 +151,7 @@ def convert(input_dir: Path, output_dir: Path, options: ConvertOptions) -> dict:
         workers,
         {name: len(members) for name, members in splits.items()},
     )
-    encode = partial(
-        encode_file, size=options.image_size, mode=options.resize, format=options.format, quality=options.jpeg_quality
-    )
+    settings = dict(size=options.image_size, mode=options.resize, format=options.format, quality=options.jpeg_quality)
     ordered = [item for members in splits.values() for item in members]
     manifest = {
         "format": options.format,
@@ -165,11 +165,18 @@ def convert(input_dir: Path, output_dir: Path, options: ConvertOptions) -> dict:
     }
     # Workers only decode and resize (Pillow); this process writes every record in a fixed order.
     context = multiprocessing.get_context("spawn")
+    paths = [str(path) for path, _ in ordered]
     with (
-        context.Pool(workers) if workers > 1 else _InProcess() as pool,
+        context.Pool(workers) if workers > 1 else contextlib.nullcontext() as pool,
         tqdm(total=len(ordered), unit="img", desc="convert", disable=None) as progress,
     ):
-        results = pool.imap(encode, [str(path) for path, _ in ordered], chunksize=32)
+        if pool is None:
+            results = (encode_file(path, **settings) for path in paths)
+        else:  # image bytes come back through shared memory: cheaper than the pool's pipe
+            chunks = [paths[start : start + CHUNK] for start in range(0, len(paths), CHUNK)]
+            results = (
+                pair for chunk in pool.imap(partial(encode_chunk, **settings), chunks) for pair in read_chunk(*chunk)
+            )
         # Imported only now, so the workers decode while TensorFlow loads (seconds) in this process.
         from trainer.data.tfrecords import RecordSpec
 
@@ -195,19 +202,6 @@ def convert(input_dir: Path, output_dir: Path, options: ConvertOptions) -> dict:
         len(manifest["skipped"]),
     )
     return manifest
-
-
-class _InProcess:
-    """A stand-in for a one-worker pool: same results, no extra process."""
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-    def imap(self, function, iterable, chunksize=1):
-        return map(function, iterable)
 
 
 def _fraction(text: str) -> float:
