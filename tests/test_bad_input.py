@@ -238,25 +238,21 @@ def test_converter_skips_bad_images_and_rejects_bad_folders(tmp_path):
     ],
 )
 def test_run_py_prints_one_line_without_traceback(tmp_path, arguments, expected):
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "run.py"), *arguments, f"hydra.run.dir={tmp_path}/r"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
-    )
+    def run(folder: str, **env: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, str(ROOT / "run.py"), *arguments, f"hydra.run.dir={tmp_path}/{folder}"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **env},
+        )
+
+    result = run("r")
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1].startswith(expected)
     assert "Traceback" not in result.stderr
-    debug = subprocess.run(
-        [sys.executable, str(ROOT / "run.py"), *arguments, f"hydra.run.dir={tmp_path}/d"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "HYDRA_FULL_ERROR": "1"},
-    )
+    debug = run("d", HYDRA_FULL_ERROR="1")
     assert debug.returncode == 1 and "Traceback" in debug.stderr, "the debug flag shows the full traceback"
 
 

@@ -46,7 +46,8 @@ def binary_format(dataset: BinaryDatasetConfig) -> records.RecordFormat:
     )
 
 
-def binary_preprocess(dataset: BinaryDatasetConfig, normalization: str = "standardize") -> Preprocess:
+def dataset_preprocess(dataset, normalization: str = "standardize") -> Preprocess:
+    """Resize, augmentation and normalization of a dataset config (binary data at image_size 0 keeps its size)."""
     return Preprocess(
         image_size=dataset.image_size or dataset.height,
         augment=Augmentation(**dataclasses.asdict(dataset.augment)),
@@ -69,7 +70,7 @@ def load_binary(dataset: BinaryDatasetConfig, batch_size: int, seed: int, normal
         dataset.val_size,
         dataset.val_source,
     )
-    preprocess = binary_preprocess(dataset, normalization)
+    preprocess = dataset_preprocess(dataset, normalization)
     size = preprocess.output_size
     counts = {name: split.count for name, split in splits.items()}
     log.info("Dataset %s from %s: %s records <dataset=%s>", dataset.name, paths[0].parent, counts, dataset.name)
@@ -103,14 +104,6 @@ def record_spec(dataset: TFRecordDatasetConfig) -> tfrecords.RecordSpec:
     )
 
 
-def tfrecord_preprocess(dataset: TFRecordDatasetConfig, normalization: str = "standardize") -> Preprocess:
-    return Preprocess(
-        image_size=dataset.image_size,
-        augment=Augmentation(**dataclasses.asdict(dataset.augment)),
-        normalization=normalization,
-    )
-
-
 def _counts(files: list[str], manifest: dict | None, split: str) -> int:
     """Records in a split: from the converter's manifest when it lists exactly these files, else counted."""
     entry = (manifest or {}).get("splits", {}).get(split)
@@ -141,7 +134,7 @@ def load_tfrecords(dataset: TFRecordDatasetConfig, batch_size: int, seed: int, n
             f"{manifest_file}: lists {len(class_names)} classes but dataset.num_classes={dataset.num_classes}"
         )
     counts = {split: _counts(paths, manifest, split) for split, paths in files.items()}
-    preprocess = tfrecord_preprocess(dataset, normalization)
+    preprocess = dataset_preprocess(dataset, normalization)
     log.info(
         "Dataset %s (%s, %d shards): %s records, classes %s <dataset=%s>",
         dataset.name,

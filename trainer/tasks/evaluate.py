@@ -24,11 +24,10 @@ from trainer.reports import atomic_path, check_writable, write_json
 from trainer.tasks.common import evaluate_checkpoint, run_folder, setup_strategy
 from trainer.tasks.data import (
     binary_format,
-    binary_preprocess,
+    dataset_preprocess,
     load_data,
     normalization_for,
     record_spec,
-    tfrecord_preprocess,
 )
 
 log = logging.getLogger(__name__)
@@ -61,28 +60,18 @@ def evaluate(settings: Config) -> float:
 
 def _chunks(settings: Config, kind: str, files: list[Path], root: Path | None):
     dataset = settings.dataset
-    normalization = normalization_for(dataset, settings.model)
+    preprocess = dataset_preprocess(dataset, normalization_for(dataset, settings.model))
     batch = settings.trainer.batch_size
-    if isinstance(dataset, BinaryDatasetConfig):
-        preprocess = binary_preprocess(dataset, normalization)
-        if kind == "records":
-            return predict_inputs.record_chunks(files, binary_format(dataset), preprocess, dataset.num_classes, batch)
-    else:
-        preprocess = tfrecord_preprocess(dataset, normalization)
-        if kind == "tfrecords":
-            return predict_inputs.tfrecord_chunks(files, record_spec(dataset), preprocess, dataset.num_classes, batch)
+    binary = isinstance(dataset, BinaryDatasetConfig)
+    if binary and kind == "records":
+        return predict_inputs.record_chunks(files, binary_format(dataset), preprocess, dataset.num_classes, batch)
+    if not binary and kind == "tfrecords":
+        return predict_inputs.tfrecord_chunks(files, record_spec(dataset), preprocess, dataset.num_classes, batch)
     if kind != "images":
         raise ConfigError(f"predict.input holds {kind} files, which dataset={dataset.name} does not read")
     return predict_inputs.image_chunks(
         files, root, preprocess, list(dataset.class_names), batch, settings.predict.workers
     )
-
-
-def _input_size(settings: Config) -> int:
-    dataset = settings.dataset
-    if isinstance(dataset, BinaryDatasetConfig):
-        return binary_preprocess(dataset).output_size
-    return tfrecord_preprocess(dataset).output_size
 
 
 def predict(settings: Config) -> float | None:
@@ -94,7 +83,7 @@ def predict(settings: Config) -> float | None:
     if settings.strategy.name == "multi_worker":
         raise ConfigError("mode=predict runs on one machine: use strategy=single or strategy=mirrored")
     class_names = list(settings.dataset.class_names)
-    size = _input_size(settings)
+    size = dataset_preprocess(settings.dataset).output_size
     output = Path(settings.predict.output or Path(settings.output_dir) / "predictions.csv")
     check_writable(output, "predict.output")
     kind, files, root = predict_inputs.resolve_inputs(settings.predict.input)

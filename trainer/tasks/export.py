@@ -8,9 +8,9 @@ from __future__ import annotations
 import logging
 
 from trainer import checkpoints
-from trainer.config import BinaryDatasetConfig, Config
+from trainer.config import Config
 from trainer.export import export_serving
-from trainer.tasks.data import binary_preprocess, normalization_for, tfrecord_preprocess
+from trainer.tasks.data import dataset_preprocess, normalization_for
 
 log = logging.getLogger(__name__)
 
@@ -18,8 +18,7 @@ log = logging.getLogger(__name__)
 def export(settings: Config) -> None:
     """Loads `checkpoint` and writes the SavedModel and serving_info.json to `export.dir`."""
     dataset = settings.dataset
-    preprocess = (binary_preprocess if isinstance(dataset, BinaryDatasetConfig) else tfrecord_preprocess)(dataset)
-    size = preprocess.output_size
+    size = dataset_preprocess(dataset).output_size
     model = checkpoints.load(settings.checkpoint, dataset.num_classes, (size, size, 3))
     # ImageNet-weight models always expect caffe preprocessing, whatever model= says now.
     normalization = "caffe" if model.name == "vgg19_imagenet" else normalization_for(dataset, settings.model)
