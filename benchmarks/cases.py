@@ -106,25 +106,29 @@ def cifar_pipeline(folder: Path, quick: bool) -> list[Row]:
     return [Row("CIFAR train pipeline (full augmentation)", ours_rate, baseline_rate, "img/s", 3.0)]
 
 
-def _pet_records(folder: Path, format: str, count: int, size: int = 224) -> list[str]:
+def _pet_records(folder: Path, format: str, count: int, shards: int = 4, size: int = 224) -> list[str]:
+    """`count` noisy 224x224 images in `shards` files, as `python -m trainer.convert` lays them out."""
     import tensorflow as tf
 
     from trainer.data import tfrecords
 
-    path = folder / f"pets_{format}_{count}.tfrecords"
-    if not path.exists():
-        spec = tfrecords.RecordSpec.for_format(format, size)
-        rng = np.random.default_rng(0)
-        base = np.linspace(0, 255, size * size * 3).reshape(size, size, 3)
+    spec = tfrecords.RecordSpec.for_format(format, size)
+    rng = np.random.default_rng(0)
+    base = np.linspace(0, 255, size * size * 3).reshape(size, size, 3)
+    paths = [folder / f"pets_{format}_{count}-{shard:05d}.tfrecords" for shard in range(shards)]
+    for shard, path in enumerate(paths):
+        if path.exists():
+            continue
         with tf.io.TFRecordWriter(str(path)) as writer:
-            for index in range(count):
+            for index in range(shard, count, shards):
                 pixels = np.clip(base + rng.normal(0, 20, base.shape), 0, 255).astype(np.uint8)
                 data = pixels.tobytes() if format == "raw" else tf.io.encode_jpeg(pixels, quality=90).numpy()
                 writer.write(tfrecords.make_example(spec, data, index % 2, None, size, size))
-    return [str(path)]
+    return [str(path) for path in paths]
 
 
-def _textbook_reader(files, format, batch_size, size=224):
+def _textbook_parse(format: str, augment: bool, size: int = 224):
+    """The per-example recipe: `parse_single_example`, decode, and (if `augment`) flip and standardize one image."""
     import tensorflow as tf
 
     from trainer.data.tfrecords import DEFAULT_KEYS
@@ -141,25 +145,61 @@ def _textbook_reader(files, format, batch_size, size=224):
             image = tf.reshape(tf.io.decode_raw(example[keys["image"]], tf.uint8), [size, size, 3])
         else:
             image = tf.io.decode_jpeg(example[keys["image"]], channels=3)
-        image = tf.image.random_flip_left_right(tf.cast(image, tf.float32))
-        return tf.image.per_image_standardization(image), tf.cast(example[keys["label"]], tf.int32)
+        if augment:
+            image = tf.image.random_flip_left_right(tf.cast(image, tf.float32))
+            image = tf.image.per_image_standardization(image)
+        return image, tf.cast(example[keys["label"]], tf.int32)
 
-    records = tf.data.TFRecordDataset(files).shuffle(256, seed=0).repeat()
-    return records.map(parse, num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size).prefetch(tf.data.AUTOTUNE)
+    return parse
+
+
+def _textbook_reader(records, format: str, batch_size: int, augment: bool):
+    import tensorflow as tf
+
+    parsed = records.map(_textbook_parse(format, augment), num_parallel_calls=tf.data.AUTOTUNE)
+    return parsed.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+
+
+def _textbook_records(files):
+    """The textbook's reading: the files one after another, then a shuffle buffer."""
+    import tensorflow as tf
+
+    return tf.data.TFRecordDataset(files).shuffle(256, seed=0).repeat()
 
 
 def tfrecord_reader(folder: Path, quick: bool) -> list[Row]:
+    """The reader (records to uint8 batches with labels), the train pipeline on top of it, and two rows
+    that bound the reader: reading alone, and parsing alone (records already in memory)."""
+    import tensorflow as tf
+
     from trainer.data import tfrecords
     from trainer.data.augment import Augmentation, Preprocess
 
-    rows = []
+    rows, batches, count = [], (10 if quick else 60), (256 if quick else 1024)
+    textbook = {}
     for format, target in (("raw", 2.0), ("jpeg", 1.0)):
-        files = _pet_records(folder, format, 256 if quick else 1024)
+        files = _pet_records(folder, format, count)
         spec = tfrecords.RecordSpec.for_format(format, 224)
-        ours = tfrecords.train_dataset(files, spec, Preprocess(224, Augmentation(flip=True)), 2, 32, 0, 256)
-        batches = 10 if quick else 60
-        baseline_rate = _rate(_textbook_reader(files, format, 32), batches)
-        rows.append(Row(f"Cats-vs-Dogs reader 224x224 {format}", _rate(ours, batches), baseline_rate, "img/s", target))
+        ours = tfrecords.read_batches(files, spec, 32, 0, 256).prefetch(tf.data.AUTOTUNE)
+        textbook[format] = _rate(_textbook_reader(_textbook_records(files), format, 32, augment=False), batches)
+        ours_rate = _rate(ours, batches)
+        rows.append(Row(f"Cats-vs-Dogs reader 224x224 {format}", ours_rate, textbook[format], "img/s", target))
+
+    files = _pet_records(folder, "raw", count)
+    spec = tfrecords.RecordSpec.for_format("raw", 224)
+    train = tfrecords.train_dataset(files, spec, Preprocess(224, Augmentation(flip=True)), 2, 32, 0, 256)
+    baseline = _rate(_textbook_reader(_textbook_records(files), "raw", 32, augment=True), batches)
+    rows.append(Row("  + flip, standardize: train pipeline, raw", _rate(train, batches), baseline, "img/s", None))
+
+    reading = tfrecords.shuffled_records(files, 0, 256).batch(32).map(lambda records: (records, records))
+    reading_rate = _rate(reading, batches)
+    rows.append(Row("  bound: reading alone vs textbook reader, raw", reading_rate, textbook["raw"], "img/s", None))
+
+    records = [record.numpy() for record in tf.data.TFRecordDataset(files)]
+    in_memory = tf.data.Dataset.from_tensor_slices(records).cache().repeat()
+    ours = tfrecords.image_batches(in_memory, spec, True, 32, True).prefetch(tf.data.AUTOTUNE)
+    baseline = _rate(_textbook_reader(in_memory, "raw", 32, augment=False), batches)
+    rows.append(Row("  bound: parsing alone (records in memory), raw", _rate(ours, batches), baseline, "img/s", None))
     return rows
 
 

@@ -241,3 +241,19 @@ def test_parameter_distributions_match_the_per_example_recipe():
     brightness = augment_batch(tf.zeros([count, 2, 2, 3]), Augmentation(brightness=63.0), tf.constant(5, tf.int64))
     deltas = brightness.numpy()[:, 0, 0, 0]
     assert abs(deltas.mean()) < 3 and abs(deltas.std() - 63 / np.sqrt(3)) < 2 and deltas.min() >= -63
+
+
+@pytest.mark.parametrize(
+    "augment",
+    [
+        Augmentation(crop="pad", padding=4, flip=True, brightness=63.0, contrast_lower=0.2, contrast_upper=1.8),
+        Augmentation(crop="random", crop_size=24, flip=True),
+        Augmentation(flip=True, contrast_lower=0.5, contrast_upper=1.5),
+    ],
+)
+def test_compiled_training_transform_matches_the_uncompiled_ops(augment):
+    # prepare_images runs the training transform through XLA; augment_batch runs TensorFlow's kernels.
+    images = tf.constant(np.random.default_rng(1).integers(0, 256, (32, 32, 32, 3), dtype=np.uint8))
+    seed = tf.constant(9, tf.int64)
+    compiled = prepare_images(images, Preprocess(32, augment, normalization="none"), seed)
+    np.testing.assert_allclose(compiled.numpy(), augment_batch(images, augment, seed).numpy(), rtol=1e-5, atol=1e-3)

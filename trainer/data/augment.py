@@ -8,12 +8,22 @@ several times faster per core than mapping the same ops over single images.
 
 Randomness is stateless: one int64 seed per batch, split into one stream per
 operation, so a seeded run replays exactly, whatever the parallelism.
+
+The training transform is XLA-compiled (`tf.function(jit_compile=True)` works
+inside `tf.data` maps): XLA fuses the flip, the cast to float and the
+standardization into a few loops over the batch, where TensorFlow's kernels
+each stream the whole batch through memory. That made the 224x224 Cats-vs-Dogs
+train pipeline 1.7x faster (2.1k to 3.6k images/s on 2 cores); 32x32 CIFAR
+batches stay in cache, and there it makes no difference. The random parameters
+are drawn outside the compiled function, by TensorFlow's kernels, so compiled
+and uncompiled code give the same images for the same seed.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import tensorflow as tf
 
@@ -83,28 +93,54 @@ def _uniform(batch: tf.Tensor, seed: tf.Tensor, stream: int, low: float, high: f
     return tf.random.stateless_uniform([batch], _seed(seed, stream), low, high)
 
 
-def _flips(batch: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
-    return _uniform(batch, seed, _FLIP, 0.0, 1.0) < 0.5
+def _has_contrast(augment: Augmentation) -> bool:
+    return (augment.contrast_lower, augment.contrast_upper) != (1.0, 1.0)
 
 
-def random_crop(images: tf.Tensor, size: int, seed: tf.Tensor, flip: bool = False) -> tf.Tensor:
-    """Crops a `size` x `size` window at an offset drawn for each image, mirrored for half of them if `flip`.
+def _crop_window(images: tf.Tensor, augment: Augmentation) -> tuple[int, int]:
+    """(padding, window side) of a random or padded crop; (0, 0) for none."""
+    if augment.crop == "random" and augment.crop_size:
+        return 0, augment.crop_size
+    if augment.crop == "pad" and augment.padding:
+        return augment.padding, images.shape[1]
+    return 0, 0
 
-    Two gathers (rows, then columns) do the crop and the mirror at once, on any dtype.
+
+def draw_parameters(images: tf.Tensor, augment: Augmentation, seed: tf.Tensor) -> dict[str, tf.Tensor]:
+    """Every random parameter of the augmentation, one per image, from stateless streams of `seed`.
+
+    They are drawn by TensorFlow's kernels, outside the compiled transform, so
+    compiled and uncompiled code see the same numbers for the same seed.
     """
-    batch, height, width = tf.shape(images)[0], tf.shape(images)[1], tf.shape(images)[2]
-    top = tf.random.stateless_uniform([batch], _seed(seed, _CROP_Y), 0, height - size + 1, dtype=tf.int32)
-    left = tf.random.stateless_uniform([batch], _seed(seed, _CROP_X), 0, width - size + 1, dtype=tf.int32)
-    return _window(images, top, left, size, size, _flips(batch, seed) if flip else None)
+    batch = tf.shape(images)[0]
+    params = {}
+    pad, size = _crop_window(images, augment)
+    if size:
+        for name, stream, extent in (("top", _CROP_Y, images.shape[1]), ("left", _CROP_X, images.shape[2])):
+            high = extent + 2 * pad - size + 1
+            params[name] = tf.random.stateless_uniform([batch], _seed(seed, stream), 0, high, dtype=tf.int32)
+    if augment.flip:
+        params["flip"] = _uniform(batch, seed, _FLIP, 0.0, 1.0) < 0.5
+    if augment.brightness:
+        params["brightness"] = _uniform(batch, seed, _BRIGHTNESS, -augment.brightness, augment.brightness)
+    if _has_contrast(augment):
+        params["contrast"] = _uniform(batch, seed, _CONTRAST, augment.contrast_lower, augment.contrast_upper)
+    return params
 
 
 def _window(images, top, left, height: int, width: int, flip):
+    """Crops a window at per-image offsets, mirrored where `flip`: two gathers (rows, then columns), any dtype."""
     rows = top[:, None] + tf.range(height)
     columns = tf.range(width)
     if flip is not None:
         columns = tf.where(flip[:, None], width - 1 - columns, columns)
     images = tf.gather(images, rows, axis=1, batch_dims=1)
     return tf.gather(images, left[:, None] + columns, axis=2, batch_dims=1)
+
+
+def flip(images: tf.Tensor, flips: tf.Tensor) -> tf.Tensor:
+    """Mirrors left-right the images where `flips` is true (any dtype; XLA fuses it with what follows)."""
+    return tf.where(flips[:, None, None, None], tf.reverse(images, [2]), images)
 
 
 def random_resized_crop(images: tf.Tensor, min_area: float, seed: tf.Tensor) -> tf.Tensor:
@@ -122,59 +158,48 @@ def random_resized_crop(images: tf.Tensor, min_area: float, seed: tf.Tensor) -> 
     return tf.image.crop_and_resize(images, boxes, tf.range(batch), size)
 
 
+def _resized_crop(images: tf.Tensor, augment: Augmentation, seed: tf.Tensor) -> tuple[tf.Tensor, Augmentation]:
+    """Applies a random_resized crop (CropAndResize has no XLA kernel, so it runs before the compiled
+    part); returns the images and the augmentation left to do."""
+    if augment.crop != "random_resized":
+        return images, augment
+    return random_resized_crop(images, augment.min_area, seed), replace(augment, crop="none")
+
+
 def center_crop(images: tf.Tensor, size: int) -> tf.Tensor:
-    """The evaluation counterpart of `random_crop`."""
+    """The evaluation counterpart of the random crop."""
     top = (images.shape[1] - size) // 2
     left = (images.shape[2] - size) // 2
     return images[:, top : top + size, left : left + size, :]
 
 
-def random_flip(images: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
-    """Mirrors each image left-right with probability 1/2 (one gather, any dtype)."""
-    batch = tf.shape(images)[0]
-    zeros = tf.zeros([batch], tf.int32)
-    return _window(images, zeros, zeros, images.shape[1], images.shape[2], _flips(batch, seed))
+def augment_geometry(images: tf.Tensor, augment: Augmentation, params: dict[str, tf.Tensor]) -> tf.Tensor:
+    """Crop and flip with drawn parameters, on the input dtype (uint8 moves 4x fewer bytes than float32)."""
+    pad, size = _crop_window(images, augment)
+    if size:
+        images = tf.pad(images, [[0, 0], [pad, pad], [pad, pad], [0, 0]]) if pad else images
+        return _window(images, params["top"], params["left"], size, size, params.get("flip"))
+    return flip(images, params["flip"]) if "flip" in params else images
 
 
-def random_brightness(images: tf.Tensor, max_delta: float, seed: tf.Tensor) -> tf.Tensor:
-    """Adds one delta in [-max_delta, max_delta) per image, as `tf.image.random_brightness`."""
-    delta = _uniform(tf.shape(images)[0], seed, _BRIGHTNESS, -max_delta, max_delta)
-    return images + delta[:, None, None, None]
-
-
-def random_contrast(images: tf.Tensor, lower: float, upper: float, seed: tf.Tensor) -> tf.Tensor:
-    """Scales each image's deviation from its per-channel mean, as `tf.image.random_contrast`."""
-    factor = _uniform(tf.shape(images)[0], seed, _CONTRAST, lower, upper)[:, None, None, None]
-    mean = tf.reduce_mean(images, axis=[1, 2], keepdims=True)
-    return (images - mean) * factor + mean
-
-
-def augment_geometry(images: tf.Tensor, augment: Augmentation, seed: tf.Tensor) -> tf.Tensor:
-    """Crop and flip, per image, on the input dtype (uint8 moves 4x fewer bytes than float32)."""
-    flip = augment.flip
-    if augment.crop == "random" and augment.crop_size:
-        images, flip = random_crop(images, augment.crop_size, seed, flip), False
-    elif augment.crop == "pad" and augment.padding:
-        size, pad = images.shape[1], augment.padding
-        images = tf.pad(images, [[0, 0], [pad, pad], [pad, pad], [0, 0]])
-        images, flip = random_crop(images, size, seed, flip), False
-    elif augment.crop == "random_resized":
-        images = random_resized_crop(images, augment.min_area, seed)
-    return random_flip(images, seed) if flip else images
-
-
-def _has_contrast(augment: Augmentation) -> bool:
-    return (augment.contrast_lower, augment.contrast_upper) != (1.0, 1.0)
+def adjust_color(images: tf.Tensor, params: dict[str, tf.Tensor]) -> tf.Tensor:
+    """Brightness, then contrast, as `tf.image.random_brightness` and `tf.image.random_contrast` do;
+    float32 on the 0..255 scale."""
+    images = tf.cast(images, tf.float32)
+    if "brightness" in params:
+        images = images + params["brightness"][:, None, None, None]
+    if "contrast" in params:
+        factor = params["contrast"][:, None, None, None]
+        mean = tf.reduce_mean(images, axis=[1, 2], keepdims=True)
+        images = (images - mean) * factor + mean
+    return images
 
 
 def augment_batch(images: tf.Tensor, augment: Augmentation, seed: tf.Tensor) -> tf.Tensor:
-    """Applies the whole training augmentation, one operation after another; float32 on the 0..255 scale."""
-    images = tf.cast(augment_geometry(images, augment, seed), tf.float32)
-    if augment.brightness:
-        images = random_brightness(images, augment.brightness, seed)
-    if _has_contrast(augment):
-        images = random_contrast(images, augment.contrast_lower, augment.contrast_upper, seed)
-    return images
+    """The whole training augmentation, one TensorFlow op after another, uncompiled; float32 on the 0..255 scale."""
+    images, augment = _resized_crop(images, augment, seed)
+    params = draw_parameters(images, augment, seed)
+    return adjust_color(augment_geometry(images, augment, params), params)
 
 
 def standardize(images: tf.Tensor, contrast: tf.Tensor | None = None) -> tf.Tensor:
@@ -215,18 +240,30 @@ def preprocess_batch(
 def prepare_images(images: tf.Tensor, preprocess: Preprocess, seed: tf.Tensor | None = None) -> tf.Tensor:
     """uint8 NHWC images (any size, 1 or 3 channels) to model inputs; augments when a seed is given."""
     images = to_model_size(images, preprocess.image_size)
-    augment = preprocess.augment
     if seed is None:
         if preprocess.output_size != preprocess.image_size:
             images = center_crop(images, preprocess.output_size)
         return normalize(tf.cast(images, tf.float32), preprocess.normalization)
-    if preprocess.normalization == "standardize":  # the fast path: brightness cancels, contrast fuses
-        images = augment_geometry(images, augment, seed)
-        contrast = None
-        if _has_contrast(augment):
-            contrast = _uniform(tf.shape(images)[0], seed, _CONTRAST, augment.contrast_lower, augment.contrast_upper)
-        return standardize(images, contrast)
-    return normalize(augment_batch(images, augment, seed), preprocess.normalization)
+    images, augment = _resized_crop(images, preprocess.augment, seed)
+    params = draw_parameters(images, augment, seed)
+    return _compiled_transform(augment, preprocess.normalization)(images, params)
+
+
+@functools.cache
+def _compiled_transform(augment: Augmentation, normalization: str):
+    """The XLA-compiled training transform (traced once per input shape and dtype)."""
+    return tf.function(
+        functools.partial(_train_transform, augment=augment, normalization=normalization), jit_compile=True
+    )
+
+
+def _train_transform(
+    images: tf.Tensor, params: dict[str, tf.Tensor], augment: Augmentation, normalization: str
+) -> tf.Tensor:
+    images = augment_geometry(images, augment, params)
+    if normalization == "standardize":  # brightness cancels, contrast fuses into the standardization
+        return standardize(images, params.get("contrast"))
+    return normalize(adjust_color(images, params), normalization)
 
 
 NORMALIZATIONS = ("standardize", "caffe", "none")

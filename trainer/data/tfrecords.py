@@ -209,6 +209,23 @@ def _check_labels(labels: tf.Tensor, num_classes: int) -> tf.Tensor:
     return labels
 
 
+def shuffled_records(files: list[str], seed: int, shuffle_buffer: int = 1000) -> tf.data.Dataset:
+    """Serialized records, endlessly: shards in a seeded order, read in parallel (deterministically) and shuffled."""
+    shards = tf.data.Dataset.from_tensor_slices(files).shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+    records = shards.interleave(
+        tf.data.TFRecordDataset, cycle_length=min(len(files), 8), num_parallel_calls=AUTOTUNE, deterministic=True
+    )
+    # Shuffle, then repeat: every record of an epoch is seen before the next epoch starts.
+    return records.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True).repeat()
+
+
+def read_batches(
+    files: list[str], spec: RecordSpec, batch_size: int, seed: int, shuffle_buffer: int = 1000
+) -> tf.data.Dataset:
+    """The training reader: endless shuffled batches of (uint8 images, int32 labels), before augmentation."""
+    return image_batches(shuffled_records(files, seed, shuffle_buffer), spec, True, batch_size, drop_remainder=True)
+
+
 def train_dataset(
     files: list[str],
     spec: RecordSpec,
@@ -218,14 +235,8 @@ def train_dataset(
     seed: int,
     shuffle_buffer: int = 1000,
 ) -> tf.data.Dataset:
-    """Shuffled shards, interleaved in parallel (deterministically), batched, then parsed and augmented."""
-    shards = tf.data.Dataset.from_tensor_slices(files).shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
-    records = shards.interleave(
-        tf.data.TFRecordDataset, cycle_length=min(len(files), 8), num_parallel_calls=AUTOTUNE, deterministic=True
-    )
-    # Shuffle, then repeat: every record of an epoch is seen before the next epoch starts.
-    records = records.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True).repeat()
-    images = image_batches(records, spec, True, batch_size, drop_remainder=True)
+    """`read_batches`, then every batch augmented with its own seed."""
+    images = read_batches(files, spec, batch_size, seed, shuffle_buffer)
     batches = tf.data.Dataset.zip((images, tf.data.Dataset.random(seed + 1)))
 
     def prepare(pair, batch_seed):
