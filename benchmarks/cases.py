@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import resource
 import subprocess
@@ -307,15 +308,19 @@ def input_bound(folder: Path, quick: bool) -> list[Row]:
         .cache()
     )
     steps = 10 if quick else 40
-    rates = {}
-    for name, dataset in (("cached", cached), ("real", real)):
+    models = {}
+    for name in ("cached", "real"):
         keras.utils.set_random_seed(0)
-        model = _demo_model()
-        model.compile(
+        models[name] = _demo_model()
+        models[name].compile(
             keras.optimizers.SGD(0.01, momentum=0.9), loss="sparse_categorical_crossentropy", metrics=["accuracy"]
         )
-        rates[name] = _fit_rate(model, dataset, steps, epochs=4)[0]
-    return [Row("Input-bound check (real pipeline vs cached)", rates["real"], rates["cached"], "img/s", 0.97)]
+    # Two rounds, alternating, best of each: this machine's noise is larger than the difference sought.
+    rates = {"cached": [], "real": []}
+    for _ in range(1 if quick else 2):
+        for name, dataset in (("cached", cached), ("real", real)):
+            rates[name].append(_fit_rate(models[name], dataset, steps, epochs=3)[0])
+    return [Row("Input-bound check (real pipeline vs cached)", max(rates["real"]), max(rates["cached"]), "img/s", 0.97)]
 
 
 def _rss_mib() -> float:
@@ -323,7 +328,8 @@ def _rss_mib() -> float:
         return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def memory(folder: Path, quick: bool) -> list[Row]:
+def measure_memory(folder: Path, quick: bool) -> tuple[float, list[float]]:
+    """(peak RSS, RSS after each epoch) in MiB over 5 epochs of the CIFAR train pipeline, in this process."""
     _, count, dataset = _our_cifar(folder, quick)
     steps = count // 128
     iterator = iter(dataset)
@@ -332,7 +338,18 @@ def memory(folder: Path, quick: bool) -> list[Row]:
         for _ in range(steps):
             next(iterator)
         after_epoch.append(_rss_mib())
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, after_epoch
+
+
+def memory(folder: Path, quick: bool) -> list[Row]:
+    # A fresh process: the peak RSS of this one holds every earlier row's.
+    probe = (
+        "import pathlib, sys; from benchmarks.cases import measure_memory; "
+        "print(measure_memory(pathlib.Path(sys.argv[1]), sys.argv[2] == '1'))"
+    )
+    command = [sys.executable, "-c", probe, str(folder), str(int(quick))]
+    output = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    peak, after_epoch = ast.literal_eval(output.strip().splitlines()[-1])
     return [
         Row("Memory: peak RSS, 5 epochs CIFAR pipeline (vs 1.5 GiB)", peak, 1536.0, "MiB", 1.0, higher_is_better=False),
         Row(

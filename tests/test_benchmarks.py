@@ -1,0 +1,36 @@
+"""`python -m benchmarks --quick` runs every row and prints the table (slow: `pytest -m slow`).
+
+Only that the benchmarks run and report is checked here; their ratios are the
+point of running them by hand, never asserted in a test.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks import cases
+from conftest import ROOT
+
+
+@pytest.mark.slow
+def test_quick_benchmarks_print_every_row():
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    assert lines[0].split()[:3] == ["figure", "ours", "baseline"]
+    for name in cases.CASES:
+        assert f"# {name} took" in result.stderr
+    rows = lines[2:]
+    assert len(rows) >= len(cases.CASES)
+    assert all(row.split()[-1] in ("yes", "NO", "-") for row in rows)
