@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -338,7 +337,14 @@ def measure_memory(folder: Path, quick: bool) -> tuple[float, list[float]]:
         for _ in range(steps):
             next(iterator)
         after_epoch.append(_rss_mib())
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, after_epoch
+    return _peak_rss_mib(), after_epoch
+
+
+def _peak_rss_mib() -> float:
+    """This process's peak RSS (VmHWM). Not `ru_maxrss`: a child started by fork keeps its parent's maximum."""
+    with open("/proc/self/status") as handle:
+        line = next(line for line in handle if line.startswith("VmHWM:"))
+    return int(line.split()[1]) / 1024
 
 
 def memory(folder: Path, quick: bool) -> list[Row]:

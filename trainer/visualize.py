@@ -67,19 +67,22 @@ def save_png(image: Image.Image, path: str | os.PathLike) -> Path:
     return write_atomic(path, lambda temporary: image.save(temporary, format="PNG"))
 
 
-def plot_curves(history_csv: str | os.PathLike, path: str | os.PathLike) -> Path | None:
-    """Loss and accuracy per epoch, train and validation, from history.csv; None before the first epoch."""
+def read_history(history_csv: str | os.PathLike) -> list[dict[str, str]]:
+    """The rows of history.csv (one per epoch)."""
     with open(history_csv, newline="") as handle:
-        rows = list(csv.DictReader(handle))
+        return list(csv.DictReader(handle))
+
+
+def draw_curves(rows: list[dict[str, str]], path: str | os.PathLike) -> Path | None:
+    """Loss and accuracy per epoch, train and validation; None before the first epoch. No pyplot, so
+    it is safe outside the main thread."""
     if not rows:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     epochs = [int(row["epoch"]) + 1 for row in rows]
-    figure, axes = plt.subplots(1, 2, figsize=(10, 4), dpi=100)
+    figure = Figure(figsize=(10, 4), dpi=100)
+    axes = figure.subplots(1, 2)
     for axis, metric in zip(axes, ("loss", "accuracy"), strict=True):
         for prefix, style in (("", "-o"), ("val_", "--s")):
             name = prefix + metric
@@ -91,5 +94,4 @@ def plot_curves(history_csv: str | os.PathLike, path: str | os.PathLike) -> Path
         axis.legend()
     figure.tight_layout()
     write_atomic(path, lambda temporary: figure.savefig(temporary, format="png"))
-    plt.close(figure)
     return Path(path)
