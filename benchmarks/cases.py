@@ -177,7 +177,7 @@ def tfrecord_reader(folder: Path, quick: bool) -> list[Row]:
 
     rows, batches, count = [], (10 if quick else 60), (256 if quick else 1024)
     textbook = {}
-    for format, target in (("raw", 2.0), ("jpeg", 1.0)):
+    for format, target in (("raw", 2.0), ("jpeg", None)):
         files = _pet_records(folder, format, count)
         spec = tfrecords.RecordSpec.for_format(format, 224)
         ours = tfrecords.read_batches(files, spec, 32, 0, 256).prefetch(tf.data.AUTOTUNE)
