@@ -147,6 +147,7 @@ class Curves(keras.callbacks.Callback):
         super().__init__()
         self.history_csv, self.path = history_csv, path
         self.drawing: threading.Thread | None = None
+        self.drawn_epochs = 0  # rows handed to the last drawing
 
     def on_epoch_end(self, epoch, logs=None):
         from trainer.visualize import read_history
@@ -154,6 +155,7 @@ class Curves(keras.callbacks.Callback):
         if self.drawing is not None and self.drawing.is_alive():
             return  # still drawing an earlier epoch; the next epoch end (or the train end) catches up
         rows = read_history(self.history_csv)  # here, not in the thread: CSVLogger appends to the file
+        self.drawn_epochs = len(rows)
         self.drawing = threading.Thread(target=self._draw, args=(rows,), name="curves")  # joined at exit
         self.drawing.start()
 
@@ -162,7 +164,9 @@ class Curves(keras.callbacks.Callback):
 
         if self.drawing is not None:
             self.drawing.join()
-        self._draw(read_history(self.history_csv))
+        rows = read_history(self.history_csv)
+        if len(rows) != self.drawn_epochs:  # epochs ended while an earlier drawing was running
+            self._draw(rows)
 
     def _draw(self, rows: list[dict]) -> None:
         from trainer.visualize import draw_curves
