@@ -268,6 +268,35 @@ def test_reader_errors_name_the_file(tmp_path, case, message):
     assert ("nothing_" if case == "glob" else "bad.tfrecords") in str(error.value)
 
 
+def test_large_raw_records_are_read_unbuffered_with_each_image_beside_its_label(tmp_path):
+    size, count, batch = 160, 24, 4  # 76.8 KB records: over the size read without TFRecordDataset's buffer
+    spec = tfrecords.RecordSpec.for_format("raw", size)
+    files = [str(tmp_path / f"big-{shard}.tfrecords") for shard in range(3)]
+    for shard, path in enumerate(files):
+        with tf.io.TFRecordWriter(path) as writer:
+            for index in range(shard, count, 3):
+                pixels = np.full((size, size, 3), (index, 100 * (index % 2), 7), np.uint8)
+                writer.write(tfrecords.make_example(spec, pixels.tobytes(), index % 2, None, size, size))
+    assert tfrecords.read_buffer_size(spec, files) == 0
+    assert tfrecords.read_buffer_size(spec, ["gs://bucket/big-0.tfrecords"]) is None, "remote files keep the buffer"
+    assert tfrecords.read_buffer_size(tfrecords.RecordSpec.for_format("raw", SIZE), files) is None
+    assert tfrecords.read_buffer_size(tfrecords.RecordSpec.for_format("jpeg", size), files) is None
+
+    seen, reader = [], tfrecords.read_batches(files, spec, batch, seed=5, shuffle_buffer=10)
+    for images, labels in reader.take(2 * count // batch):
+        for image, label in zip(images.numpy(), labels.numpy(), strict=True):
+            index = int(image[0, 0, 0])
+            assert (image == image[0, 0]).all(), "a whole image, not parts of two"
+            assert label == index % 2 == image[0, 0, 1] // 100, "each image keeps its own record's label"
+            seen.append(index)
+    assert sorted(seen[:count]) == sorted(seen[count:]) == list(range(count)), "each epoch reads every record once"
+    assert seen[:count] != sorted(seen[:count]), "shuffled"
+
+    images, labels = _read_all(files, spec)
+    assert [int(image[0, 0, 0]) for image in images] == [i for shard in range(3) for i in range(shard, count, 3)]
+    assert labels.tolist() == [int(image[0, 0, 0]) % 2 for image in images]
+
+
 def test_training_on_separable_cats_and_dogs_reaches_high_accuracy(tmp_path):
     """Cats are reddish, dogs bluish: a label drifting from its image anywhere on the path shows as ~50%."""
     rng = np.random.default_rng(1)

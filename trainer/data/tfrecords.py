@@ -31,6 +31,7 @@ DEFAULT_KEYS = {
     "jpeg": {"image": "image/encoded", "label": "image/class/label", "filename": "image/filename"},
 }
 AUTOTUNE = tf.data.AUTOTUNE
+UNBUFFERED_FROM = 64 * 1024  # raw records at least this large are read without TFRecordDataset's buffer
 
 
 @dataclass(frozen=True)
@@ -176,24 +177,37 @@ def image_batches(
     """Serialized records to batches of (uint8 images, labels), each image with the label of its own record.
 
     Whole batches are parsed at once (`parse_example`); raw pixels are decoded per
-    batch, JPEGs one by one in parallel (order kept) and then batched again.
+    batch in the same step, JPEGs one by one in parallel (order kept) and then batched again.
     """
     batches = records.batch(batch_size, drop_remainder=drop_remainder)
+    if spec.format == "raw":
+
+        def parse_and_decode(serialized):
+            encoded, labels = _parse(serialized, spec, labeled)
+            return _decode_raw(encoded, spec), labels
+
+        return batches.map(parse_and_decode, num_parallel_calls=AUTOTUNE, deterministic=True)
     parsed = batches.map(
         lambda serialized: _parse(serialized, spec, labeled), num_parallel_calls=AUTOTUNE, deterministic=True
     )
-    if spec.format == "raw":
-        return parsed.map(
-            lambda encoded, labels: (_decode_raw(encoded, spec), labels),
-            num_parallel_calls=AUTOTUNE,
-            deterministic=True,
-        )
     singles = parsed.unbatch().map(
         lambda data, label: (_decode_jpeg(data, spec.stored_size), label),
         num_parallel_calls=AUTOTUNE,
         deterministic=True,
     )
     return singles.batch(batch_size, drop_remainder=drop_remainder)
+
+
+def read_buffer_size(spec: RecordSpec, files: list[str]) -> int | None:
+    """TFRecordDataset's read buffer for these files: none for large raw records on a local disk.
+
+    The buffer saves system calls on small records. A raw record of 64 KB or more
+    (a 224x224 image is 150 KB) is read in one call anyway, and the buffer only adds
+    a copy of every byte (`python -m benchmarks --only tfrecord_reader` shows the
+    difference). Remote files (`gs://`, `s3://`, ...) keep the default buffer.
+    """
+    local = all("://" not in path for path in files)
+    return 0 if spec.format == "raw" and spec.raw_bytes >= UNBUFFERED_FROM and local else None
 
 
 def _options() -> tf.data.Options:
@@ -209,11 +223,19 @@ def _check_labels(labels: tf.Tensor, num_classes: int) -> tf.Tensor:
     return labels
 
 
-def shuffled_records(files: list[str], seed: int, shuffle_buffer: int = 1000) -> tf.data.Dataset:
-    """Serialized records, endlessly: shards in a seeded order, read in parallel (deterministically) and shuffled."""
+def shuffled_records(
+    files: list[str], seed: int, shuffle_buffer: int = 1000, read_buffer: int | None = None
+) -> tf.data.Dataset:
+    """Serialized records, endlessly: shards in a seeded order, read in parallel (deterministically) and shuffled.
+
+    `read_buffer` is TFRecordDataset's `buffer_size` (None: its default; see `read_buffer_size`).
+    """
     shards = tf.data.Dataset.from_tensor_slices(files).shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
     records = shards.interleave(
-        tf.data.TFRecordDataset, cycle_length=min(len(files), 8), num_parallel_calls=AUTOTUNE, deterministic=True
+        lambda path: tf.data.TFRecordDataset(path, buffer_size=read_buffer),
+        cycle_length=min(len(files), 8),
+        num_parallel_calls=AUTOTUNE,
+        deterministic=True,
     )
     # Shuffle, then repeat: every record of an epoch is seen before the next epoch starts.
     return records.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True).repeat()
@@ -223,7 +245,8 @@ def read_batches(
     files: list[str], spec: RecordSpec, batch_size: int, seed: int, shuffle_buffer: int = 1000
 ) -> tf.data.Dataset:
     """The training reader: endless shuffled batches of (uint8 images, int32 labels), before augmentation."""
-    return image_batches(shuffled_records(files, seed, shuffle_buffer), spec, True, batch_size, drop_remainder=True)
+    records = shuffled_records(files, seed, shuffle_buffer, read_buffer_size(spec, files))
+    return image_batches(records, spec, True, batch_size, drop_remainder=True)
 
 
 def train_dataset(
@@ -260,7 +283,8 @@ def eval_dataset(
     count: int | None = None,
 ) -> tf.data.Dataset:
     """Every record once, files in the given order, with the evaluation preprocessing."""
-    records = tf.data.TFRecordDataset(files, num_parallel_reads=None)  # sequential: input order
+    # Sequential: input order.
+    records = tf.data.TFRecordDataset(files, buffer_size=read_buffer_size(spec, files), num_parallel_reads=None)
     if count is not None:
         records = records.apply(tf.data.experimental.assert_cardinality(count))
 
