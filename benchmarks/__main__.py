@@ -21,9 +21,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smaller data and fewer steps (a smoke run)")
     parser.add_argument("--only", nargs="*", choices=sorted(cases.CASES), help="run only these rows")
     args = parser.parse_args(argv)
-    from trainer import allocator
-
-    allocator.keep_large_buffers()  # as every run.py task does (trainer.tune_malloc); baselines share the process
     names = args.only or list(cases.CASES)
     rows = []
     with tempfile.TemporaryDirectory(prefix="vggtrain-bench-") as folder:

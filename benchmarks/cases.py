@@ -371,8 +371,8 @@ def _peak_rss_mib() -> float:
 def memory(folder: Path, quick: bool) -> list[Row]:
     # A fresh process: the peak RSS of this one holds every earlier row's.
     probe = (
-        "import pathlib, sys; from benchmarks.cases import measure_memory; from trainer import allocator; "
-        "allocator.keep_large_buffers(); print(measure_memory(pathlib.Path(sys.argv[1]), sys.argv[2] == '1'))"
+        "import pathlib, sys; from benchmarks.cases import measure_memory; "
+        "print(measure_memory(pathlib.Path(sys.argv[1]), sys.argv[2] == '1'))"
     )
     command = [sys.executable, "-c", probe, str(folder), str(int(quick))]
     output = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True).stdout

@@ -272,7 +272,6 @@ class TrainerConfig:
     precision: str = "float32"  # float32 | mixed_float16 | mixed_bfloat16
     jit_compile: str = "auto"  # auto | true | false (XLA; with a strategy, Keras's auto means off)
     steps_per_execution: int = 1  # training steps run per call into TensorFlow
-    tune_malloc: bool = True  # glibc: keep large tensor buffers for reuse (trainer/allocator.py)
 
     def __post_init__(self) -> None:
         _require(self.epochs >= 1, "trainer.epochs", ">= 1", self.epochs)

@@ -12,7 +12,7 @@ from pathlib import Path
 import tensorflow as tf
 from tensorflow.python.framework import config as tf_config  # disable_op_determinism has no public alias
 
-from trainer import allocator, checkpoints, distribute, evaluation
+from trainer import checkpoints, distribute, evaluation
 from trainer.cluster import WORKER_PREFIX
 from trainer.config import Config
 from trainer.reports import plot_confusion_png, write_confusion_csv
@@ -36,11 +36,8 @@ def setup_threads(threads: int) -> None:
 
 
 def setup_strategy(settings: Config) -> tf.distribute.Strategy:
-    """Sets up the process (threads, malloc, determinism), then builds the strategy (it may split the CPU)
-    and checks the global batch against it."""
+    """Builds the strategy first (it may split the CPU) and checks the global batch against it."""
     setup_threads(settings.trainer.threads)
-    if settings.trainer.tune_malloc and allocator.keep_large_buffers():
-        log.info("glibc malloc keeps large buffers for reuse <trainer.tune_malloc=true>")
     if settings.trainer.deterministic:
         tf.config.experimental.enable_op_determinism()
         log.info("Op determinism on <trainer.deterministic=true>")
