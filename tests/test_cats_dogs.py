@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -11,11 +13,12 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from conftest import compose
+from conftest import ROOT, compose
 from trainer.convert import ConvertOptions, convert, main
 from trainer.data import tfrecords
 from trainer.data.augment import Preprocess
 from trainer.data.images import ImageError, load_rgb
+from trainer.data.record_index import RecordIndex
 from trainer.errors import DataError
 from trainer.tasks import run_task
 
@@ -268,8 +271,10 @@ def test_reader_errors_name_the_file(tmp_path, case, message):
     assert ("nothing_" if case == "glob" else "bad.tfrecords") in str(error.value)
 
 
-def test_large_raw_records_are_read_unbuffered_with_each_image_beside_its_label(tmp_path):
-    size, count, batch = 160, 24, 4  # 76.8 KB records: over the size read without TFRecordDataset's buffer
+@pytest.mark.parametrize("reader", ["index", "tensorflow"])
+def test_raw_training_readers_keep_each_image_beside_its_label(tmp_path, reader):
+    """The indexed reader (local raw files) and TFRecordDataset's (remote ones) visit records alike."""
+    size, count, batch = 16, 24, 4
     spec = tfrecords.RecordSpec.for_format("raw", size)
     files = [str(tmp_path / f"big-{shard}.tfrecords") for shard in range(3)]
     for shard, path in enumerate(files):
@@ -277,13 +282,13 @@ def test_large_raw_records_are_read_unbuffered_with_each_image_beside_its_label(
             for index in range(shard, count, 3):
                 pixels = np.full((size, size, 3), (index, 100 * (index % 2), 7), np.uint8)
                 writer.write(tfrecords.make_example(spec, pixels.tobytes(), index % 2, None, size, size))
-    assert tfrecords.read_buffer_size(spec, files) == 0
-    assert tfrecords.read_buffer_size(spec, ["gs://bucket/big-0.tfrecords"]) is None, "remote files keep the buffer"
-    assert tfrecords.read_buffer_size(tfrecords.RecordSpec.for_format("raw", SIZE), files) is None
-    assert tfrecords.read_buffer_size(tfrecords.RecordSpec.for_format("jpeg", size), files) is None
 
-    seen, reader = [], tfrecords.read_batches(files, spec, batch, seed=5, shuffle_buffer=10)
-    for images, labels in reader.take(2 * count // batch):
+    if reader == "index":
+        batches = tfrecords.read_batches(files, spec, batch, seed=5, shuffle_buffer=10)
+    else:
+        batches = tfrecords.image_batches(tfrecords.shuffled_records(files, 5, 10), spec, True, batch, True)
+    seen = []
+    for images, labels in batches.take(2 * count // batch):
         for image, label in zip(images.numpy(), labels.numpy(), strict=True):
             index = int(image[0, 0, 0])
             assert (image == image[0, 0]).all(), "a whole image, not parts of two"
@@ -329,3 +334,45 @@ def test_training_on_separable_cats_and_dogs_reaches_high_accuracy(tmp_path):
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert objective >= 0.9, metrics
     assert metrics["test_accuracy"] >= 0.85, metrics
+
+
+def test_raw_records_train_under_mirrored_and_the_process_exits(tmp_path):
+    """The indexed reader runs Python inside tf.data: under MirroredStrategy, and `run.py` must still exit."""
+    for index in range(2):
+        _classic_records(tmp_path / f"train-{index}.tfrecords", 12, 40, seed=index)
+    _classic_records(tmp_path / "val.tfrecords", 8, 40, seed=5)
+    overrides = _cats_dogs(
+        f"{tmp_path}/train-*.tfrecords",
+        f"{tmp_path}/val.tfrecords",
+        f"{tmp_path}/val.tfrecords",
+        "dataset.stored_size=40",
+        "dataset.image_size=32",
+        "strategy=mirrored",
+        "strategy.cpu_devices=2",
+    )
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), *overrides, f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["num_examples"]["train"] == 24
+
+
+def test_a_record_corrupted_after_conversion_stops_training_with_its_name(tmp_path):
+    """With the converter's manifest the records are not counted (nor checked) at start-up; the reader
+    checks each record's checksum as it reads it."""
+    make_pets(tmp_path / "in", per_class=12)
+    options = ConvertOptions(image_size=SIZE, format="raw", val_fraction=0.2, test_fraction=0.2, records_per_shard=8)
+    convert(tmp_path / "in", tmp_path / "records", options)
+    shard = sorted((tmp_path / "records").glob("train*"))[0]
+    pixels = RecordIndex.build([str(shard)], "img_raw", "label", SIZE * SIZE * 3, labeled=True).pixels
+    data = bytearray(shard.read_bytes())
+    data[int(pixels[3]) + 10] ^= 0xFF  # one pixel of record 3
+    shard.write_bytes(bytes(data))
+    overrides = ["dataset=cats_dogs", f"dataset.data_dir={tmp_path / 'records'}", f"dataset.stored_size={SIZE}"]
+    overrides += [f"dataset.image_size={SIZE}", "debug=smoke", "trainer.batch_size=4"]
+    with pytest.raises(DataError, match=f"bad input data: {shard}: record 3 fails its checksum"):
+        run_task(compose(overrides, tmp_path / "run"))

@@ -124,8 +124,11 @@ def worker_name(strategy: tf.distribute.Strategy) -> str:
 
 
 def _reason(error: tf.errors.OpError) -> str:
-    """The useful part of a TensorFlow error: the assertion text of our pipeline checks, else the first line."""
-    match = re.search(r"assertion failed: \[([^\]]+)\]", error.message)
+    """The useful part of a TensorFlow error: the text of our pipeline's assertions or of the ValueError
+    of a Python step (the indexed TFRecord reader), else the first 300 characters."""
+    match = re.search(r"assertion failed: \[([^\]]+)\]", error.message) or re.search(
+        r"ValueError: ([^\n]+)", error.message
+    )
     return match.group(1) if match else " ".join(error.message.split())[:300]
 
 

@@ -7,8 +7,10 @@ Two layouts:
 - `jpeg`, the TF Model Garden / TFDS keys: `image/encoded`, `image/class/label`,
   `image/filename`, `image/height`, `image/width`, `image/format`.
 
-Image and label come out of one parse of one record (`tf.io.parse_example`
-on a whole batch), so they cannot drift apart.
+Image and label come out of one record, so they cannot drift apart: raw records on
+a local disk through `record_index` (each image copied once, from the file into its
+batch); JPEG records and remote files through `TFRecordDataset` and `tf.io.parse_example`
+on whole batches.
 
     python run.py dataset=cats_dogs dataset.data_dir=records/
 """
@@ -23,6 +25,7 @@ from pathlib import Path
 import tensorflow as tf
 
 from trainer.data.augment import Preprocess, prepare_images
+from trainer.data.record_index import LABEL_MAX, RecordIndex
 from trainer.errors import DataError
 
 FORMATS = ("raw", "jpeg")
@@ -31,7 +34,6 @@ DEFAULT_KEYS = {
     "jpeg": {"image": "image/encoded", "label": "image/class/label", "filename": "image/filename"},
 }
 AUTOTUNE = tf.data.AUTOTUNE
-UNBUFFERED_FROM = 64 * 1024  # raw records at least this large are read without TFRecordDataset's buffer
 
 
 @dataclass(frozen=True)
@@ -148,7 +150,10 @@ def _parse(serialized: tf.Tensor, spec: RecordSpec, labeled: bool) -> tuple[tf.T
         description[spec.label_key] = tf.io.FixedLenFeature([], tf.int64)
     parsed = tf.io.parse_example(serialized, description)
     encoded = parsed[spec.image_key]
-    labels = tf.cast(parsed[spec.label_key], tf.int32) if labeled else -tf.ones(tf.shape(encoded), tf.int32)
+    if labeled:  # saturated, not wrapped: a label past int32 must still fail the range check
+        labels = tf.cast(tf.clip_by_value(parsed[spec.label_key], -1, LABEL_MAX), tf.int32)
+    else:
+        labels = -tf.ones(tf.shape(encoded), tf.int32)
     return encoded, labels
 
 
@@ -198,16 +203,16 @@ def image_batches(
     return singles.batch(batch_size, drop_remainder=drop_remainder)
 
 
-def read_buffer_size(spec: RecordSpec, files: list[str]) -> int | None:
-    """TFRecordDataset's read buffer for these files: none for large raw records on a local disk.
+def indexed(spec: RecordSpec, files: list[str]) -> bool:
+    """Whether `record_index` reads these files: raw records on a local disk."""
+    return spec.format == "raw" and all("://" not in path for path in files)
 
-    The buffer saves system calls on small records. A raw record of 64 KB or more
-    (a 224x224 image is 150 KB) is read in one call anyway, and the buffer only adds
-    a copy of every byte (`python -m benchmarks --only tfrecord_reader` shows the
-    difference). Remote files (`gs://`, `s3://`, ...) keep the default buffer.
-    """
-    local = all("://" not in path for path in files)
-    return 0 if spec.format == "raw" and spec.raw_bytes >= UNBUFFERED_FROM and local else None
+
+def _index(files: list[str], spec: RecordSpec, labeled: bool, count: int | None = None) -> RecordIndex:
+    index = RecordIndex.build(files, spec.image_key, spec.label_key, spec.raw_bytes, labeled)
+    if count is not None and len(index) != count:
+        raise DataError(f"{', '.join(files)}: hold {len(index)} records, expected {count} (the manifest's count)")
+    return index
 
 
 def _options() -> tf.data.Options:
@@ -223,19 +228,11 @@ def _check_labels(labels: tf.Tensor, num_classes: int) -> tf.Tensor:
     return labels
 
 
-def shuffled_records(
-    files: list[str], seed: int, shuffle_buffer: int = 1000, read_buffer: int | None = None
-) -> tf.data.Dataset:
-    """Serialized records, endlessly: shards in a seeded order, read in parallel (deterministically) and shuffled.
-
-    `read_buffer` is TFRecordDataset's `buffer_size` (None: its default; see `read_buffer_size`).
-    """
+def shuffled_records(files: list[str], seed: int, shuffle_buffer: int = 1000) -> tf.data.Dataset:
+    """Serialized records, endlessly: shards in a seeded order, read in parallel (deterministically) and shuffled."""
     shards = tf.data.Dataset.from_tensor_slices(files).shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
     records = shards.interleave(
-        lambda path: tf.data.TFRecordDataset(path, buffer_size=read_buffer),
-        cycle_length=min(len(files), 8),
-        num_parallel_calls=AUTOTUNE,
-        deterministic=True,
+        tf.data.TFRecordDataset, cycle_length=min(len(files), 8), num_parallel_calls=AUTOTUNE, deterministic=True
     )
     # Shuffle, then repeat: every record of an epoch is seen before the next epoch starts.
     return records.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True).repeat()
@@ -244,9 +241,15 @@ def shuffled_records(
 def read_batches(
     files: list[str], spec: RecordSpec, batch_size: int, seed: int, shuffle_buffer: int = 1000
 ) -> tf.data.Dataset:
-    """The training reader: endless shuffled batches of (uint8 images, int32 labels), before augmentation."""
-    records = shuffled_records(files, seed, shuffle_buffer, read_buffer_size(spec, files))
-    return image_batches(records, spec, True, batch_size, drop_remainder=True)
+    """The training reader: endless shuffled batches of (uint8 images, int32 labels), before augmentation.
+
+    Both readers visit records in the same way: shards in a seeded order, up to 8 interleaved, a shuffle buffer.
+    """
+    if indexed(spec, files):
+        index = _index(files, spec, labeled=True)
+        ids = index.shuffled_ids(seed, shuffle_buffer).batch(batch_size, drop_remainder=True)
+        return index.batches(ids, spec.stored_size, spec.stored_size)
+    return image_batches(shuffled_records(files, seed, shuffle_buffer), spec, True, batch_size, drop_remainder=True)
 
 
 def train_dataset(
@@ -284,16 +287,19 @@ def eval_dataset(
 ) -> tf.data.Dataset:
     """Every record once, files in the given order, with the evaluation preprocessing."""
     # Sequential: input order.
-    records = tf.data.TFRecordDataset(files, buffer_size=read_buffer_size(spec, files), num_parallel_reads=None)
-    if count is not None:
-        records = records.apply(tf.data.experimental.assert_cardinality(count))
+    if indexed(spec, files):
+        index = _index(files, spec, labeled, count)
+        images = index.batches(tf.data.Dataset.range(len(index)).batch(batch_size), spec.stored_size, spec.stored_size)
+    else:
+        records = tf.data.TFRecordDataset(files)
+        if count is not None:
+            records = records.apply(tf.data.experimental.assert_cardinality(count))
+        images = image_batches(records, spec, labeled, batch_size)
 
     def prepare(images, labels):
         return prepare_images(images, preprocess), (_check_labels(labels, num_classes) if labeled else labels)
 
-    batches = image_batches(records, spec, labeled, batch_size).map(
-        prepare, num_parallel_calls=AUTOTUNE, deterministic=True
-    )
+    batches = images.map(prepare, num_parallel_calls=AUTOTUNE, deterministic=True)
     return batches.prefetch(AUTOTUNE).with_options(_options())
 
 

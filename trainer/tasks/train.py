@@ -156,10 +156,10 @@ def train(settings: Config) -> float | None:
     )
 
     chief = distribute.is_chief(strategy)
-    # A few training images for TensorBoard, read in order: no shuffle buffer to fill at start-up.
-    sample_images = next(iter(data.train_plain.take(1)))[0][:8].numpy() if chief else None
     output_dir = resolve_resume(settings.resume, settings.output_dir)
     with run_folder(output_dir, chief) as run_dir, distribute.collective_errors(strategy):
+        # A few training images for TensorBoard, read in order: no shuffle buffer to fill at start-up.
+        sample_images = next(iter(data.train_plain.take(1)))[0][:8].numpy() if chief else None
         backup_dir = backup_folder(run_dir, output_dir, None if chief else distribute.worker_name(strategy))
         done = prepare_resume(run_dir, backup_dir, settings.resume)
         if done >= settings.trainer.epochs:
