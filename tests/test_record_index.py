@@ -167,3 +167,11 @@ def test_which_files_the_index_reads():
     assert tfrecords.indexed(SPEC, files)
     assert not tfrecords.indexed(SPEC, ["gs://bucket/a.tfrecords"]), "remote files: TFRecordDataset"
     assert not tfrecords.indexed(tfrecords.RecordSpec.for_format("jpeg", SIZE), files), "JPEGs: TFRecordDataset"
+
+
+def test_the_index_is_built_once_while_the_files_are_unchanged(tmp_path):
+    path = _good(tmp_path)
+    first = tfrecords._index([path], SPEC, labeled=True)
+    assert tfrecords._index([path], SPEC, labeled=True) is first, "the training reader and train_plain share it"
+    _write(path, [tfrecords.make_example(SPEC, _pixels(i), 1, None, SIZE, SIZE) for i in range(5)])
+    assert len(tfrecords._index([path], SPEC, labeled=True)) == 5, "a changed file is indexed again"

@@ -17,6 +17,7 @@ on whole batches.
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 from dataclasses import dataclass
@@ -208,8 +209,16 @@ def indexed(spec: RecordSpec, files: list[str]) -> bool:
     return spec.format == "raw" and all("://" not in path for path in files)
 
 
+@functools.lru_cache(maxsize=8)
+def _built_index(files: tuple[str, ...], spec: RecordSpec, labeled: bool, stamps: tuple) -> RecordIndex:
+    return RecordIndex.build(list(files), spec.image_key, spec.label_key, spec.raw_bytes, labeled)
+
+
 def _index(files: list[str], spec: RecordSpec, labeled: bool, count: int | None = None) -> RecordIndex:
-    index = RecordIndex.build(files, spec.image_key, spec.label_key, spec.raw_bytes, labeled)
+    """The index of `files`, built once per process while they are unchanged (the training reader and the
+    in-order train split share it)."""
+    stamps = tuple((stat.st_size, stat.st_mtime_ns) for stat in map(os.stat, files))
+    index = _built_index(tuple(files), spec, labeled, stamps)
     if count is not None and len(index) != count:
         raise DataError(f"{', '.join(files)}: hold {len(index)} records, expected {count} (the manifest's count)")
     return index
