@@ -148,6 +148,18 @@ def test_bad_records_are_named_at_start_up(tmp_path, case, message):
     assert str(error.value).startswith(str(path))
 
 
+def test_without_preadv_a_seek_and_readv_read_the_same(tmp_path, monkeypatch):
+    """macOS has no `os.preadv`."""
+    path = _good(tmp_path)
+    index = RecordIndex.build([path], "img_raw", "label", SPEC.raw_bytes, labeled=True)
+    expected = index.read(np.array([3, 0, 2]))
+    monkeypatch.delattr(os, "preadv")
+    got = index.read(np.array([3, 0, 2]))
+    np.testing.assert_array_equal(got[0], expected[0])
+    np.testing.assert_array_equal(got[1], expected[1])
+    assert got[0][0, 0] == 3
+
+
 def test_a_record_changed_after_start_up_is_named_when_read(tmp_path):
     path = _good(tmp_path)
     index = RecordIndex.build([path], "img_raw", "label", SPEC.raw_bytes, labeled=True)
@@ -160,6 +172,9 @@ def test_a_record_changed_after_start_up_is_named_when_read(tmp_path):
     os.truncate(path, int(index.end[1]))
     with pytest.raises(ValueError, match="record 1 is cut short: the file changed after start-up"):
         index.read(np.array([1]))
+    os.remove(path)
+    with pytest.raises(ValueError, match=f"{path}: cannot be read any more"):
+        index.read(np.array([0]))
 
 
 def test_which_files_the_index_reads():

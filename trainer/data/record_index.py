@@ -6,11 +6,13 @@ wheel has the CPU's CRC instruction compiled out), which caps it near 1.5x the t
 reader on two cores. Here, at start-up, `RecordIndex.build` walks each file's record
 headers once (`example_wire`; the pixels are skipped, not read) and notes where every
 record's pixels start and its label. Reading a batch is then, per record, one `preadv`
-that puts the pixels straight into their slot of the batch, and a CRC32C check of the
-whole record with the CPU instruction (the `crc32c` package). Image and label still
-come from the same record: the label was read from it and its checksum covers both.
+(a seek and `readv` on macOS) that puts the pixels straight into their slot of the
+batch, and a CRC32C check of the whole record with the CPU instruction (the `crc32c`
+package). Image and label still come from the same record: the label was read from
+it and its checksum covers both.
 
-Local files only; `tfrecords` keeps TFRecordDataset for remote paths and JPEG records.
+Local files on a POSIX system only; `tfrecords` keeps TFRecordDataset for remote paths, JPEG
+records and Windows.
 """
 
 from __future__ import annotations
@@ -33,6 +35,15 @@ ALIGNMENT = 64  # TensorFlow's buffer alignment (EIGEN_MAX_ALIGN_BYTES); a NumPy
 def _masked(crc: int) -> int:
     """TFRecord's masked CRC32C."""
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def _read_at(descriptor: int, buffers: list, offset: int) -> int:
+    """Fills `buffers` from the file at `offset`: `preadv` where the OS has it (Linux, BSD), else a seek and
+    `readv` (macOS); safe either way, as each `read` call opens its own descriptors."""
+    if hasattr(os, "preadv"):
+        return os.preadv(descriptor, buffers, offset)
+    os.lseek(descriptor, offset, os.SEEK_SET)
+    return os.readv(descriptor, buffers)
 
 
 def _aligned_empty(rows: int, row_bytes: int) -> np.ndarray:
@@ -69,7 +80,7 @@ class RecordIndex:
             first.append(first[-1] + len(rows))
         table = np.concatenate(columns)
         file = np.repeat(np.arange(len(files)), np.diff(first))
-        start, end, pixels, labels = table.T
+        start, end, pixels, labels = map(np.ascontiguousarray, table.T)
         labels = np.clip(labels, -1, LABEL_MAX).astype(np.int32)  # out of range stays out of range, never wraps
         return cls(tuple(files), np.array(first), file, start, end, pixels, labels, image_bytes)
 
@@ -80,7 +91,8 @@ class RecordIndex:
         """The records `ids` as (uint8 images, one row of `image_bytes` each; int32 labels).
 
         Raises:
-            ValueError: a record's checksum no longer matches, or its file got shorter (it changed after start-up).
+            ValueError: a record's checksum no longer matches, or its file got shorter or went away
+                (it changed after start-up).
         """
         images = _aligned_empty(len(ids), self.image_bytes)
         descriptors = {}
@@ -88,10 +100,13 @@ class RecordIndex:
             for slot, record in enumerate(ids):
                 file = int(self.file[record])
                 if file not in descriptors:
-                    descriptors[file] = os.open(self.files[file], os.O_RDONLY)
+                    try:
+                        descriptors[file] = os.open(self.files[file], os.O_RDONLY)
+                    except OSError as error:
+                        raise ValueError(f"{self.files[file]}: cannot be read any more ({error.strerror})") from None
                 start, end, pixels = int(self.start[record]), int(self.end[record]), int(self.pixels[record])
                 head, tail = bytearray(pixels - start), bytearray(end + 4 - pixels - self.image_bytes)
-                if os.preadv(descriptors[file], [head, images[slot], tail], start) != end + 4 - start:
+                if _read_at(descriptors[file], [head, images[slot], tail], start) != end + 4 - start:
                     raise ValueError(self._where(record) + " is cut short: the file changed after start-up")
                 crc = crc32c.crc32c(memoryview(tail)[:-4], crc32c.crc32c(images[slot], crc32c.crc32c(head)))
                 if _masked(crc) != struct.unpack_from("<I", tail, len(tail) - 4)[0]:

@@ -205,8 +205,8 @@ def image_batches(
 
 
 def indexed(spec: RecordSpec, files: list[str]) -> bool:
-    """Whether `record_index` reads these files: raw records on a local disk."""
-    return spec.format == "raw" and all("://" not in path for path in files)
+    """Whether `record_index` reads these files: raw records on a local disk (of a system with `os.readv`)."""
+    return spec.format == "raw" and hasattr(os, "readv") and all("://" not in path for path in files)
 
 
 @functools.lru_cache(maxsize=8)
