@@ -217,17 +217,19 @@ def _cats_dogs(train, val, test, *extra):
     ]
 
 
-def test_classic_files_train_without_conversion(tmp_path):
+def _classic_dataset(folder: Path, *extra: str) -> list[str]:
+    """Two classic 40x40 training files of 12 records and one of 8 for val and test; the overrides to use them."""
     for index in range(2):
-        _classic_records(tmp_path / f"trpetdata.tfrecords_00{index}", 12, 40, seed=index)
-    _classic_records(tmp_path / "val.tfrecords", 8, 40, seed=5)
-    overrides = _cats_dogs(
-        f"{tmp_path}/trpetdata.tfrecords_*",
-        f"{tmp_path}/val.tfrecords",
-        f"{tmp_path}/val.tfrecords",
-        "dataset.stored_size=40",
-        "dataset.image_size=32",
+        _classic_records(folder / f"trpetdata.tfrecords_00{index}", 12, 40, seed=index)
+    _classic_records(folder / "val.tfrecords", 8, 40, seed=5)
+    val = f"{folder}/val.tfrecords"
+    return _cats_dogs(
+        f"{folder}/trpetdata.tfrecords_*", val, val, "dataset.stored_size=40", "dataset.image_size=32", *extra
     )
+
+
+def test_classic_files_train_without_conversion(tmp_path):
+    overrides = _classic_dataset(tmp_path)
     objective = run_task(compose(overrides, tmp_path / "run"))
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["num_examples"] == {"train": 24, "val": 8, "test": 8}
@@ -338,18 +340,7 @@ def test_training_on_separable_cats_and_dogs_reaches_high_accuracy(tmp_path):
 
 def test_raw_records_train_under_mirrored_and_the_process_exits(tmp_path):
     """The indexed reader runs Python inside tf.data: under MirroredStrategy, and `run.py` must still exit."""
-    for index in range(2):
-        _classic_records(tmp_path / f"train-{index}.tfrecords", 12, 40, seed=index)
-    _classic_records(tmp_path / "val.tfrecords", 8, 40, seed=5)
-    overrides = _cats_dogs(
-        f"{tmp_path}/train-*.tfrecords",
-        f"{tmp_path}/val.tfrecords",
-        f"{tmp_path}/val.tfrecords",
-        "dataset.stored_size=40",
-        "dataset.image_size=32",
-        "strategy=mirrored",
-        "strategy.cpu_devices=2",
-    )
+    overrides = _classic_dataset(tmp_path, "strategy=mirrored", "strategy.cpu_devices=2")
     result = subprocess.run(
         [sys.executable, str(ROOT / "run.py"), *overrides, f"hydra.run.dir={tmp_path / 'run'}"],
         cwd=tmp_path,
