@@ -45,7 +45,7 @@ def make_pets(folder: Path, per_class: int = 12, noise: float = 0.0, seed: int =
 
 
 def _read_all(files, spec, labeled=True):
-    dataset = tfrecords.eval_dataset(files, spec, Preprocess(spec.stored_size, normalization="none"), 2, 8, labeled)
+    dataset = tfrecords.eval_dataset(files, spec, Preprocess(spec.stored_size), 2, 8, labeled)
     images, labels = zip(*[(i.numpy(), lab.numpy()) for i, lab in dataset], strict=False)
     return np.concatenate(images), np.concatenate(labels)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import keras
 
+from trainer import checkpoints
 from trainer.errors import UserError
 from trainer.reports import write_atomic
 
@@ -22,11 +23,14 @@ log = logging.getLogger(__name__)
 
 
 class Checkpoints(keras.callbacks.Callback):
-    """Saves the whole model to `last.keras` at every epoch end and copies it to `best.keras` when
-    `monitor` improves; both atomic. Copying the file takes milliseconds, a second save ~0.2 s."""
+    """Saves the whole model with its `ModelInfo` to `last.keras` at every epoch end and copies it to
+    `best.keras` when `monitor` improves; both atomic. Copying the file takes milliseconds, a second save ~0.2 s."""
 
-    def __init__(self, folder: Path, monitor: str, mode: str = "max", best: float | None = None):
+    def __init__(
+        self, folder: Path, info: checkpoints.ModelInfo, monitor: str, mode: str = "max", best: float | None = None
+    ):
         super().__init__()
+        self.info = info
         self.last, self.best_path = folder / "last.keras", folder / "best.keras"
         self.monitor = monitor
         self.better = (lambda new, old: new > old) if mode == "max" else (lambda new, old: new < old)
@@ -39,7 +43,7 @@ class Checkpoints(keras.callbacks.Callback):
         value = logs.get(self.monitor)
         if value is None:
             raise ValueError(f"objective.metric={self.monitor!r} is not among the metrics {sorted(logs)}")
-        write_atomic(self.last, self.model.save)
+        write_atomic(self.last, lambda temporary: checkpoints.save(self.model, temporary, self.info))
         if self.better(value, self.best):
             log.info("Epoch %d: %s improved to %.4f, saving %s", epoch + 1, self.monitor, value, self.best_path)
             self.best = value
@@ -178,19 +182,17 @@ class Curves(keras.callbacks.Callback):
 
 
 class SampleImages(keras.callbacks.Callback):
-    """Writes a few input images, as the model sees them, to TensorBoard once at the start."""
+    """Writes a few input images (the model's uint8 inputs) to TensorBoard once at the start."""
 
-    def __init__(self, log_dir: Path, images, normalization: str):
+    def __init__(self, log_dir: Path, images):
         super().__init__()
-        self.log_dir, self.images, self.normalization = log_dir, images, normalization
+        self.log_dir, self.images = log_dir, images
 
     def on_train_begin(self, logs=None):
         import tensorflow as tf
 
-        from trainer.visualize import to_display
-
         with tf.summary.create_file_writer(str(self.log_dir / "train")).as_default():
-            tf.summary.image("input_images", to_display(self.images, self.normalization), step=0, max_outputs=8)
+            tf.summary.image("input_images", self.images, step=0, max_outputs=8)
 
 
 def best_so_far(history_csv: Path, monitor: str, mode: str) -> float | None:
@@ -204,24 +206,25 @@ def best_so_far(history_csv: Path, monitor: str, mode: str) -> float | None:
 
 def training_callbacks(
     run_dir: Path,
+    info: checkpoints.ModelInfo,
     monitor: str,
     mode: str,
     backup_dir: Path,
     save_every_steps: int | None = None,
-    samples: tuple | None = None,
+    samples=None,
     keep_backup: bool = False,
 ) -> list[keras.callbacks.Callback]:
-    """The callbacks every run gets, writing into `run_dir`.
+    """The callbacks every run gets, writing into `run_dir`; checkpoints carry `info`.
 
-    `samples` is (a few input images, their normalization) for TensorBoard; with
+    `samples` is a few uint8 input images for TensorBoard; with
     `keep_backup` the backup outlives this `fit` (between fine-tuning phases).
 
     Order matters: the backup restores first; the NaN check runs before anything
     saves; the learning rate joins the logs before history.csv and TensorBoard
     write them; the SIGTERM stop comes last, after the epoch's files are written.
     """
-    checkpoints = run_dir / "checkpoints"
-    checkpoints.mkdir(parents=True, exist_ok=True)
+    folder = run_dir / "checkpoints"
+    folder.mkdir(parents=True, exist_ok=True)
     backup = keras.callbacks.BackupAndRestore(
         str(backup_dir),
         save_freq=save_every_steps or "epoch",
@@ -230,15 +233,15 @@ def training_callbacks(
     )
     callbacks = [
         backup,
-        StopOnNaN(checkpoints),
+        StopOnNaN(folder),
         LearningRateLog(),
-        Checkpoints(checkpoints, monitor, mode, best=best_so_far(run_dir / "history.csv", monitor, mode)),
+        Checkpoints(folder, info, monitor, mode, best=best_so_far(run_dir / "history.csv", monitor, mode)),
         keras.callbacks.CSVLogger(str(run_dir / "history.csv"), append=True),
         Curves(run_dir / "history.csv", run_dir / "curves.png"),
         keras.callbacks.TensorBoard(str(run_dir / "tensorboard"), write_graph=False),
         EpochLog(),
     ]
     if samples is not None:
-        callbacks.append(SampleImages(run_dir / "tensorboard", *samples))
+        callbacks.append(SampleImages(run_dir / "tensorboard", samples))
     callbacks.append(StopOnSignal(backup))
     return callbacks

@@ -71,10 +71,11 @@ def load_saved(run_dir: Path) -> DictConfig:
     except Exception as error:  # YAML syntax, a truncated file
         raise ConfigError(f"{source}: not a readable config ({str(error).splitlines()[0]})") from None
     typed = OmegaConf.structured(Config)
-    for key, value in saved.items():
+    raw = OmegaConf.to_container(saved, resolve=False)  # interpolations stay as written (`${hydra:...}`)
+    for key, value in raw.items():
         try:
             if key in SCHEMAS:
-                typed[key] = _typed_group(key, value, source)
+                typed[key] = _typed_group(key, OmegaConf.create(value), source)
             else:
                 typed = OmegaConf.merge(typed, {key: value})
         except ConfigError:

@@ -100,10 +100,12 @@ def tfrecord_chunks(
 
 
 def _class_of(file: Path, root: Path | None, class_names: list[str]) -> int | None:
+    """The class of a file in a subfolder named after it, matched case-insensitively (`Cat/` is `cat`)."""
     if root is None or file.parent == root:
         return None
-    top = file.relative_to(root).parts[0]
-    return class_names.index(top) if top in class_names else None
+    folded = [name.casefold() for name in class_names]
+    top = file.relative_to(root).parts[0].casefold()
+    return folded.index(top) if top in folded else None
 
 
 def image_chunks(
@@ -116,7 +118,7 @@ def image_chunks(
 ) -> Iterator[Chunk]:
     """Image files in sorted order, decoded by Pillow in threads (order kept); unreadable files are skipped.
 
-    Files in a subfolder named after a class get that class as their label.
+    Files in a subfolder named after a class (in any letter case) get that class as their label.
     """
     labels = [_class_of(file, root, class_names) for file in files]
     labeled = root is not None and all(label is not None for label in labels)

@@ -17,6 +17,7 @@ from trainer.config import BinaryDatasetConfig, TFRecordDatasetConfig
 from trainer.data import pipeline, records, tfrecords
 from trainer.data.augment import Augmentation, Preprocess
 from trainer.errors import DataError
+from trainer.models.preprocessing import ColorJitter
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +33,7 @@ class Data:
     num_examples: dict[str, int]  # records per split
     class_names: list[str]
     input_shape: tuple[int, int, int]
-    normalization: str = "standardize"  # how images were normalized (for display and export)
+    resize_to: int  # evaluation: stored images resized to this side before the centre crop to input_shape
     class_counts: dict[str, dict[str, int]] | None = None  # per split, when known without reading the images
 
 
@@ -46,16 +47,23 @@ def binary_format(dataset: BinaryDatasetConfig) -> records.RecordFormat:
     )
 
 
-def dataset_preprocess(dataset, normalization: str = "standardize") -> Preprocess:
-    """Resize, augmentation and normalization of a dataset config (binary data at image_size 0 keeps its size)."""
-    return Preprocess(
-        image_size=dataset.image_size or dataset.height,
-        augment=Augmentation(**dataclasses.asdict(dataset.augment)),
-        normalization=normalization,
-    )
+HOST_AUGMENTATION = tuple(field.name for field in dataclasses.fields(Augmentation))
+MODEL_AUGMENTATION = tuple(field.name for field in dataclasses.fields(ColorJitter))
 
 
-def load_binary(dataset: BinaryDatasetConfig, batch_size: int, seed: int, normalization: str) -> Data:
+def dataset_preprocess(dataset) -> Preprocess:
+    """The host's part of a dataset config: resize and geometric augmentation (binary data at image_size 0
+    keeps its size)."""
+    augment = {key: getattr(dataset.augment, key) for key in HOST_AUGMENTATION}
+    return Preprocess(image_size=dataset.image_size or dataset.height, augment=Augmentation(**augment))
+
+
+def color_jitter(dataset) -> ColorJitter:
+    """The model's part of the dataset's augmentation: brightness and contrast (training only)."""
+    return ColorJitter(**{key: getattr(dataset.augment, key) for key in MODEL_AUGMENTATION})
+
+
+def load_binary(dataset: BinaryDatasetConfig, batch_size: int, seed: int) -> Data:
     """Finds (or downloads), checks and splits the record files, then builds the pipelines."""
     url = dataset.url if dataset.download else None
     names = list(dataset.train_files) + list(dataset.test_files)
@@ -70,7 +78,7 @@ def load_binary(dataset: BinaryDatasetConfig, batch_size: int, seed: int, normal
         dataset.val_size,
         dataset.val_source,
     )
-    preprocess = dataset_preprocess(dataset, normalization)
+    preprocess = dataset_preprocess(dataset)
     size = preprocess.output_size
     counts = {name: split.count for name, split in splits.items()}
     log.info("Dataset %s from %s: %s records <dataset=%s>", dataset.name, paths[0].parent, counts, dataset.name)
@@ -90,7 +98,7 @@ def load_binary(dataset: BinaryDatasetConfig, batch_size: int, seed: int, normal
         num_examples=counts,
         class_names=list(dataset.class_names),
         input_shape=(size, size, 3),
-        normalization=normalization,
+        resize_to=preprocess.image_size,
     )
 
 
@@ -112,7 +120,7 @@ def _counts(files: list[str], manifest: dict | None, split: str) -> int:
     return sum(tfrecords.count_records(file) for file in files)  # also verifies every checksum
 
 
-def load_tfrecords(dataset: TFRecordDatasetConfig, batch_size: int, seed: int, normalization: str) -> Data:
+def load_tfrecords(dataset: TFRecordDatasetConfig, batch_size: int, seed: int) -> Data:
     """Expands the globs, checks each file's first record, counts the records and builds the pipelines."""
     spec = record_spec(dataset)
     files = {
@@ -134,7 +142,7 @@ def load_tfrecords(dataset: TFRecordDatasetConfig, batch_size: int, seed: int, n
             f"{manifest_file}: lists {len(class_names)} classes but dataset.num_classes={dataset.num_classes}"
         )
     counts = {split: _counts(paths, manifest, split) for split, paths in files.items()}
-    preprocess = dataset_preprocess(dataset, normalization)
+    preprocess = dataset_preprocess(dataset)
     log.info(
         "Dataset %s (%s, %d shards): %s records, classes %s <dataset=%s>",
         dataset.name,
@@ -157,7 +165,7 @@ def load_tfrecords(dataset: TFRecordDatasetConfig, batch_size: int, seed: int, n
         num_examples=counts,
         class_names=class_names,
         input_shape=(preprocess.output_size, preprocess.output_size, 3),
-        normalization=normalization,
+        resize_to=preprocess.image_size,
         class_counts={split: entry["per_class"] for split, entry in (manifest or {}).get("splits", {}).items()},
     )
 
@@ -172,6 +180,6 @@ def normalization_for(dataset, model) -> str:
     return "standardize" if dataset.standardize else "none"
 
 
-def load_data(dataset, batch_size: int, seed: int, normalization: str = "standardize") -> Data:
+def load_data(dataset, batch_size: int, seed: int) -> Data:
     """Dispatches on the dataset schema (`conf/dataset/*.yaml` picks it)."""
-    return LOADERS[type(dataset)](dataset, batch_size, seed, normalization)
+    return LOADERS[type(dataset)](dataset, batch_size, seed)

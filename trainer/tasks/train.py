@@ -21,14 +21,16 @@ import numpy as np
 
 from trainer import distribute, optim
 from trainer.callbacks import Preempted, training_callbacks
+from trainer.checkpoints import ModelInfo
 from trainer.config import Config, VGG19ImageNetConfig
 from trainer.errors import ConfigError
 from trainer.models.finetune import build_vgg19_imagenet, set_trainable
+from trainer.models.preprocessing import with_preprocessing
 from trainer.models.vgg19 import build_vgg19
 from trainer.reports import write_json
 from trainer.resume import backup_folder, prepare_resume, read_history, resolve_resume
 from trainer.tasks.common import evaluate_checkpoint, run_folder, setup_strategy
-from trainer.tasks.data import Data, load_data, normalization_for
+from trainer.tasks.data import Data, color_jitter, load_data, normalization_for
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +53,8 @@ def _objective_metric(settings: Config) -> str:
     return metric
 
 
-def _build_model(settings: Config, data: Data) -> keras.Model:
-    """The configured model, uncompiled; call inside `strategy.scope()`."""
+def _build_network(settings: Config, data: Data) -> keras.Model:
+    """The configured network (float inputs), uncompiled; call inside `strategy.scope()`."""
     model = settings.model
     if isinstance(model, VGG19ImageNetConfig):
         return build_vgg19_imagenet(
@@ -127,7 +129,7 @@ def train(settings: Config) -> float | None:
     keras.utils.set_random_seed(settings.seed)
     batch = settings.trainer.batch_size
     replicas = strategy.num_replicas_in_sync
-    data = load_data(settings.dataset, batch, settings.seed, normalization_for(settings.dataset, settings.model))
+    data = load_data(settings.dataset, batch, settings.seed)
     steps_per_epoch = settings.trainer.steps_per_epoch or data.num_examples["train"] // batch
     if steps_per_epoch < 1:
         raise ConfigError(
@@ -143,8 +145,14 @@ def train(settings: Config) -> float | None:
     )
     lr = settings.optimizer.lr * (replicas if settings.optimizer.scale_with_replicas else 1)
     keras.mixed_precision.set_global_policy(settings.trainer.precision)  # before any layer is built
-    with strategy.scope():
-        model = _build_model(settings, data)
+    normalization = normalization_for(settings.dataset, settings.model)
+    with strategy.scope():  # uint8 in; the model owns its cast, colour augmentation and normalization
+        model = with_preprocessing(
+            _build_network(settings, data), normalization, color_jitter(settings.dataset), settings.seed
+        )
+    info = ModelInfo(
+        tuple(data.class_names), data.input_shape[0], data.resize_to, normalization, settings.dataset.name
+    )
     log.info(
         "Model %s: %s parameters, input %s, lr %g <model=%s optimizer=%s>",
         model.name,
@@ -188,11 +196,12 @@ def train(settings: Config) -> float | None:
             )
             callbacks = training_callbacks(
                 run_dir,
+                info,
                 metric,
                 settings.objective.mode,
                 backup_dir,
                 settings.trainer.save_every_steps,
-                samples=None if sample_images is None else (sample_images, data.normalization),
+                samples=sample_images,
                 keep_backup=phase is not plan[-1],
             )
             try:
@@ -220,15 +229,7 @@ def train(settings: Config) -> float | None:
         values = history[metric]
         best_epoch = values.index((max if settings.objective.mode == "max" else min)(values))
 
-        test = evaluate_checkpoint(
-            strategy,
-            run_dir / "checkpoints" / "best.keras",
-            data.test,
-            data.class_names,
-            data.input_shape,
-            run_dir,
-            "test",
-        )
+        test = evaluate_checkpoint(strategy, run_dir / "checkpoints" / "best.keras", data, "test", run_dir)
         metrics = {
             "objective": float(values[best_epoch]),
             "objective_metric": metric,
