@@ -86,7 +86,7 @@ def predict(settings: Config) -> float | None:
     size = dataset_preprocess(settings.dataset).output_size
     output = Path(settings.predict.output or Path(settings.output_dir) / "predictions.csv")
     check_writable(output, "predict.output")
-    kind, files, root = predict_inputs.resolve_inputs(settings.predict.input)
+    kind, files, root = predict_inputs.resolve_inputs(settings.predict.input, settings.predict.format)
     strategy = setup_strategy(settings)
     with strategy.scope():
         model = checkpoints.load(settings.checkpoint, len(class_names), (size, size, 3))
