@@ -27,18 +27,15 @@ from dataclasses import dataclass
 import tensorflow as tf
 from google.protobuf.message import DecodeError
 
+from trainer.data import record_writer
 from trainer.data.augment import Preprocess, prepare_images
+from trainer.data.record_writer import DEFAULT_KEYS, FORMATS
 from trainer.errors import DataError
 
 log = logging.getLogger(__name__)
 
-FORMATS = ("raw", "jpeg")
 COMPRESSIONS = ("auto", "none", "gzip", "zlib")
 TF_COMPRESSION = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}  # our names -> TFRecordDataset's compression_type
-DEFAULT_KEYS = {
-    "raw": {"image": "img_raw", "label": "label", "filename": "filename"},
-    "jpeg": {"image": "image/encoded", "label": "image/class/label", "filename": "image/filename"},
-}
 LABEL_MAX = 2**31 - 1  # labels are saturated to int32, so one past int32 still fails the range check
 AUTOTUNE = tf.data.AUTOTUNE
 MAX_PARALLEL_READS = 8  # files read at once
@@ -73,14 +70,6 @@ class RecordSpec:
         return self.stored_size * self.stored_size * 3
 
 
-def _bytes(value: bytes) -> tf.train.Feature:
-    return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
-
-
-def _int64(value: int) -> tf.train.Feature:
-    return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
-
-
 def make_example(
     spec: RecordSpec, image: bytes, label: int | None, filename: str | bytes | None, height: int, width: int
 ) -> bytes:
@@ -90,18 +79,10 @@ def make_example(
     example holds exactly `label` and `img_raw`, as the classic recipe does.
     A `bytes` filename is stored as it is (names that are not valid UTF-8).
     """
-    features = {spec.image_key: _bytes(image)}
-    if label is not None:
-        features[spec.label_key] = _int64(label)
-    if spec.format == "jpeg":
-        features["image/height"] = _int64(height)
-        features["image/width"] = _int64(width)
-        features["image/format"] = _bytes(b"jpeg")
-    if filename is not None and (spec.format == "jpeg" or label is None):
-        features[spec.filename_key] = _bytes(filename if isinstance(filename, bytes) else filename.encode())
-    example = tf.train.Example(features=tf.train.Features(feature=features))
-    # Protobuf map fields serialize in no fixed order unless asked: the converter's bytes must be reproducible.
-    return example.SerializeToString(deterministic=True)
+    keys = {"image": spec.image_key, "label": spec.label_key, "filename": spec.filename_key}
+    name = filename.encode() if isinstance(filename, str) else filename
+    features = record_writer.example_features(spec.format, keys, image, label, name, height, width)
+    return record_writer.encode_example(features)
 
 
 def _local(path: str) -> bool:
