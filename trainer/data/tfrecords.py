@@ -287,15 +287,16 @@ def scan_file(path: str, spec: RecordSpec, num_classes: int | None = None, filen
 
 def _parse_checked(path: str, batch: tf.Tensor, description: dict, first: int) -> dict:
     """`parse_example` of a batch; on failure, parses record by record to name the one at fault."""
+    # TensorFlow quotes the bad record in its message, which Python then fails to decode: both mean "bad record".
     try:
         return tf.io.parse_example(batch, description)
-    except tf.errors.InvalidArgumentError:
+    except (tf.errors.InvalidArgumentError, UnicodeDecodeError):
         pass
     for offset, record in enumerate(batch):
         try:
             tf.io.parse_single_example(record, description)
-        except tf.errors.InvalidArgumentError as error:
-            reason = _first_line(error)
+        except (tf.errors.InvalidArgumentError, UnicodeDecodeError) as error:
+            reason = _first_line(error) if isinstance(error, tf.errors.OpError) else "not a valid Example"
             raise DataError(
                 f"{path}: record {first + offset} does not parse as an Example with {sorted(description)} "
                 f"({reason}); check dataset.label_key/filename_key"
@@ -413,9 +414,8 @@ def shuffled_records(
         order = tf.data.Dataset.from_tensor_slices(paths).shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
         records = tf.data.TFRecordDataset(order, compression_type=compression, num_parallel_reads=reads)
     else:
-        order = tf.data.Dataset.from_tensor_slices((paths, starts, lengths)).shuffle(
-            len(paths), seed=seed, reshuffle_each_iteration=True
-        )
+        ranges = (paths, tf.constant(starts, tf.int64), tf.constant(lengths, tf.int64))
+        order = tf.data.Dataset.from_tensor_slices(ranges).shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
 
         def read(path, start, length):  # skip walks record headers; nothing before `start` is parsed or decoded
             return tf.data.TFRecordDataset(path, compression_type=compression).skip(start).take(length)
