@@ -128,7 +128,7 @@ def _bad_label_tfrecord(label):
                 feature = {"label": _int(value), "img_raw": _bytes(bytes(4800))}
                 writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
         good = world / "good.tfrecords"
-        message = "label >= num_classes=2" if label >= 2 else "negative label"
+        message = f"labels.tfrecords: record 2 has label {label}, expected 0 to 1"
         return _pets(
             tmp,
             [

@@ -122,6 +122,7 @@ class TFRecordDatasetConfig:
     image_key: str | None = None  # feature keys; null: the format's defaults
     label_key: str | None = None
     filename_key: str | None = None
+    compression: str = "auto"  # auto (from each file's first bytes) | none | gzip | zlib
     num_classes: int = 2
     class_names: list[str] = field(default_factory=lambda: ["cat", "dog"])  # the manifest's win when present
     image_size: int = 224  # model input side
@@ -131,6 +132,12 @@ class TFRecordDatasetConfig:
 
     def __post_init__(self) -> None:
         _require(self.format in ("raw", "jpeg"), "dataset.format", "raw or jpeg", self.format)
+        _require(
+            self.compression in ("auto", "none", "gzip", "zlib"),
+            "dataset.compression",
+            "auto, none, gzip or zlib",
+            self.compression,
+        )
         for key in ("stored_size", "image_size", "shuffle_buffer"):
             _require(getattr(self, key) >= 1, f"dataset.{key}", ">= 1", getattr(self, key))
         _require(self.num_classes >= 2, "dataset.num_classes", ">= 2", self.num_classes)
@@ -322,8 +329,13 @@ class EvaluateConfig:
 @dataclass
 class PredictConfig:
     input: str | None = None  # a folder of images, a glob of images, .bin or TFRecord files
+    format: str = "auto"  # auto (by file name) | images | records (.bin) | tfrecord
     output: str | None = None  # the CSV; default: predictions.csv in the run folder
     workers: int = 0  # threads decoding image files; 0: one per core
+
+    def __post_init__(self) -> None:
+        formats = ("auto", "images", "records", "tfrecord")
+        _require(self.format in formats, "predict.format", "auto, images, records or tfrecord", self.format)
 
 
 @dataclass

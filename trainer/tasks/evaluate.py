@@ -91,7 +91,7 @@ def predict(settings: Config) -> float | None:
         raise ConfigError("mode=predict runs on one machine: use strategy=single or strategy=mirrored")
     output = Path(settings.predict.output or Path(settings.output_dir) / "predictions.csv")
     check_writable(output, "predict.output")
-    kind, files, root = predict_inputs.resolve_inputs(settings.predict.input)
+    kind, files, root = predict_inputs.resolve_inputs(settings.predict.input, settings.predict.format)
     strategy = setup_strategy(settings)
     with strategy.scope():
         model, info = checkpoints.load(settings.checkpoint)

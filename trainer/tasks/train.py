@@ -206,7 +206,7 @@ def train(settings: Config) -> float | None:
             )
             try:
                 model.fit(
-                    data.train,
+                    distribute.training_input(strategy, data.train, data.train_for_worker),
                     initial_epoch=max(done, phase.start),
                     epochs=phase.end,
                     steps_per_epoch=steps_per_epoch,
