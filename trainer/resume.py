@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import json
 import logging
 import tempfile
 from pathlib import Path
 
+from trainer import folders
+from trainer.backup import read_state
 from trainer.errors import ConfigError
 from trainer.reports import write_atomic
 
@@ -21,19 +22,18 @@ log = logging.getLogger(__name__)
 def resolve_resume(resume: str | None, output_dir: str) -> str:
     """The folder a run writes to: `resume` (an earlier run folder, or `latest`) or Hydra's new folder.
 
+    With run.py, Hydra's folder already is the resumed one (`hydra.run.dir` follows `resume`).
+
     Raises:
         ConfigError: `resume` names no run folder.
     """
     if not resume:
         return output_dir
+    picked = resume == "latest" and (Path(output_dir) / "backup").is_dir()  # Hydra's resolver picked it
+    folder = output_dir if picked else folders.resume_folder(resume)
     if resume == "latest":
-        candidates = sorted(Path("outputs").glob("*/*/backup"), key=lambda path: path.stat().st_mtime)
-        if not candidates:
-            raise ConfigError("resume=latest: no run folder under outputs/ has a backup to resume from")
-        return str(candidates[-1].parent)
-    if not (Path(resume) / "history.csv").is_file() and not (Path(resume) / "backup").is_dir():
-        raise ConfigError(f"resume={resume}: not a training run folder (no history.csv or backup/ in it)")
-    return resume
+        log.info("resume=latest: continuing %s, the interrupted run whose backup was written last", folder)
+    return folder
 
 
 def backup_folder(run_dir: Path, output_dir: str, worker: str | None) -> Path:
@@ -49,22 +49,37 @@ def backup_folder(run_dir: Path, output_dir: str, worker: str | None) -> Path:
 def prepare_resume(run_dir: Path, backup_dir: Path, resume: str | None) -> int:
     """Epochs already done per the backup; trims history.csv to exactly those, so none appears twice.
 
+    A run killed before its first epoch ended has no backup: it starts again
+    from epoch 1. A run whose epochs are all done but whose metrics.json is
+    missing (killed in the test evaluation) still has its backup.
+
     Raises:
-        ConfigError: `resume` points at a run that finished (its backup is gone).
+        ConfigError: `resume` points at a run that finished (it has its metrics.json), or at an unreadable backup.
     """
-    metadata = backup_dir / "training_metadata.json"
-    done = json.loads(metadata.read_text())["epoch"] if metadata.is_file() else 0
+    if resume and (run_dir / "metrics.json").is_file():
+        raise ConfigError(f"resume={resume}: the run finished (it has metrics.json); start a new run instead")
+    state = read_state(backup_dir)
+    done = state.epoch if state else 0
     history_csv = run_dir / "history.csv"
-    if resume and not done and history_csv.is_file():
-        raise ConfigError(f"resume={resume}: the run finished (no backup left); start a new run instead")
     if history_csv.is_file():
         lines = history_csv.read_text().splitlines(keepends=True)
-        kept = lines[:1] + [line for line in lines[1:] if int(line.split(",", 1)[0]) < done]
+        kept = lines[:1] + [line for line in lines[1:] if _epoch_of(line) <= done]
         if kept != lines:
             write_atomic(history_csv, lambda temporary: temporary.write_text("".join(kept)))
-    if done:
-        log.info("Resuming after epoch %d from %s <resume=%s>", done, backup_dir, resume)
+    if resume:
+        if done:
+            log.info("Resuming %s after epoch %d from %s <resume=%s>", run_dir, done, state.weights, resume)
+        else:
+            log.info("No epoch of %s was finished: training it from epoch 1 <resume=%s>", run_dir, resume)
     return done
+
+
+def _epoch_of(line: str) -> int:
+    """The epoch number of a history.csv row; a torn row (no number) counts as not done."""
+    try:
+        return int(line.split(",", 1)[0])
+    except ValueError:
+        return 1 << 30
 
 
 def read_history(path: Path) -> dict[str, list[float]]:
