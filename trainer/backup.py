@@ -95,8 +95,9 @@ class RunBackup(keras.callbacks.Callback):
         state = read_state(self.backup_dir)
         if state is None:
             return
-        if self.model.optimizer is not None and not self.model.optimizer.built:
-            self.model.optimizer.build(self.model.trainable_variables)
+        optimizer = getattr(self.model, "optimizer", None)
+        if optimizer is not None and not optimizer.built:  # its variables are in the backup too
+            optimizer.build(self.model.trainable_variables)
         try:
             self.model.load_weights(state.weights)
         except Exception as error:  # a foreign or damaged file

@@ -33,8 +33,14 @@ def print_config_tree(cfg: DictConfig, path: Path | None = None) -> str:
     return text
 
 
-def run_task(cfg: DictConfig, show_config: bool = False) -> float | None:
-    """Validates the composed config and runs the task named by `mode`."""
+def run_task(cfg: DictConfig, show_config: bool = False, overrides: list[str] | None = None) -> float | None:
+    """Validates the composed config and runs the task named by `mode`.
+
+    A resumed training takes its run's saved config; `overrides` (default: Hydra's command line)
+    are checked against it.
+    """
+    if cfg.get("resume") and cfg.get("mode") == "train":
+        cfg = _bind_resume(cfg, overrides)
     settings = to_settings(cfg)
     if show_config:
         print_config_tree(cfg, Path(settings.output_dir) / "config_tree.txt")
@@ -45,3 +51,13 @@ def run_task(cfg: DictConfig, show_config: bool = False) -> float | None:
 
     tasks = {"train": train, "evaluate": evaluate, "predict": predict, "inspect": inspect, "export": export}
     return tasks[settings.mode](settings)
+
+
+def _bind_resume(cfg: DictConfig, overrides: list[str] | None) -> DictConfig:
+    from hydra.core.hydra_config import HydraConfig
+
+    from trainer.resume import bind_to_run, resolve_resume
+
+    if overrides is None:
+        overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    return bind_to_run(cfg, Path(resolve_resume(cfg.resume, cfg.output_dir)), overrides)
