@@ -344,3 +344,82 @@ def test_the_lock_of_a_killed_process_is_taken_over(tmp_path, caplog):
     with caplog.at_level("WARNING"), run_lock(tmp_path):
         assert json.loads((tmp_path / ".lock").read_text())["pid"] == os.getpid()
     assert f"from process {holder.pid} on host {socket.gethostname()}, which is no longer running" in caplog.text
+
+
+# --- resume is bound to the run's config --------------------------------------------------------------
+
+
+@pytest.fixture
+def saved_run(tmp_path) -> Path:
+    """A run folder with Hydra's saved config of a CIFAR run (the task stops at a bad mode: no training)."""
+    run_dir = tmp_path / "run"
+    arguments = [*_train_arguments(tmp_path, run_dir, epochs=3), "mode=stop"]
+    result = _run(tmp_path, arguments)
+    assert result.returncode == 1 and (run_dir / ".hydra" / "config.yaml").is_file(), result.stderr
+    return run_dir
+
+
+CHANGED_EXPERIMENTS = [
+    (["dataset=digits"], "dataset.name: 'cifar' -> 'digits'"),
+    (["optimizer=adam"], "optimizer.name: 'sgd' -> 'adam'"),
+    (["model.width_multiplier=0.25"], "model.width_multiplier: 0.125 -> 0.25"),
+    (["trainer.batch_size=16", "seed=1"], "seed: 42 -> 1; trainer.batch_size: 8 -> 16"),
+    (["trainer.precision=mixed_bfloat16"], "trainer.precision: 'float32' -> 'mixed_bfloat16'"),
+    (["strategy=mirrored"], "strategy.name: 'single' -> 'mirrored'"),
+    (["trainer.epochs=2"], "trainer.epochs: 3 -> 2"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "expected"), CHANGED_EXPERIMENTS)
+def test_resume_refuses_a_command_line_that_changes_the_experiment(saved_run, overrides, expected):
+    from conftest import compose
+    from trainer.tasks import run_task
+
+    cli = [f"resume={saved_run}", *overrides]
+    with pytest.raises(ConfigError) as error:
+        run_task(compose(cli, saved_run), overrides=cli)
+    message = str(error.value)
+    assert "\n" not in message and expected in message
+    assert message.startswith(f"resume={saved_run} continues {saved_run} with its own config")
+
+
+def test_resume_alone_takes_the_run_config_and_allows_safe_changes(saved_run, caplog):
+    from conftest import compose
+    from trainer.resume import bind_to_run
+
+    cli = [f"resume={saved_run}", "trainer.epochs=5", "trainer.verbose=1", "trainer.threads=1"]
+    with caplog.at_level("INFO"):
+        bound = bind_to_run(compose(cli, saved_run), saved_run, cli)
+    assert bound.dataset.name == "cifar" and bound.trainer.batch_size == 8 and bound.model.width_multiplier == 0.125
+    assert (bound.trainer.epochs, bound.trainer.verbose, bound.trainer.threads) == (5, 1, 1)
+    assert "Resume with a changed setting (allowed): trainer.epochs: 3 -> 5" in caplog.text
+
+
+def test_run_py_resume_with_another_optimizer_is_one_line(tmp_path, saved_run):
+    result = _run(tmp_path, [f"resume={saved_run}", "optimizer=adam"])
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    error = result.stderr.strip().splitlines()[-1]
+    assert error.startswith(f"error: resume={saved_run} continues {saved_run} with its own config")
+    assert "optimizer.name: 'sgd' -> 'adam'" in error and error.endswith("Drop these overrides, or start a new run")
+
+
+def test_resume_of_a_folder_that_is_no_run_is_one_line_and_makes_no_folder(tmp_path):
+    result = _run(tmp_path, [f"resume={tmp_path / 'nothere'}"])
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"error: resume={tmp_path / 'nothere'}: not a training run folder (no .hydra/config.yaml, history.csv or "
+        "backup/)"
+    ]
+    assert sorted(path.name for path in tmp_path.iterdir()) == [], "no dated folder is left"
+
+
+def test_resume_latest_picks_the_run_whose_backup_was_written_last(tmp_path, monkeypatch):
+    from trainer.folders import resume_folder
+
+    monkeypatch.chdir(tmp_path)
+    for name, written in (("2026-11-30/10-00-00", 200), ("2026-11-30/11-00-00", 100)):
+        metadata = tmp_path / "outputs" / name / "backup" / METADATA
+        metadata.parent.mkdir(parents=True)
+        metadata.write_text('{"epoch": 1}')
+        os.utime(metadata, (written, written))
+    assert resume_folder("latest") == str(Path("outputs") / "2026-11-30" / "10-00-00")

@@ -87,6 +87,35 @@ def check_writable(path: str | os.PathLike, key: str) -> None:
         raise DataError(f"{key}={path}: cannot write there ({error.strerror or error})") from None
 
 
+PREDICTION_HEADER = "id,file,predicted_index,predicted_class,"  # how every prediction CSV begins
+
+
+def check_prediction_output(path: str | os.PathLike, key: str = "predict.output") -> None:
+    """Fails before any prediction unless `path` is a new `.csv` file or an earlier prediction CSV:
+    a checkpoint, a folder or any other file is never replaced.
+
+    Raises:
+        DataError: `path` is not a `.csv` name, is a folder, is some other file, or cannot be written.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise DataError(f"{key}={path} is a folder; give a .csv file path (e.g. {path / 'predictions.csv'})")
+    if path.suffix.lower() != ".csv":
+        raise DataError(f"{key}={path}: predictions are written as CSV; give a path ending in .csv")
+    if path.exists():
+        try:
+            with open(path, newline="") as handle:
+                first = handle.readline(4096)
+        except (OSError, UnicodeDecodeError):
+            first = ""
+        if not first.startswith(PREDICTION_HEADER):
+            raise DataError(
+                f"{key}={path} exists and is not a prediction CSV (its first line is not {PREDICTION_HEADER}...); "
+                "it is left untouched: choose another path or remove it"
+            )
+    check_writable(path, key)
+
+
 def write_atomic(path: str | os.PathLike, write: Callable[[Path], Any]) -> Path:
     """Calls `write(temporary_path)`, then renames the result onto `path`; nothing is left half-written.
 

@@ -20,7 +20,7 @@ from trainer import checkpoints, distribute
 from trainer.config import BinaryDatasetConfig, Config
 from trainer.data import predict_inputs
 from trainer.errors import ConfigError
-from trainer.reports import atomic_path, check_writable, write_json
+from trainer.reports import atomic_path, check_prediction_output, write_json
 from trainer.tasks.common import evaluate_checkpoint, run_folder, setup_strategy
 from trainer.tasks.data import (
     binary_format,
@@ -85,7 +85,7 @@ def predict(settings: Config) -> float | None:
     class_names = list(settings.dataset.class_names)
     size = dataset_preprocess(settings.dataset).output_size
     output = Path(settings.predict.output or Path(settings.output_dir) / "predictions.csv")
-    check_writable(output, "predict.output")
+    check_prediction_output(output)  # before predicting: a checkpoint or folder is never replaced
     kind, files, root = predict_inputs.resolve_inputs(settings.predict.input)
     strategy = setup_strategy(settings)
     with strategy.scope():
