@@ -40,7 +40,7 @@ def main(cfg: DictConfig) -> float | None:
 
     _share_cores(cfg)
     try:
-        return run_task(cfg, show_config=True)
+        return run_task(cfg, show_config=True, overrides=HydraConfig.get().overrides.task)
     except UserError as error:
         if os.environ.get("HYDRA_FULL_ERROR") == "1" or HydraConfig.get().mode == RunMode.MULTIRUN:
             raise  # a sweep records the failure and goes on with the other jobs

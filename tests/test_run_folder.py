@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import keras
@@ -423,3 +424,61 @@ def test_resume_latest_picks_the_run_whose_backup_was_written_last(tmp_path, mon
         metadata.write_text('{"epoch": 1}')
         os.utime(metadata, (written, written))
     assert resume_folder("latest") == str(Path("outputs") / "2026-11-30" / "10-00-00")
+
+
+# --- no collisions: the real thing (several trainings at once) -----------------------------------------
+
+
+@pytest.mark.slow
+def test_two_trainings_with_one_folder_name_get_two_folders(tmp_path):
+    data = write_cifar(tmp_path / "cifar")
+    same_second = "hydra.run.dir=${worker_dir:outputs/same-second,${resume}}"  # what two runs at 12:00:00 resolve
+    command = [sys.executable, str(ROOT / "run.py"), *cifar_overrides(data), same_second]
+    processes = [
+        subprocess.Popen(command, cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    errors = [process.communicate(timeout=600)[1] for process in processes]
+    assert [process.returncode for process in processes] == [0, 0], errors
+    folders = sorted(path.name for path in (tmp_path / "outputs").iterdir())
+    assert folders == ["same-second", "same-second-2"]
+    for name in folders:
+        assert _epochs(tmp_path / "outputs" / name) == [1]
+        assert json.loads((tmp_path / "outputs" / name / "metrics.json").read_text())["epochs_completed"] == 1
+
+
+HOLD_IN_FIRST_STEP = """
+import time
+from pathlib import Path
+import trainer.callbacks as target
+def wait_for_go(self, batch, logs=None):
+    go = Path({go!r})
+    while not go.exists():
+        time.sleep(0.1)
+target.EpochLog.on_train_batch_end = wait_for_go
+"""
+
+
+@pytest.mark.slow
+def test_a_second_resume_of_a_running_resume_gets_the_lock_error(tmp_path):
+    run_dir = tmp_path / "run"
+    killed = _run(tmp_path, _train_arguments(tmp_path, run_dir, epochs=2), _signal_in_first_step(signal.SIGKILL))
+    assert killed.returncode == -signal.SIGKILL
+    go = tmp_path / "go"
+    script = SCRIPT.format(root=str(ROOT), patch=HOLD_IN_FIRST_STEP.format(go=str(go)), arguments=[f"resume={run_dir}"])
+    first = subprocess.Popen([sys.executable, "-c", script], cwd=tmp_path, env=ENV, stderr=subprocess.PIPE, text=True)
+    try:
+        while not (run_dir / ".lock").read_text().startswith(f'{{"pid": {first.pid},'):
+            assert first.poll() is None, first.stderr.read()
+            time.sleep(0.2)
+        second = _run(tmp_path, [f"resume={run_dir}"])
+    finally:
+        go.touch()
+    assert first.wait(timeout=600) == 0, first.stderr.read()
+    assert second.returncode == 1
+    assert (
+        second.stderr.strip()
+        .splitlines()[-1]
+        .startswith(f"error: {run_dir} is in use by process {first.pid} on host {socket.gethostname()} (since ")
+    )
+    _assert_finished_once(run_dir, 2)

@@ -9,19 +9,18 @@ import csv
 import hashlib
 import logging
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from trainer import folders
+from trainer import folders, run_config
 from trainer.backup import read_state
 from trainer.errors import ConfigError
 from trainer.reports import write_atomic
 
 log = logging.getLogger(__name__)
-
-CONF = Path(__file__).resolve().parents[1] / "conf"  # the config tree run.py composes
 
 
 def resolve_resume(resume: str | None, output_dir: str) -> str:
@@ -97,68 +96,46 @@ def read_history(path: Path) -> dict[str, list[float]]:
 # Keys a resumed run may change: they do not change what is being trained.
 SAFE_KEYS = ("trainer.verbose", "trainer.threads", "trainer.save_every_steps", "dataset.data_dir")
 SAFE_PREFIXES = ("strategy.workers", "strategy.task_index", "strategy.cluster", "strategy.timeout_seconds")
-NOT_TRAINING = ("evaluate", "predict", "inspect", "export", "checkpoint", "mode", "resume", "output_dir")
-
-
-def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(node, dict):
-        flat: dict[str, Any] = {}
-        for key, value in node.items():
-            flat.update(_flatten(value, f"{prefix}{key}."))
-        return flat
-    return {prefix[:-1]: node}
+# Keys of this invocation, taken from the command line. Unlike evaluate (run_config.INVOCATION_KEYS), a
+# resumed run keeps its strategy: another replica count changes the experiment.
+RESUME_KEEPS = tuple(key for key in run_config.INVOCATION_KEYS if key != "strategy")
 
 
 def _leaves(cfg: DictConfig) -> dict[str, Any]:
-    flat = _flatten(OmegaConf.to_container(cfg, resolve=False))
-    return {key: value for key, value in flat.items() if key.split(".")[0] not in NOT_TRAINING + ("hydra",)}
+    def flatten(node: Any, prefix: str) -> dict[str, Any]:
+        if not isinstance(node, dict):
+            return {prefix[:-1]: node}
+        return {key: value for name, child in node.items() for key, value in flatten(child, f"{prefix}{name}.").items()}
+
+    leaves = flatten(OmegaConf.to_container(cfg, resolve=False), "")
+    return {key: value for key, value in leaves.items() if not _is_under(key, RESUME_KEEPS)}
 
 
-def _training_overrides(overrides: list[str]) -> list[str]:
-    """The overrides that shape the experiment: not hydra.*, resume, output_dir or mode."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    parsed = OverridesParser.create().parse_overrides(overrides)
-    return [
-        text
-        for text, override in zip(overrides, parsed, strict=True)
-        if not override.key_or_group.startswith("hydra") and override.key_or_group not in NOT_TRAINING
-    ]
+def _is_under(key: str, prefixes: Sequence[str]) -> bool:
+    """Whether `key` is one of `prefixes` or lies below one (`model` is not below `mode`)."""
+    return any(key == prefix or key.startswith(prefix + ".") for prefix in prefixes)
 
 
-def _compose(overrides: list[str]) -> DictConfig:
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    if GlobalHydra.instance().is_initialized():  # inside run.py's hydra.main
-        return compose("config", overrides=overrides)
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose("config", overrides=overrides)
-
-
-def bind_to_run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> DictConfig:
-    """The config a resumed run trains with: the run's own (`RUN/.hydra/config.yaml`), plus the
-    command line's overrides of keys that are safe to change (logged); `cfg` unchanged if the run
-    saved no config.
+def bind_to_run(cfg: DictConfig, run_dir: Path, overrides: Sequence[str]) -> DictConfig:
+    """The config a resumed run trains with: the run's own (`RUN/.hydra/config.yaml`, read by
+    `trainer.run_config`), plus the command line's overrides of keys that are safe to change
+    (logged); `cfg` itself if the run saved no config.
 
     Raises:
         ConfigError: the command line changes the experiment (dataset, model, optimizer, batch size,
-            seed, precision, strategy...): names each key with the run's value and the new one.
+            seed, precision, strategy, fewer epochs...): names each key with the run's value and the new one.
     """
-    saved_file = run_dir / ".hydra" / "config.yaml"
+    saved_file = run_dir / run_config.SAVED_CONFIG
     if not saved_file.is_file():
-        log.warning("%s has no saved config (.hydra/config.yaml): resuming with the command line's", run_dir)
+        log.warning("%s has no saved config (%s): resuming with the command line's", run_dir, run_config.SAVED_CONFIG)
         return cfg
-    saved_overrides = _training_overrides(list(OmegaConf.load(run_dir / ".hydra" / "overrides.yaml")))
-    before = _leaves(_compose(saved_overrides))
-    bound = _compose(saved_overrides + _training_overrides(overrides))
-    after, saved = _leaves(bound), _leaves(OmegaConf.load(saved_file))
-    changed = sorted(key for key in before.keys() | after.keys() if before.get(key) != after.get(key))
+    bound, _ = run_config.reuse(cfg, run_dir, overrides, keep=RESUME_KEEPS)
+    saved, after = _leaves(run_config.load_saved(run_dir)), _leaves(bound)
     refused, allowed = [], []
-    for key in changed:
-        old, new = saved.get(key, before.get(key)), after.get(key)
+    for key in sorted(key for key in saved.keys() | after.keys() if saved.get(key) != after.get(key)):
+        old, new = saved.get(key), after.get(key)
         raised = key == "trainer.epochs" and isinstance(new, int) and isinstance(old, int) and new >= old
-        safe = raised or key in SAFE_KEYS or key.startswith(SAFE_PREFIXES)
+        safe = raised or key in SAFE_KEYS or _is_under(key, SAFE_PREFIXES)
         (allowed if safe else refused).append(f"{key}: {old!r} -> {new!r}")
     if refused:
         raise ConfigError(
@@ -167,8 +144,4 @@ def bind_to_run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> DictCon
         )
     for change in allowed:
         log.info("Resume with a changed setting (allowed): %s", change)
-    for key, value in saved.items():  # the run's values win over conf/ files edited since
-        if key in after and key not in changed and after[key] != value:
-            OmegaConf.update(bound, key, value, merge=False)
-    bound.output_dir, bound.resume, bound.mode = cfg.output_dir, cfg.resume, "train"
     return bound

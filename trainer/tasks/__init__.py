@@ -6,11 +6,18 @@ python run.py mode=train
 from __future__ import annotations
 
 import io
+import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from trainer import run_config
 from trainer.config import to_settings
+
+log = logging.getLogger(__name__)
+# Modes that read a trained run: with checkpoint=RUN they start from the run's own config.
+REUSING_MODES = ("evaluate", "predict", "export", "inspect")
 
 
 def print_config_tree(cfg: DictConfig, path: Path | None = None) -> str:
@@ -33,14 +40,36 @@ def print_config_tree(cfg: DictConfig, path: Path | None = None) -> str:
     return text
 
 
-def run_task(cfg: DictConfig, show_config: bool = False, overrides: list[str] | None = None) -> float | None:
+def with_run_config(cfg: DictConfig, overrides: Sequence[str]) -> DictConfig:
+    """For evaluate/predict/export/inspect of a run folder: the run's saved config, what was typed on top.
+    For `resume=RUN`: the run's saved config, the command line checked against it (trainer.resume)."""
+    if cfg.mode == "train" and cfg.get("resume"):
+        from trainer.resume import bind_to_run, resolve_resume
+
+        return bind_to_run(cfg, Path(resolve_resume(cfg.resume, cfg.output_dir)), overrides)
+    run_dir = run_config.run_folder_of(cfg.checkpoint) if cfg.mode in REUSING_MODES else None
+    if run_dir is None:
+        return cfg
+    merged, typed = run_config.reuse(cfg, run_dir, overrides)
+    log.info(
+        "Config of %s reused <checkpoint=%s>; overridden here: %s",
+        run_dir / run_config.SAVED_CONFIG,
+        cfg.checkpoint,
+        ", ".join(typed) or "nothing",
+    )
+    return merged
+
+
+def run_task(cfg: DictConfig, show_config: bool = False, overrides: Sequence[str] = ()) -> float | None:
     """Validates the composed config and runs the task named by `mode`.
 
-    A resumed training takes its run's saved config; `overrides` (default: Hydra's command line)
-    are checked against it.
+    Args:
+        cfg: The composed config.
+        show_config: Print the config tree (and save it in the run folder).
+        overrides: The command line's Hydra overrides; with `checkpoint=RUN` they apply on top of the run's
+            saved config.
     """
-    if cfg.get("resume") and cfg.get("mode") == "train":
-        cfg = _bind_resume(cfg, overrides)
+    cfg = with_run_config(cfg, overrides)
     settings = to_settings(cfg)
     if show_config:
         print_config_tree(cfg, Path(settings.output_dir) / "config_tree.txt")
@@ -51,13 +80,3 @@ def run_task(cfg: DictConfig, show_config: bool = False, overrides: list[str] | 
 
     tasks = {"train": train, "evaluate": evaluate, "predict": predict, "inspect": inspect, "export": export}
     return tasks[settings.mode](settings)
-
-
-def _bind_resume(cfg: DictConfig, overrides: list[str] | None) -> DictConfig:
-    from hydra.core.hydra_config import HydraConfig
-
-    from trainer.resume import bind_to_run, resolve_resume
-
-    if overrides is None:
-        overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
-    return bind_to_run(cfg, Path(resolve_resume(cfg.resume, cfg.output_dir)), overrides)

@@ -1,0 +1,67 @@
+"""A run folder's saved config is reused by evaluate/predict/export/inspect, with the typed overrides on top."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from conftest import compose
+from trainer import run_config
+from trainer.config import BinaryDatasetConfig, TFRecordDatasetConfig, VGG19ImageNetConfig, to_settings
+from trainer.errors import ConfigError
+from trainer.tasks import with_run_config
+
+
+def _save_run(run_dir: Path, overrides: list[str]) -> Path:
+    """A run folder as Hydra leaves it: `.hydra/config.yaml` holds the composed config."""
+    cfg = compose(overrides, output_dir=run_dir)
+    (run_dir / ".hydra").mkdir(parents=True)
+    OmegaConf.save(cfg, run_dir / ".hydra" / "config.yaml")
+    return run_dir
+
+
+def test_evaluate_of_a_run_reuses_its_dataset_and_model(tmp_path):
+    run = _save_run(tmp_path / "run", ["dataset=cifar", "dataset.data_dir=/data/c10", "model.dropout=0.2"])
+    typed = ["mode=evaluate", f"checkpoint={run}"]
+    settings = to_settings(with_run_config(compose(typed, output_dir=tmp_path / "eval"), typed))
+    assert isinstance(settings.dataset, BinaryDatasetConfig)
+    assert settings.dataset.name == "cifar" and settings.dataset.data_dir == "/data/c10"
+    assert settings.model.dropout == 0.2
+    assert settings.mode == "evaluate" and settings.output_dir == str(tmp_path / "eval")
+
+
+def test_typed_keys_win_key_by_key(tmp_path):
+    run = _save_run(tmp_path / "run", ["dataset=cats_dogs", "dataset.data_dir=/records", "model=vgg19_imagenet"])
+    checkpoint = f"checkpoint={run}/checkpoints/best.keras"
+    typed = ["mode=evaluate", checkpoint, "dataset.data_dir=/copy", "evaluate.split=val"]
+    merged, overridden = run_config.reuse(compose(typed, output_dir=tmp_path / "eval"), run, typed)
+    settings = to_settings(merged)
+    assert isinstance(settings.dataset, TFRecordDatasetConfig) and isinstance(settings.model, VGG19ImageNetConfig)
+    assert settings.dataset.train_files == ["/copy/train.tfrecords_*"]  # the run's glob, with the typed folder
+    assert settings.evaluate.split == "val"
+    assert overridden == ["dataset.data_dir", "evaluate.split"]
+
+
+def test_a_bare_keras_file_uses_the_command_line(tmp_path):
+    model = tmp_path / "model.keras"
+    model.write_bytes(b"")
+    typed = ["mode=evaluate", f"checkpoint={model}", "dataset=cifar"]
+    cfg = compose(typed, output_dir=tmp_path / "eval")
+    assert run_config.run_folder_of(str(model)) is None
+    assert with_run_config(cfg, typed) is cfg
+
+
+def test_training_ignores_checkpoint_run_folders(tmp_path):
+    run = _save_run(tmp_path / "run", ["dataset=cifar"])
+    cfg = compose([f"checkpoint={run}"], output_dir=tmp_path / "train")
+    assert with_run_config(cfg, []) is cfg
+
+
+def test_a_damaged_saved_config_is_one_error_naming_the_file(tmp_path):
+    run = _save_run(tmp_path / "run", [])
+    (run / ".hydra" / "config.yaml").write_text("dataset: {name: x, bogus_key: 1}\n")
+    typed = ["mode=evaluate", f"checkpoint={run}"]
+    with pytest.raises(ConfigError, match=r"config\.yaml: its `dataset` section fits no dataset schema"):
+        with_run_config(compose(typed, output_dir=tmp_path / "eval"), typed)

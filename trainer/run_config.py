@@ -1,0 +1,120 @@
+"""A run folder is the source of truth: reuse its composed config, with what you type now on top.
+
+    python run.py mode=evaluate checkpoint=outputs/2026-11-30/12-00-00                 # the run's own dataset
+    python run.py mode=evaluate checkpoint=RUN dataset.data_dir=/other/copy evaluate.split=val
+
+Hydra saves every run's composed config as `RUN/.hydra/config.yaml`. A later
+command that names the run (`checkpoint=RUN`) starts from that file, so the
+dataset, its files, image size, class names and model settings are the run's,
+not whatever today's defaults say. The keys that describe this invocation
+(`mode`, `checkpoint`, `evaluate`, `predict`, ..., the strategy) come from the
+command line, and so does every key you override: what you type wins, key by key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from trainer.config import SCHEMAS, Config
+from trainer.errors import ConfigError
+
+SAVED_CONFIG = Path(".hydra") / "config.yaml"
+# Keys that belong to this invocation, not to the run it reads: taken from the command line.
+INVOCATION_KEYS = (
+    "mode",
+    "checkpoint",
+    "resume",
+    "output_dir",
+    "evaluate",
+    "predict",
+    "export",
+    "inspect",
+    "strategy",
+    "trainer.threads",
+    "trainer.verbose",
+)
+
+
+def run_folder_of(checkpoint: str | None) -> Path | None:
+    """The training run folder `checkpoint` names or lies in (`RUN` or `RUN/checkpoints/x.keras`), if it has
+    a saved config; None for a bare `.keras` file."""
+    if not checkpoint:
+        return None
+    path = Path(checkpoint)
+    candidates = [path] if path.is_dir() else [path.parent.parent] if path.suffix == ".keras" else []
+    return next((folder for folder in candidates if (folder / SAVED_CONFIG).is_file()), None)
+
+
+def _typed_group(group: str, node: DictConfig, source: Path) -> DictConfig:
+    """`node` under the first schema of its config group that accepts every key (unknown keys are errors)."""
+    errors = []
+    for schema in SCHEMAS[group].values():
+        try:
+            return OmegaConf.merge(OmegaConf.structured(schema), node)
+        except Exception as error:  # OmegaConf's validation errors have no common public base
+            errors.append(str(error).splitlines()[0])
+    raise ConfigError(f"{source}: its `{group}` section fits no {group} schema of this version ({'; '.join(errors)})")
+
+
+def load_saved(run_dir: Path) -> DictConfig:
+    """The typed config a run was composed with.
+
+    Raises:
+        ConfigError: the file is unreadable or does not fit this version's schemas.
+    """
+    source = run_dir / SAVED_CONFIG
+    try:
+        saved = OmegaConf.load(source)
+    except Exception as error:  # YAML syntax, a truncated file
+        raise ConfigError(f"{source}: not a readable config ({str(error).splitlines()[0]})") from None
+    typed = OmegaConf.structured(Config)
+    raw = OmegaConf.to_container(saved, resolve=False)  # interpolations stay as written (`${hydra:...}`)
+    for key, value in raw.items():
+        try:
+            if key in SCHEMAS:
+                typed[key] = _typed_group(key, OmegaConf.create(value), source)
+            else:
+                typed = OmegaConf.merge(typed, {key: value})
+        except ConfigError:
+            raise
+        except Exception as error:
+            reason = str(error).splitlines()[0]
+            raise ConfigError(f"{source}: key `{key}` does not fit this version ({reason})") from None
+    return typed
+
+
+def override_keys(overrides: Iterable[str]) -> list[str]:
+    """The config keys (or group names) a command line's Hydra overrides set; `hydra.*` left out."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(list(overrides))
+    return [item.key_or_group for item in parsed if not item.key_or_group.startswith("hydra.")]
+
+
+_ABSENT = object()
+
+
+def reuse(
+    cfg: DictConfig, run_dir: Path, overrides: Sequence[str], keep: Sequence[str] = INVOCATION_KEYS
+) -> tuple[DictConfig, list[str]]:
+    """The run's saved config, with the `keep` keys and every overridden key taken from `cfg`.
+
+    Args:
+        cfg: The config composed for this command line.
+        run_dir: A run folder holding `.hydra/config.yaml`.
+        overrides: This command line's Hydra overrides (`HydraConfig.get().overrides.task`).
+        keep: Keys that always come from `cfg`.
+
+    Returns:
+        (the merged config, the keys the command line set besides `mode` and `checkpoint`).
+    """
+    merged = load_saved(run_dir)
+    typed_keys = override_keys(overrides)
+    for key in [*keep, *typed_keys]:
+        value = OmegaConf.select(cfg, key, default=_ABSENT)  # a whole node for a group, typed as composed now
+        if value is not _ABSENT:
+            OmegaConf.update(merged, key, value, merge=False, force_add=True)
+    return merged, [key for key in typed_keys if key not in ("mode", "checkpoint")]
