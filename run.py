@@ -20,6 +20,7 @@ from omegaconf import DictConfig  # noqa: E402
 
 from trainer.config import register  # noqa: E402
 from trainer.errors import UserError  # noqa: E402
+from trainer.folders import check_resume_argument  # noqa: E402
 
 register()
 
@@ -47,4 +48,8 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
+    try:
+        check_resume_argument(sys.argv[1:])  # Hydra makes the run folder from it before main() runs
+    except UserError as error:
+        sys.exit(f"error: {error}")
     main()

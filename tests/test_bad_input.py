@@ -188,6 +188,38 @@ def case_output_not_writable(world, tmp):
     ], ("predict.output=")
 
 
+def case_predict_onto_a_checkpoint(world, tmp):
+    return [
+        *cifar_overrides(world / "cifar"),
+        "mode=predict",
+        f"checkpoint={world / 'run'}",
+        f"predict.input={world / 'cifar'}/test_batch.bin",
+        f"predict.output={world / 'run' / 'checkpoints' / 'best.keras'}",
+    ], "best.keras: predictions are written as CSV; give a path ending in .csv"
+
+
+def case_predict_onto_a_csv_it_did_not_write(world, tmp):
+    (tmp / "labels.csv").write_text("name,label\na,1\n")
+    return [
+        *cifar_overrides(world / "cifar"),
+        "mode=predict",
+        f"checkpoint={world / 'run'}",
+        f"predict.input={world / 'cifar'}/test_batch.bin",
+        f"predict.output={tmp / 'labels.csv'}",
+    ], "labels.csv exists and is not a prediction CSV"
+
+
+def case_predict_output_is_a_folder(world, tmp):
+    # The checkpoint does not exist: the output is checked first, before anything is loaded or predicted.
+    return [
+        *cifar_overrides(world / "cifar"),
+        "mode=predict",
+        f"checkpoint={tmp / 'missing.keras'}",
+        f"predict.input={world / 'cifar'}/test_batch.bin",
+        f"predict.output={tmp}",
+    ], f"predict.output={tmp} is a folder; give a .csv file path"
+
+
 CASES = {name[5:]: function for name, function in dict(globals()).items() if name.startswith("case_")}
 CASES["label_too_large_tfrecord"] = _bad_label_tfrecord(2)
 CASES["negative_label_tfrecord"] = _bad_label_tfrecord(-1)

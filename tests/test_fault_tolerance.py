@@ -69,8 +69,8 @@ def test_sigkill_then_resume_has_every_epoch_exactly_once(tmp_path):
         timeout=300,
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "Resuming after epoch" in resumed.stdout + resumed.stderr
-    assert _epochs(run_dir / "history.csv") == [0, 1, 2, 3]
+    assert f"Resuming {run_dir} after epoch" in resumed.stdout + resumed.stderr
+    assert _epochs(run_dir / "history.csv") == [1, 2, 3, 4]
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["epochs_completed"] == 4
     assert not (run_dir / "backup").exists(), "a finished run removes its backup"
@@ -79,26 +79,24 @@ def test_sigkill_then_resume_has_every_epoch_exactly_once(tmp_path):
 def test_sigterm_saves_a_backup_and_exits_cleanly(tmp_path):
     data = write_cifar(tmp_path / "cifar", records_per_file=32)
     run_dir = tmp_path / "run"
-    process = _start(_command(data, run_dir, "trainer.epochs=200", "trainer.steps_per_epoch=15"), tmp_path)
+    process = _start(_command(data, run_dir, "trainer.epochs=4", "trainer.steps_per_epoch=15"), tmp_path)
     _wait_for_epochs(process, run_dir / "history.csv", 1)
     process.send_signal(signal.SIGTERM)
     output = process.communicate(timeout=120)[0]
     assert process.returncode == 0, output[-3000:]
-    assert f"rerun the same command with resume={run_dir}" in output
+    assert f"To continue, run: python run.py resume={run_dir}" in output
     metadata = json.loads((run_dir / "backup" / "training_metadata.json").read_text())
     done = metadata["epoch"]
-    assert done >= 1 and _epochs(run_dir / "history.csv") == list(range(done))
-    resumed = subprocess.run(
-        _command(
-            data, tmp_path / "second", f"trainer.epochs={done + 1}", "trainer.steps_per_epoch=15", f"resume={run_dir}"
-        ),
+    assert 1 <= done < 4 and _epochs(run_dir / "history.csv") == list(range(1, done + 1))
+    resumed = subprocess.run(  # the run's own config: nothing but resume= is needed
+        [sys.executable, str(ROOT / "run.py"), f"resume={run_dir}"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert _epochs(run_dir / "history.csv") == list(range(done + 1))
+    assert _epochs(run_dir / "history.csv") == [1, 2, 3, 4]
 
 
 def test_nan_loss_stops_with_a_clear_message_and_keeps_the_last_good_checkpoint(tmp_path):
@@ -119,7 +117,7 @@ def test_nan_loss_stops_with_a_clear_message_and_keeps_the_last_good_checkpoint(
     assert failed_epoch >= 2 and str(run_dir / "checkpoints") in str(error.value)
     weights = keras.saving.load_model(run_dir / "checkpoints" / "last.keras").get_weights()
     assert all(np.isfinite(weight).all() for weight in weights), "last.keras holds the last good epoch"
-    assert _epochs(run_dir / "history.csv") == list(range(failed_epoch - 1)), "the diverged epoch is not recorded"
+    assert _epochs(run_dir / "history.csv") == list(range(1, failed_epoch)), "the diverged epoch is not recorded"
 
 
 def test_a_kill_at_the_rename_leaves_the_previous_checkpoint(tmp_path, monkeypatch):

@@ -33,7 +33,7 @@ def test_train_returns_the_best_objective_and_writes_metrics(tmp_path, cifar_dir
     assert METRIC_KEYS <= set(metrics)
     with open(run_dir / "history.csv") as handle:
         rows = list(csv.DictReader(handle))
-    assert [int(row["epoch"]) for row in rows] == [0, 1]
+    assert [int(row["epoch"]) for row in rows] == [1, 2]
     assert objective == max(float(row["val_accuracy"]) for row in rows) == metrics["objective"]
     assert metrics["epochs_completed"] == 2
     # The test figures are the best checkpoint's, evaluated again here.

@@ -16,6 +16,7 @@ from pathlib import Path
 import keras
 
 from trainer import checkpoints
+from trainer.backup import RunBackup
 from trainer.errors import UserError
 from trainer.reports import write_atomic
 
@@ -86,7 +87,7 @@ class StopOnSignal(keras.callbacks.Callback):
     it from the saved weights and history.csv never holds a partial epoch.
     """
 
-    def __init__(self, backup: keras.callbacks.BackupAndRestore):
+    def __init__(self, backup: RunBackup):
         super().__init__()
         self.backup, self.requested, self.epoch, self.previous = backup, False, 0, None
 
@@ -103,8 +104,7 @@ class StopOnSignal(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         if self.requested:
-            self.backup._current_epoch = self.epoch  # this epoch is not finished: redo it on resume
-            self.backup._save_model()
+            self.backup.save(self.epoch, batch + 1)  # this epoch is not finished: redo it on resume
             raise Preempted(self.epoch)
 
     def on_epoch_end(self, epoch, logs=None):
@@ -135,6 +135,39 @@ class StopOnNaN(keras.callbacks.Callback):
             )
 
 
+class HistoryLog(keras.callbacks.Callback):
+    """Adds one row per epoch to history.csv, epochs numbered from 1 as in the log and metrics.json.
+
+    The file is rewritten atomically (it is small), so it never holds half a row, even on a full disk.
+    """
+
+    def __init__(self, path: Path):
+        super().__init__()
+        self.path = path
+
+    def on_epoch_end(self, epoch, logs=None):
+        rows = read_history_rows(self.path)
+        row = {"epoch": epoch + 1, **{name: float(value) for name, value in sorted((logs or {}).items())}}
+        header = list(rows[0]) if rows else []
+        header += [name for name in row if name not in header]
+
+        def write(temporary: Path) -> None:
+            with open(temporary, "w", newline="") as handle:
+                writer = csv.DictWriter(handle, fieldnames=header, restval="")
+                writer.writeheader()
+                writer.writerows([*rows, row])
+
+        write_atomic(self.path, write)
+
+
+def read_history_rows(path: Path) -> list[dict[str, str]]:
+    """The rows of history.csv, [] before the first epoch ends."""
+    if not path.is_file():
+        return []
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
 class LearningRateLog(keras.callbacks.Callback):
     """Adds the optimizer's current learning rate to the epoch logs (history.csv, TensorBoard)."""
 
@@ -158,7 +191,7 @@ class Curves(keras.callbacks.Callback):
 
         if self.drawing is not None and self.drawing.is_alive():
             return  # still drawing an earlier epoch; the next epoch end (or the train end) catches up
-        rows = read_history(self.history_csv)  # here, not in the thread: CSVLogger appends to the file
+        rows = read_history(self.history_csv)  # here, not in the thread: the next epoch rewrites the file
         self.drawn_epochs = len(rows)
         self.drawing = threading.Thread(target=self._draw, args=(rows,), name="curves")  # joined at exit
         self.drawing.start()
@@ -212,36 +245,30 @@ def training_callbacks(
     backup_dir: Path,
     save_every_steps: int | None = None,
     samples=None,
-    keep_backup: bool = False,
 ) -> list[keras.callbacks.Callback]:
     """The callbacks every run gets, writing into `run_dir`; checkpoints carry `info`.
 
-    `samples` is a few uint8 input images for TensorBoard; with
-    `keep_backup` the backup outlives this `fit` (between fine-tuning phases).
+    `samples` is a few uint8 input images for TensorBoard.
 
-    Order matters: the backup restores first; the NaN check runs before anything
-    saves; the learning rate joins the logs before history.csv and TensorBoard
-    write them; the SIGTERM stop comes last, after the epoch's files are written.
+    Order matters: the NaN check runs before anything saves; the learning rate
+    joins the logs before history.csv and TensorBoard write them; the backup
+    commits the epoch only after its history row and checkpoints are on disk
+    (a kill in between redoes the epoch, never skips it); the SIGTERM stop
+    comes last, after the epoch's files and backup are written.
     """
     folder = run_dir / "checkpoints"
     folder.mkdir(parents=True, exist_ok=True)
-    backup = keras.callbacks.BackupAndRestore(
-        str(backup_dir),
-        save_freq=save_every_steps or "epoch",
-        double_checkpoint=True,
-        delete_checkpoint=not keep_backup,
-    )
+    backup = RunBackup(backup_dir, save_every_steps)
     callbacks = [
-        backup,
         StopOnNaN(folder),
         LearningRateLog(),
         Checkpoints(folder, info, monitor, mode, best=best_so_far(run_dir / "history.csv", monitor, mode)),
-        keras.callbacks.CSVLogger(str(run_dir / "history.csv"), append=True),
+        HistoryLog(run_dir / "history.csv"),
         Curves(run_dir / "history.csv", run_dir / "curves.png"),
         keras.callbacks.TensorBoard(str(run_dir / "tensorboard"), write_graph=False),
         EpochLog(),
     ]
     if samples is not None:
         callbacks.append(SampleImages(run_dir / "tensorboard", samples))
-    callbacks.append(StopOnSignal(backup))
+    callbacks += [backup, StopOnSignal(backup)]
     return callbacks

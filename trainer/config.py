@@ -19,7 +19,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from trainer import cluster
+from trainer import cluster, folders
 from trainer.errors import ConfigError
 
 
@@ -408,16 +408,19 @@ def bundled_data(name: str) -> str:
     return str(resources.files("trainer.data") / name)
 
 
-def worker_dir(path: str, *, _root_: DictConfig) -> str:
-    """`path` for the chief (and outside multi-worker runs), else a fresh temporary folder.
+def worker_dir(path: str, resume: str | None = None, *, _root_: DictConfig) -> str:
+    """The run folder for the chief (and outside multi-worker runs), else a fresh temporary folder.
 
-    Used as `hydra.run.dir: ${worker_dir:...}`, so only the chief writes into `outputs/`.
+    Used as `hydra.run.dir: ${worker_dir:PATH,${resume}}`, so only the chief writes into `outputs/`.
+    The chief's folder is `resume`'s run folder when resuming, else a new folder claimed at PATH
+    (PATH-2, PATH-3... when a run started in the same second has it).
     """
     strategy = _root_.get("strategy") or {}
-    if strategy.get("name") != "multi_worker":
-        return path
-    role = cluster.worker_role(strategy.get("cluster", "auto"), strategy.get("workers"), strategy.get("task_index"))
-    return path if role.is_chief else _temporary_folder(path)
+    if strategy.get("name") == "multi_worker":
+        role = cluster.worker_role(strategy.get("cluster", "auto"), strategy.get("workers"), strategy.get("task_index"))
+        if not role.is_chief:
+            return _temporary_folder(path)
+    return folders.resume_folder(resume) if resume else folders.claim_new_folder(path)
 
 
 @functools.cache
@@ -437,6 +440,9 @@ def register() -> None:
         OmegaConf.register_new_resolver("bundled", bundled_data)
         OmegaConf.register_new_resolver("optuna_direction", lambda mode: {"max": "maximize"}.get(mode, "minimize"))
         OmegaConf.register_new_resolver("worker_dir", worker_dir)
+    if not OmegaConf.has_resolver("new_folder"):
+        OmegaConf.register_new_resolver("new_folder", folders.claim_new_folder, use_cache=True)
+        OmegaConf.register_new_resolver("hydra_subdir", folders.hydra_subdir)
 
 
 def to_settings(cfg: DictConfig) -> Config:

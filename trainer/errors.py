@@ -18,3 +18,7 @@ class DataError(UserError):
 
 class ClusterError(UserError):
     """A multi-worker run lost a worker or timed out waiting for one."""
+
+
+class DiskError(UserError):
+    """A file could not be written: full disk, quota, read-only or unwritable folder."""

@@ -1,6 +1,7 @@
 """Files a run leaves behind, each written atomically: a temporary file, then a rename.
 
-A kill in the middle of a write leaves the previous file intact.
+A kill in the middle of a write leaves the previous file intact (and a `.NAME.tmp-*` file that
+the next process holding the run folder's lock removes); a full disk is one `DiskError` line.
 """
 
 from __future__ import annotations
@@ -9,27 +10,65 @@ import contextlib
 import csv
 import json
 import os
+import secrets
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from trainer.errors import DataError
+from trainer.errors import DataError, DiskError
+
+TEMPORARY_MARK = ".tmp-"  # in the name of every temporary file: `.NAME.tmp-XXXXXXXX.SUFFIXES`
+
+
+def _create_temporary(path: Path) -> Path:
+    """Creates an empty file beside `path`, keeping its suffixes (`.weights.h5`, `.keras`): Keras and
+    matplotlib pick the format from them. Created with mode 0666 less the umask (mkstemp's 0600 would
+    hide metrics and checkpoints from teammates)."""
+    suffixes = "".join(path.suffixes)
+    while True:
+        temporary = path.parent / f".{path.name}{TEMPORARY_MARK}{secrets.token_hex(4)}{suffixes}"
+        try:
+            os.close(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            return temporary
+        except FileExistsError:
+            continue
 
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yields a temporary path beside `path` (same suffix) and renames it onto `path` on success."""
+    """Yields a temporary path beside `path` (same suffixes) and renames it onto `path` on success.
+
+    Raises:
+        DiskError: the temporary file cannot be created (full disk, read-only or unwritable folder).
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
-    os.close(handle)
     try:
-        yield Path(temporary)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = _create_temporary(path)
+    except OSError as error:
+        raise DiskError(f"cannot write {path}: {_reason(error)}") from None
+    try:
+        yield temporary
         os.replace(temporary, path)
     finally:
         if os.path.exists(temporary):
             os.unlink(temporary)
+
+
+def _reason(error: BaseException) -> str:
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    text = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return text if len(text) < 200 else text[:200] + "..."
+
+
+def remove_temporaries(folder: str | os.PathLike) -> list[Path]:
+    """Deletes the temporary files a killed process left in `folder` (call only while holding its lock)."""
+    leftovers = [path for path in Path(folder).glob(f".*{TEMPORARY_MARK}*") if path.is_file()]
+    for path in leftovers:
+        path.unlink(missing_ok=True)
+    return leftovers
 
 
 def check_writable(path: str | os.PathLike, key: str) -> None:
@@ -48,10 +87,46 @@ def check_writable(path: str | os.PathLike, key: str) -> None:
         raise DataError(f"{key}={path}: cannot write there ({error.strerror or error})") from None
 
 
+PREDICTION_HEADER = "id,file,predicted_index,predicted_class,"  # how every prediction CSV begins
+
+
+def check_prediction_output(path: str | os.PathLike, key: str = "predict.output") -> None:
+    """Fails before any prediction unless `path` is a new `.csv` file or an earlier prediction CSV:
+    a checkpoint, a folder or any other file is never replaced.
+
+    Raises:
+        DataError: `path` is not a `.csv` name, is a folder, is some other file, or cannot be written.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise DataError(f"{key}={path} is a folder; give a .csv file path (e.g. {path / 'predictions.csv'})")
+    if path.suffix.lower() != ".csv":
+        raise DataError(f"{key}={path}: predictions are written as CSV; give a path ending in .csv")
+    if path.exists():
+        try:
+            with open(path, newline="") as handle:
+                first = handle.readline(4096)
+        except (OSError, UnicodeDecodeError):
+            first = ""
+        if not first.startswith(PREDICTION_HEADER):
+            raise DataError(
+                f"{key}={path} exists and is not a prediction CSV (its first line is not {PREDICTION_HEADER}...); "
+                "it is left untouched: choose another path or remove it"
+            )
+    check_writable(path, key)
+
+
 def write_atomic(path: str | os.PathLike, write: Callable[[Path], Any]) -> Path:
-    """Calls `write(temporary_path)`, then renames the result onto `path`."""
+    """Calls `write(temporary_path)`, then renames the result onto `path`; nothing is left half-written.
+
+    Raises:
+        DiskError: writing failed with an OS error (full disk, quota, permissions); `path` is unchanged.
+    """
     with atomic_path(path) as temporary:
-        write(temporary)
+        try:
+            write(temporary)
+        except OSError as error:
+            raise DiskError(f"cannot write {path}: {_reason(error)}; the previous file is unchanged") from None
     return Path(path)
 
 

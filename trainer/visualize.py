@@ -65,7 +65,7 @@ def draw_curves(rows: list[dict[str, str]], path: str | os.PathLike) -> Path | N
         return None
     from matplotlib.figure import Figure
 
-    epochs = [int(row["epoch"]) + 1 for row in rows]
+    epochs = [int(row["epoch"]) for row in rows]  # history.csv counts from 1
     figure = Figure(figsize=(10, 4), dpi=100)
     axes = figure.subplots(1, 2)
     for axis, metric in zip(axes, ("loss", "accuracy"), strict=True):

@@ -41,7 +41,12 @@ def print_config_tree(cfg: DictConfig, path: Path | None = None) -> str:
 
 
 def with_run_config(cfg: DictConfig, overrides: Sequence[str]) -> DictConfig:
-    """For evaluate/predict/export/inspect of a run folder: the run's saved config, what was typed on top."""
+    """For evaluate/predict/export/inspect of a run folder: the run's saved config, what was typed on top.
+    For `resume=RUN`: the run's saved config, the command line checked against it (trainer.resume)."""
+    if cfg.mode == "train" and cfg.get("resume"):
+        from trainer.resume import bind_to_run, resolve_resume
+
+        return bind_to_run(cfg, Path(resolve_resume(cfg.resume, cfg.output_dir)), overrides)
     run_dir = run_config.run_folder_of(cfg.checkpoint) if cfg.mode in REUSING_MODES else None
     if run_dir is None:
         return cfg

@@ -22,7 +22,7 @@ from trainer.config import BinaryDatasetConfig, Config
 from trainer.data import predict_inputs, tfrecords
 from trainer.data.augment import Preprocess
 from trainer.errors import ConfigError
-from trainer.reports import atomic_path, check_writable, write_json
+from trainer.reports import atomic_path, check_prediction_output, write_json
 from trainer.tasks.common import evaluate_checkpoint, run_folder, setup_strategy
 from trainer.tasks.data import binary_format, load_data, record_spec
 
@@ -90,7 +90,7 @@ def predict(settings: Config) -> float | None:
     if settings.strategy.name == "multi_worker":
         raise ConfigError("mode=predict runs on one machine: use strategy=single or strategy=mirrored")
     output = Path(settings.predict.output or Path(settings.output_dir) / "predictions.csv")
-    check_writable(output, "predict.output")
+    check_prediction_output(output)  # before predicting: a checkpoint or folder is never replaced
     kind, files, root = predict_inputs.resolve_inputs(settings.predict.input, settings.predict.format)
     strategy = setup_strategy(settings)
     with strategy.scope():

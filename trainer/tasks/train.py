@@ -11,6 +11,7 @@ the same files to a temporary folder (saving needs every worker) and delete it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import time
@@ -19,15 +20,16 @@ from dataclasses import dataclass
 import keras
 import numpy as np
 
-from trainer import distribute, optim
+from trainer import distribute, folders, optim
+from trainer.backup import remove_backup
 from trainer.callbacks import Preempted, training_callbacks
 from trainer.checkpoints import ModelInfo
 from trainer.config import Config, VGG19ImageNetConfig
-from trainer.errors import ConfigError
+from trainer.errors import ConfigError, DiskError
 from trainer.models.finetune import build_vgg19_imagenet, set_trainable
 from trainer.models.preprocessing import with_preprocessing
 from trainer.models.vgg19 import build_vgg19
-from trainer.reports import write_json
+from trainer.reports import remove_temporaries, write_json
 from trainer.resume import backup_folder, prepare_resume, read_history, resolve_resume
 from trainer.tasks.common import evaluate_checkpoint, run_folder, setup_strategy
 from trainer.tasks.data import Data, color_jitter, load_data, normalization_for
@@ -165,13 +167,21 @@ def train(settings: Config) -> float | None:
 
     chief = distribute.is_chief(strategy)
     output_dir = resolve_resume(settings.resume, settings.output_dir)
-    with run_folder(output_dir, chief) as run_dir, distribute.collective_errors(strategy):
+    with (
+        run_folder(output_dir, chief) as run_dir,
+        folders.hold(run_dir) if chief else contextlib.nullcontext({}) as invocation,  # one writer per folder
+        distribute.collective_errors(strategy),
+    ):
         # A few training images for TensorBoard, read in order: no shuffle buffer to fill at start-up.
         sample_images = next(iter(data.train_plain.take(1)))[0][:8].numpy() if chief else None
         backup_dir = backup_folder(run_dir, output_dir, None if chief else distribute.worker_name(strategy))
+        for folder in (run_dir, run_dir / "checkpoints"):
+            remove_temporaries(folder)  # left by a killed process; this one holds the folder
         done = prepare_resume(run_dir, backup_dir, settings.resume)
-        if done >= settings.trainer.epochs:
+        if done > settings.trainer.epochs:
             raise ConfigError(f"resume={settings.resume}: {done} epochs are done already; raise trainer.epochs")
+        if done == settings.trainer.epochs:
+            log.info("All %d epochs are done: running the test evaluation the interrupted run missed", done)
         started = time.perf_counter()
         plan = phases(settings)
         for phase in plan:
@@ -202,7 +212,6 @@ def train(settings: Config) -> float | None:
                 backup_dir,
                 settings.trainer.save_every_steps,
                 samples=sample_images,
-                keep_backup=phase is not plan[-1],
             )
             try:
                 model.fit(
@@ -218,12 +227,15 @@ def train(settings: Config) -> float | None:
             except Preempted as stop:
                 log.warning(
                     "Stopped by SIGTERM: epoch %d will be redone from the backup in %s. To continue, "
-                    "rerun the same command with resume=%s",
+                    "run: python run.py resume=%s",
                     stop.epoch + 1,
                     backup_dir,
                     run_dir,
                 )
+                invocation["outcome"] = "preempted"
                 return None
+            except DiskError as error:
+                raise DiskError(f"{error}. Free space, then continue with: python run.py resume={run_dir}") from None
         seconds = time.perf_counter() - started
         history = read_history(run_dir / "history.csv")
         values = history[metric]
@@ -245,6 +257,7 @@ def train(settings: Config) -> float | None:
             "weights_sha256": weights_fingerprint(model),
         }
         write_json(run_dir / "metrics.json", metrics)
+        remove_backup(backup_dir)  # only now: a kill before this resumes into the evaluation
         log.info(
             "Test accuracy %.4f, test loss %.4f (best epoch %d by %s) in %.0f s",
             metrics["test_accuracy"],

@@ -1,0 +1,484 @@
+"""Run folders that cannot go wrong: every epoch exactly once whatever stops a run, resume bound to the
+run's own config and folder, one writer per folder, no two runs in one folder, files the team can read.
+
+The kills are timed by patching the trainer inside a subprocess that then kills itself at that exact
+point (inside a checkpoint save, inside the backup commit, in epoch 1, in the test evaluation).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+
+from conftest import ROOT, cifar_overrides, write_cifar
+from trainer.backup import METADATA, PREVIOUS, RunBackup, read_state
+from trainer.errors import ConfigError, DiskError
+from trainer.folders import RunLocked, claim_new_folder, run_lock
+from trainer.reports import write_atomic, write_json
+
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+# Runs run.py's main() after `patch`, the way `python run.py ARGS` would.
+SCRIPT = """
+import os, runpy, signal, sys
+sys.path.insert(0, {root!r})
+{patch}
+sys.argv = ["run.py", *{arguments!r}]
+runpy.run_path({root!r} + "/run.py", run_name="__main__")
+"""
+
+
+def _kill_in_write(module: str, name_end: str, call: int) -> str:
+    """A patch that SIGKILLs the process during the `call`-th atomic write of a file named `...name_end`
+    by `module`: the new file is complete in its temporary, the rename has not happened."""
+    return f"""
+import {module} as target
+original, calls = target.write_atomic, []
+def write_atomic(path, write):
+    if str(path).endswith({name_end!r}):
+        calls.append(path)
+        if len(calls) == {call}:
+            def write_then_die(temporary):
+                write(temporary)
+                os.kill(os.getpid(), signal.SIGKILL)
+            return original(path, write_then_die)
+    return original(path, write)
+target.write_atomic = write_atomic
+"""
+
+
+def _signal_in_first_step(signum: int) -> str:
+    return f"""
+import trainer.callbacks as target
+target.EpochLog.on_train_batch_end = lambda self, batch, logs=None: os.kill(os.getpid(), {int(signum)})
+"""
+
+
+KILL_IN_EVALUATION = """
+import trainer.tasks.train as target
+def evaluate_checkpoint(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGKILL)
+target.evaluate_checkpoint = evaluate_checkpoint
+"""
+
+
+def _run(cwd: Path, arguments: list[str], patch: str = "", timeout: float = 300) -> subprocess.CompletedProcess:
+    script = SCRIPT.format(root=str(ROOT), patch=textwrap.dedent(patch), arguments=arguments)
+    command = [sys.executable, "-c", script] if patch else [sys.executable, str(ROOT / "run.py"), *arguments]
+    return subprocess.run(command, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=timeout)
+
+
+def _train_arguments(tmp_path: Path, run_dir: Path, epochs: int) -> list[str]:
+    data = write_cifar(tmp_path / "cifar")
+    return [*cifar_overrides(data), f"trainer.epochs={epochs}", f"hydra.run.dir={run_dir}"]
+
+
+def _epochs(run_dir: Path) -> list[int]:
+    history = run_dir / "history.csv"
+    if not history.is_file():
+        return []
+    with open(history, newline="") as handle:
+        return [int(row["epoch"]) for row in csv.DictReader(handle)]
+
+
+def _backup_epoch(run_dir: Path) -> int:
+    return json.loads((run_dir / "backup" / METADATA).read_text())["epoch"]
+
+
+def _temporaries(run_dir: Path) -> list[Path]:
+    return [path for path in run_dir.rglob(".*tmp-*")]
+
+
+def _resume(tmp_path: Path, run_dir: Path, *extra: str) -> subprocess.CompletedProcess:
+    """`python run.py resume=RUN`: nothing else is needed."""
+    resumed = _run(tmp_path, [f"resume={run_dir}", *extra])
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    return resumed
+
+
+def _assert_finished_once(run_dir: Path, epochs: int) -> None:
+    assert _epochs(run_dir) == list(range(1, epochs + 1))
+    assert json.loads((run_dir / "metrics.json").read_text())["epochs_completed"] == epochs
+    assert not (run_dir / "backup").exists(), "the backup goes once metrics.json is written"
+    assert _temporaries(run_dir) == [], "no temporary file is left behind"
+
+
+# --- epoch accounting -------------------------------------------------------------------------------
+
+KILL_POINTS = [
+    # (patch, epochs in history.csv right after the kill): the epoch is committed after its row and checkpoints
+    pytest.param(_kill_in_write("trainer.callbacks", "last.keras", 2), [1], id="inside-checkpoint-save"),
+    pytest.param(
+        _kill_in_write("trainer.backup", ".weights.h5", 2), [1, 2], id="inside-backup-commit", marks=pytest.mark.slow
+    ),
+]
+
+
+@pytest.mark.parametrize(("patch", "history_after_kill"), KILL_POINTS)
+def test_sigkill_at_the_end_of_an_epoch_redoes_that_epoch_and_skips_none(tmp_path, patch, history_after_kill):
+    run_dir = tmp_path / "run"
+    killed = _run(tmp_path, _train_arguments(tmp_path, run_dir, epochs=3), patch)
+    assert killed.returncode == -signal.SIGKILL
+    assert _epochs(run_dir) == history_after_kill
+    assert _backup_epoch(run_dir) == 1, "epoch 2 is not committed: its files were not all on disk"
+    assert _temporaries(run_dir), "the kill left the half-renamed file behind"
+    overrides = (run_dir / ".hydra" / "overrides.yaml").read_text()
+
+    resumed = _resume(tmp_path, run_dir)
+    assert f"Resuming {run_dir} after epoch 1" in resumed.stdout + resumed.stderr
+    _assert_finished_once(run_dir, 3)
+    assert (run_dir / ".hydra" / "overrides.yaml").read_text() == overrides, "the original .hydra/ stays"
+    assert not list(tmp_path.glob("outputs")), "no new folder for the resumed run"
+    log = (run_dir / "run.log").read_text()
+    assert "Epoch 1/3" in log and "Resuming" in log, "the resumed run appends to RUN/run.log"
+    events = [json.loads(line) for line in (run_dir / "invocations.jsonl").read_text().splitlines()]
+    assert [event["event"] for event in events] == ["start", "start", "end"]  # the kill left no end line
+    assert f"resume={run_dir}" in events[1]["command"] and events[2]["outcome"] == "finished"
+
+
+SIGNALS_IN_EPOCH_1 = [
+    pytest.param(signal.SIGTERM, id="sigterm"),
+    pytest.param(signal.SIGKILL, id="sigkill", marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize("signum", SIGNALS_IN_EPOCH_1)
+def test_a_run_stopped_in_epoch_1_resumes_from_epoch_1(tmp_path, signum):
+    run_dir = tmp_path / "run"
+    stopped = _run(tmp_path, _train_arguments(tmp_path, run_dir, epochs=2), _signal_in_first_step(signum))
+    assert _epochs(run_dir) == []
+    if signum == signal.SIGTERM:
+        assert stopped.returncode == 0, stopped.stderr[-3000:]
+        assert f"To continue, run: python run.py resume={run_dir}" in stopped.stdout + stopped.stderr
+        assert _backup_epoch(run_dir) == 0
+    else:
+        assert stopped.returncode == -signal.SIGKILL
+    resumed = _resume(tmp_path, run_dir)
+    assert "the run finished" not in resumed.stdout + resumed.stderr
+    _assert_finished_once(run_dir, 2)
+
+
+def test_a_kill_in_the_test_evaluation_is_resumed_into_the_evaluation(tmp_path):
+    run_dir = tmp_path / "run"
+    killed = _run(tmp_path, _train_arguments(tmp_path, run_dir, epochs=2), KILL_IN_EVALUATION)
+    assert killed.returncode == -signal.SIGKILL
+    assert _epochs(run_dir) == [1, 2] and not (run_dir / "metrics.json").exists()
+    assert _backup_epoch(run_dir) == 2, "the backup stays until metrics.json is written"
+    resumed = _resume(tmp_path, run_dir)
+    output = resumed.stdout + resumed.stderr
+    assert "All 2 epochs are done: running the test evaluation" in output and "Epoch 1/2" not in output
+    _assert_finished_once(run_dir, 2)
+
+
+def _backup_model() -> keras.Model:
+    return keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+
+
+def test_a_truncated_backup_metadata_falls_back_to_its_bkp_copy(tmp_path):
+    model = _backup_model()
+    backup = RunBackup(tmp_path / "backup")
+    backup.set_model(model)
+    backup.save(1)
+    first = model.get_weights()
+    model.set_weights([weight + 1 for weight in first])
+    backup.save(2)
+    assert read_state(tmp_path / "backup").epoch == 2
+    metadata = tmp_path / "backup" / METADATA
+    metadata.write_text(metadata.read_text()[:7])  # a torn write, as an older Keras or a full disk leaves it
+    state = read_state(tmp_path / "backup")
+    assert state.epoch == 1 and state.metadata.name == PREVIOUS
+    model.set_weights([np.zeros_like(weight) for weight in first])
+    backup.on_train_begin()
+    assert all(np.array_equal(a, b) for a, b in zip(model.get_weights(), first, strict=True)), "epoch 1's weights"
+
+
+def test_a_backup_with_both_metadata_copies_unreadable_is_one_clear_error(tmp_path):
+    backup = RunBackup(tmp_path / "backup")
+    backup.set_model(_backup_model())
+    backup.save(1)
+    backup.save(2)
+    for name in (METADATA, PREVIOUS):
+        (tmp_path / "backup" / name).write_text('{"epo')
+    with pytest.raises(ConfigError, match=r"training_metadata.json: the backup is unreadable .* delete .*backup"):
+        read_state(tmp_path / "backup")
+
+
+def test_the_backup_keeps_only_the_weights_its_two_metadata_files_name(tmp_path):
+    backup = RunBackup(tmp_path / "backup")
+    backup.set_model(_backup_model())
+    for epoch in range(1, 5):
+        backup.save(epoch)
+    weights = sorted(path.name for path in (tmp_path / "backup").glob("*.weights.h5"))
+    assert [name[:10] for name in weights] == ["epoch00003", "epoch00004"]
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 9 MiB tmpfs: room for epoch 1's checkpoints and backup, not for epoch 2's."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=9m", "tmpfs", str(mount)], capture_output=True)
+    if result.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {result.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_disk_is_one_line_and_resume_after_freeing_space_gives_every_epoch_once(tmp_path, small_disk):
+    run_dir = small_disk / "run"
+    full = _run(tmp_path, _train_arguments(tmp_path, run_dir, epochs=3))
+    assert full.returncode == 1
+    assert "Traceback" not in full.stdout + full.stderr
+    error = full.stderr.strip().splitlines()[-1]
+    assert error.startswith(f"error: cannot write {run_dir}/") and "No space left on device" in error
+    assert error.endswith(f"Free space, then continue with: python run.py resume={run_dir}")
+    assert _epochs(run_dir) == [1] and _backup_epoch(run_dir) == 1
+    assert _temporaries(run_dir) == []
+    for name in ("last.keras", "best.keras"):
+        keras.saving.load_model(run_dir / "checkpoints" / name)  # the earlier checkpoints stay loadable
+    subprocess.run(["mount", "-o", "remount,size=64m", str(small_disk)], check=True)
+    _resume(tmp_path, run_dir)
+    _assert_finished_once(run_dir, 3)
+
+
+def test_an_unwritable_file_is_a_disk_error_and_leaves_the_previous_file(tmp_path, monkeypatch):
+    path = tmp_path / "metrics.json"
+    write_json(path, {"a": 1})
+
+    def full(temporary):
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(DiskError, match=rf"cannot write {path}: No space left on device; the previous file"):
+        write_atomic(path, full)
+    assert json.loads(path.read_text()) == {"a": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["metrics.json"]
+
+
+# --- files the team can read ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
+def test_atomic_files_get_the_mode_the_umask_gives(tmp_path, umask, mode):
+    previous = os.umask(umask)
+    try:
+        write_json(tmp_path / "metrics.json", {"a": 1})
+        write_atomic(tmp_path / "last.keras", _backup_model().save)
+    finally:
+        os.umask(previous)
+    assert {path.name: path.stat().st_mode & 0o777 for path in tmp_path.iterdir()} == {
+        "metrics.json": mode,
+        "last.keras": mode,
+    }
+
+
+# --- no collisions -------------------------------------------------------------------------------------
+
+
+CLAIM = "import sys; from trainer.folders import claim_new_folder; print(claim_new_folder(sys.argv[1]))"
+
+
+def test_runs_started_in_the_same_second_get_their_own_folders(tmp_path):
+    path = str(tmp_path / "outputs" / "2026-11-30" / "12-00-00")
+    processes = [
+        subprocess.Popen([sys.executable, "-c", CLAIM, path], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        for _ in range(4)
+    ]
+    folders = sorted(process.communicate(timeout=60)[0].strip() for process in processes)
+    assert folders == [path, f"{path}-2", f"{path}-3", f"{path}-4"]
+    assert claim_new_folder(path) == claim_new_folder(path), "one answer per process, however often resolved"
+
+
+def test_run_and_sweep_folders_are_claimed_through_the_config(tmp_path, monkeypatch):
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from trainer.config import register
+
+    monkeypatch.chdir(tmp_path)
+    register()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", return_hydra_config=True)
+    for key in ("hydra.run.dir", "hydra.sweep.dir"):
+        folder = tmp_path / OmegaConf.select(cfg, key)
+        assert folder.is_dir(), f"{key} is claimed (created) when resolved: no other run can take it"
+    assert OmegaConf.select(cfg, "hydra.output_subdir") == ".hydra"
+
+
+def test_a_second_writer_gets_one_error_naming_the_holder(tmp_path):
+    with run_lock(tmp_path):
+        holder = json.loads((tmp_path / ".lock").read_text())
+        assert holder["pid"] == os.getpid() and holder["host"] == socket.gethostname()
+        with pytest.raises(RunLocked, match=rf"{tmp_path} is in use by process {os.getpid()} on host "):
+            with run_lock(tmp_path):
+                pass
+    with run_lock(tmp_path):  # released at exit
+        pass
+
+
+def test_the_lock_of_a_killed_process_is_taken_over(tmp_path, caplog):
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import os, signal, sys; from pathlib import Path; from trainer.folders import run_lock\n"
+            "with run_lock(Path(sys.argv[1])): os.kill(os.getpid(), signal.SIGKILL)",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+    )
+    assert holder.wait(timeout=60) == -signal.SIGKILL
+    assert json.loads((tmp_path / ".lock").read_text())["pid"] == holder.pid, "the dead holder's lock file stays"
+    with caplog.at_level("WARNING"), run_lock(tmp_path):
+        assert json.loads((tmp_path / ".lock").read_text())["pid"] == os.getpid()
+    assert f"from process {holder.pid} on host {socket.gethostname()}, which is no longer running" in caplog.text
+
+
+# --- resume is bound to the run's config --------------------------------------------------------------
+
+
+@pytest.fixture
+def saved_run(tmp_path) -> Path:
+    """A run folder with Hydra's saved config of a CIFAR run (the task stops at a bad mode: no training)."""
+    run_dir = tmp_path / "run"
+    arguments = [*_train_arguments(tmp_path, run_dir, epochs=3), "mode=stop"]
+    result = _run(tmp_path, arguments)
+    assert result.returncode == 1 and (run_dir / ".hydra" / "config.yaml").is_file(), result.stderr
+    return run_dir
+
+
+CHANGED_EXPERIMENTS = [
+    (["dataset=digits"], "dataset.name: 'cifar' -> 'digits'"),
+    (["optimizer=adam"], "optimizer.name: 'sgd' -> 'adam'"),
+    (["model.width_multiplier=0.25"], "model.width_multiplier: 0.125 -> 0.25"),
+    (["trainer.batch_size=16", "seed=1"], "seed: 42 -> 1; trainer.batch_size: 8 -> 16"),
+    (["trainer.precision=mixed_bfloat16"], "trainer.precision: 'float32' -> 'mixed_bfloat16'"),
+    (["strategy=mirrored"], "strategy.name: 'single' -> 'mirrored'"),
+    (["trainer.epochs=2"], "trainer.epochs: 3 -> 2"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "expected"), CHANGED_EXPERIMENTS)
+def test_resume_refuses_a_command_line_that_changes_the_experiment(saved_run, overrides, expected):
+    from conftest import compose
+    from trainer.tasks import run_task
+
+    cli = [f"resume={saved_run}", *overrides]
+    with pytest.raises(ConfigError) as error:
+        run_task(compose(cli, saved_run), overrides=cli)
+    message = str(error.value)
+    assert "\n" not in message and expected in message
+    assert message.startswith(f"resume={saved_run} continues {saved_run} with its own config")
+
+
+def test_resume_alone_takes_the_run_config_and_allows_safe_changes(saved_run, caplog):
+    from conftest import compose
+    from trainer.resume import bind_to_run
+
+    cli = [f"resume={saved_run}", "trainer.epochs=5", "trainer.verbose=1", "trainer.threads=1"]
+    with caplog.at_level("INFO"):
+        bound = bind_to_run(compose(cli, saved_run), saved_run, cli)
+    assert bound.dataset.name == "cifar" and bound.trainer.batch_size == 8 and bound.model.width_multiplier == 0.125
+    assert (bound.trainer.epochs, bound.trainer.verbose, bound.trainer.threads) == (5, 1, 1)
+    assert "Resume with a changed setting (allowed): trainer.epochs: 3 -> 5" in caplog.text
+
+
+def test_run_py_resume_with_another_optimizer_is_one_line(tmp_path, saved_run):
+    result = _run(tmp_path, [f"resume={saved_run}", "optimizer=adam"])
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    error = result.stderr.strip().splitlines()[-1]
+    assert error.startswith(f"error: resume={saved_run} continues {saved_run} with its own config")
+    assert "optimizer.name: 'sgd' -> 'adam'" in error and error.endswith("Drop these overrides, or start a new run")
+
+
+def test_resume_of_a_folder_that_is_no_run_is_one_line_and_makes_no_folder(tmp_path):
+    result = _run(tmp_path, [f"resume={tmp_path / 'nothere'}"])
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"error: resume={tmp_path / 'nothere'}: not a training run folder (no .hydra/config.yaml, history.csv or "
+        "backup/)"
+    ]
+    assert sorted(path.name for path in tmp_path.iterdir()) == [], "no dated folder is left"
+
+
+def test_resume_latest_picks_the_run_whose_backup_was_written_last(tmp_path, monkeypatch):
+    from trainer.folders import resume_folder
+
+    monkeypatch.chdir(tmp_path)
+    for name, written in (("2026-11-30/10-00-00", 200), ("2026-11-30/11-00-00", 100)):
+        metadata = tmp_path / "outputs" / name / "backup" / METADATA
+        metadata.parent.mkdir(parents=True)
+        metadata.write_text('{"epoch": 1}')
+        os.utime(metadata, (written, written))
+    assert resume_folder("latest") == str(Path("outputs") / "2026-11-30" / "10-00-00")
+
+
+# --- no collisions: the real thing (several trainings at once) -----------------------------------------
+
+
+@pytest.mark.slow
+def test_two_trainings_with_one_folder_name_get_two_folders(tmp_path):
+    data = write_cifar(tmp_path / "cifar")
+    same_second = "hydra.run.dir=${worker_dir:outputs/same-second,${resume}}"  # what two runs at 12:00:00 resolve
+    command = [sys.executable, str(ROOT / "run.py"), *cifar_overrides(data), same_second]
+    processes = [
+        subprocess.Popen(command, cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    errors = [process.communicate(timeout=600)[1] for process in processes]
+    assert [process.returncode for process in processes] == [0, 0], errors
+    folders = sorted(path.name for path in (tmp_path / "outputs").iterdir())
+    assert folders == ["same-second", "same-second-2"]
+    for name in folders:
+        assert _epochs(tmp_path / "outputs" / name) == [1]
+        assert json.loads((tmp_path / "outputs" / name / "metrics.json").read_text())["epochs_completed"] == 1
+
+
+HOLD_IN_FIRST_STEP = """
+import time
+from pathlib import Path
+import trainer.callbacks as target
+def wait_for_go(self, batch, logs=None):
+    go = Path({go!r})
+    while not go.exists():
+        time.sleep(0.1)
+target.EpochLog.on_train_batch_end = wait_for_go
+"""
+
+
+@pytest.mark.slow
+def test_a_second_resume_of_a_running_resume_gets_the_lock_error(tmp_path):
+    run_dir = tmp_path / "run"
+    killed = _run(tmp_path, _train_arguments(tmp_path, run_dir, epochs=2), _signal_in_first_step(signal.SIGKILL))
+    assert killed.returncode == -signal.SIGKILL
+    go = tmp_path / "go"
+    script = SCRIPT.format(root=str(ROOT), patch=HOLD_IN_FIRST_STEP.format(go=str(go)), arguments=[f"resume={run_dir}"])
+    first = subprocess.Popen([sys.executable, "-c", script], cwd=tmp_path, env=ENV, stderr=subprocess.PIPE, text=True)
+    try:
+        while not (run_dir / ".lock").read_text().startswith(f'{{"pid": {first.pid},'):
+            assert first.poll() is None, first.stderr.read()
+            time.sleep(0.2)
+        second = _run(tmp_path, [f"resume={run_dir}"])
+    finally:
+        go.touch()
+    assert first.wait(timeout=600) == 0, first.stderr.read()
+    assert second.returncode == 1
+    assert (
+        second.stderr.strip()
+        .splitlines()[-1]
+        .startswith(f"error: {run_dir} is in use by process {first.pid} on host {socket.gethostname()} (since ")
+    )
+    _assert_finished_once(run_dir, 2)

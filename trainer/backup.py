@@ -1,0 +1,134 @@
+"""The training state a resumed run restarts from: weights + optimizer, and how many epochs are done.
+
+    python run.py resume=outputs/2026-11-30/12-00-00   # restores from RUN/backup/
+
+Unlike Keras's `BackupAndRestore`, every save is crash-safe: the weights go to
+a new file, then `training_metadata.json` is replaced atomically to point at it
+(the commit), the previous metadata is kept as `training_metadata.json.bkp`,
+and only then are older weight files deleted. A kill at any instant leaves a
+metadata file whose weights are complete. The callback runs after history.csv
+and the checkpoints are written, so an epoch counts as done only once its row
+and its checkpoints are on disk. The backup is deleted by the training task
+after metrics.json is written, never by the callback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import keras
+
+from trainer.errors import ConfigError
+from trainer.reports import remove_temporaries, write_atomic
+
+log = logging.getLogger(__name__)
+
+METADATA = "training_metadata.json"
+PREVIOUS = METADATA + ".bkp"
+LEGACY_WEIGHTS = "latest.weights.h5"  # Keras's BackupAndRestore file, for backups made before this module
+
+
+@dataclass(frozen=True)
+class BackupState:
+    """A committed backup: `epoch` epochs are done; `weights` holds the weights and optimizer state."""
+
+    epoch: int
+    batch: int
+    weights: Path
+    metadata: Path
+
+
+def _parse(metadata: Path) -> BackupState | None:
+    """The state one metadata file describes, or None if it is unreadable or its weights are missing."""
+    try:
+        data = json.loads(metadata.read_text())
+        epoch, batch = int(data["epoch"]), int(data.get("batch", 0))
+        weights = metadata.parent / data.get("weights", LEGACY_WEIGHTS)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return BackupState(epoch, batch, weights, metadata) if weights.is_file() else None
+
+
+def read_state(backup_dir: Path) -> BackupState | None:
+    """The newest readable backup in `backup_dir`: the metadata, else its `.bkp` copy; None if there is none.
+
+    Raises:
+        ConfigError: a metadata file exists but neither it nor its `.bkp` copy is usable.
+    """
+    files = [backup_dir / METADATA, backup_dir / PREVIOUS]
+    if not any(path.is_file() for path in files):
+        return None
+    for path in files:
+        state = _parse(path)
+        if state is not None:
+            if path.name == PREVIOUS:
+                log.warning("%s is unreadable or incomplete: resuming from its previous copy %s", files[0], path)
+            return state
+    raise ConfigError(
+        f"{files[0]}: the backup is unreadable (truncated JSON or missing weights) and so is its copy "
+        f"{files[1].name}; delete {backup_dir} to train the run again from epoch 1"
+    )
+
+
+def remove_backup(backup_dir: Path) -> None:
+    """Deletes the backup: call only once the run's results (metrics.json) are on disk."""
+    shutil.rmtree(backup_dir, ignore_errors=True)
+
+
+class RunBackup(keras.callbacks.Callback):
+    """Restores the weights at train begin; commits a backup at every epoch end (and every
+    `save_every_steps` steps). Put it after every callback that writes the epoch's files."""
+
+    def __init__(self, backup_dir: Path, save_every_steps: int | None = None):
+        super().__init__()
+        self.backup_dir, self.save_every_steps = Path(backup_dir), save_every_steps
+        self.epoch, self.steps_since_save = 0, 0
+
+    def on_train_begin(self, logs=None):
+        if self.backup_dir.is_dir():
+            remove_temporaries(self.backup_dir)
+        state = read_state(self.backup_dir)
+        if state is None:
+            return
+        optimizer = getattr(self.model, "optimizer", None)
+        if optimizer is not None and not optimizer.built:  # its variables are in the backup too
+            optimizer.build(self.model.trainable_variables)
+        try:
+            self.model.load_weights(state.weights)
+        except Exception as error:  # a foreign or damaged file
+            raise ConfigError(f"{state.weights}: cannot restore the backup ({str(error).splitlines()[0]})") from None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        if not self.save_every_steps:
+            return
+        self.steps_since_save += 1
+        if self.steps_since_save >= self.save_every_steps:
+            self.save(self.epoch, batch + 1)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.save(epoch + 1)
+
+    def save(self, epochs_done: int, batch: int = 0) -> None:
+        """Commits the model's state as `epochs_done` finished epochs (+ `batch` steps of the next)."""
+        self.steps_since_save = 0
+        self.backup_dir.mkdir(parents=True, exist_ok=True)
+        weights = self.backup_dir / f"epoch{epochs_done:05d}-step{batch:06d}-{secrets.token_hex(3)}.weights.h5"
+        write_atomic(weights, self.model.save_weights)
+        current = self.backup_dir / METADATA
+        if _parse(current) is not None:
+            text = current.read_text()
+            write_atomic(self.backup_dir / PREVIOUS, lambda temporary: temporary.write_text(text))
+        metadata = json.dumps({"epoch": epochs_done, "batch": batch, "weights": weights.name})
+        write_atomic(current, lambda temporary: temporary.write_text(metadata))  # the commit
+        kept = {weights.name} | {state.weights.name for state in [_parse(self.backup_dir / PREVIOUS)] if state}
+        for path in self.backup_dir.glob("*.weights.h5"):
+            if path.name not in kept:
+                path.unlink(missing_ok=True)
