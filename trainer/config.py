@@ -14,6 +14,7 @@ import functools
 import tempfile
 from dataclasses import dataclass, field
 from importlib import resources
+from types import SimpleNamespace
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
@@ -146,6 +147,7 @@ class TFRecordDatasetConfig:
 
 @dataclass
 class VGG19Config:
+    _target_: str = "trainer.models.vgg19.build_vgg19"  # called with num_classes, input_shape and the keys below
     name: str = "vgg19"
     width_multiplier: float = 1.0  # scales every layer's channels; 0.125 for tiny test models
     fc_units: int = 512  # units of fc1 and fc2 before width scaling
@@ -162,6 +164,7 @@ class VGG19Config:
 
 @dataclass
 class VGG19ImageNetConfig:
+    _target_: str = "trainer.models.finetune.build_vgg19_imagenet"
     name: str = "vgg19_imagenet"
     weights: str | None = "imagenet"  # imagenet (Keras downloads and caches) | a local .h5/.weights.h5 | null
     fc_units: int = 256  # the new head's hidden layer
@@ -260,6 +263,25 @@ class MultiWorkerStrategyConfig:
         _require(self.timeout_seconds > 0, "strategy.timeout_seconds", "> 0", self.timeout_seconds)
 
 
+def _class_weight_option(value: Any) -> str | dict[int, float] | None:
+    """null/none, `balanced`, or a {class index: weight > 0} mapping, checked."""
+    if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
+        return None
+    if isinstance(value, str) and value.lower() == "balanced":
+        return "balanced"
+    expected = "null, balanced or a mapping {class index: weight > 0}, e.g. {0: 1.0, 1: 3.0}"
+    _require(isinstance(value, dict) and bool(value), "trainer.class_weight", expected, value)
+    weights = {}
+    for key, weight in value.items():
+        try:
+            index, weight = int(key), float(weight)
+        except (TypeError, ValueError):
+            raise ConfigError(f"trainer.class_weight must be {expected}; got {value!r}") from None
+        _require(index >= 0 and weight > 0, "trainer.class_weight", expected, value)
+        weights[index] = weight
+    return weights
+
+
 @dataclass
 class TrainerConfig:
     epochs: int = 30  # passes over the training split
@@ -272,6 +294,8 @@ class TrainerConfig:
     precision: str = "float32"  # float32 | mixed_float16 | mixed_bfloat16
     jit_compile: str = "auto"  # auto | true | false (XLA; with a strategy, Keras's auto means off)
     steps_per_execution: int = 1  # training steps run per call into TensorFlow
+    label_smoothing: float = 0.0  # targets become (1 - s) one-hot + s / num_classes
+    class_weight: Any = None  # null | balanced (n / (classes x n_class), from the training split) | {0: w, ...}
 
     def __post_init__(self) -> None:
         _require(self.epochs >= 1, "trainer.epochs", ">= 1", self.epochs)
@@ -294,12 +318,73 @@ class TrainerConfig:
             self.jit_compile,
         )
         _require(self.steps_per_execution >= 1, "trainer.steps_per_execution", ">= 1", self.steps_per_execution)
+        _require(0 <= self.label_smoothing < 1, "trainer.label_smoothing", "in [0, 1)", self.label_smoothing)
+        self.class_weight = _class_weight_option(self.class_weight)
         _require(
             self.save_every_steps is None or self.save_every_steps >= 1,
             "trainer.save_every_steps",
             ">= 1 or null",
             self.save_every_steps,
         )
+
+
+@dataclass
+class EarlyStoppingConfig:
+    monitor: str = "${objective.metric}"  # a column of history.csv
+    mode: str = "${objective.mode}"  # max | min
+    patience: int = 5  # epochs without improvement before stopping
+    min_delta: float = 0.0  # a smaller change is no improvement
+    restore_best_weights: bool = True  # end with the best epoch's weights (best.keras holds them anyway)
+
+    def __post_init__(self) -> None:
+        _require(self.mode in ("max", "min"), "callbacks.early_stopping.mode", "max or min", self.mode)
+        _require(self.patience >= 0, "callbacks.early_stopping.patience", ">= 0", self.patience)
+        _require(self.min_delta >= 0, "callbacks.early_stopping.min_delta", ">= 0", self.min_delta)
+
+
+@dataclass
+class ReduceLROnPlateauConfig:
+    monitor: str = "${objective.metric}"
+    mode: str = "${objective.mode}"  # max | min
+    factor: float = 0.1  # new lr = lr x factor
+    patience: int = 3  # epochs without improvement before reducing
+    min_delta: float = 0.0
+    min_lr: float = 0.0  # never below this
+
+    def __post_init__(self) -> None:
+        key = "callbacks.reduce_lr_on_plateau"
+        _require(self.mode in ("max", "min"), f"{key}.mode", "max or min", self.mode)
+        _require(0 < self.factor < 1, f"{key}.factor", "in (0, 1)", self.factor)
+        _require(self.patience >= 0, f"{key}.patience", ">= 0", self.patience)
+        _require(self.min_lr >= 0, f"{key}.min_lr", ">= 0", self.min_lr)
+
+
+@dataclass
+class CallbacksConfig:
+    """Optional Keras callbacks: `callbacks=early_stopping`, `callbacks=[early_stopping,reduce_lr_on_plateau]`."""
+
+    early_stopping: EarlyStoppingConfig | None = None
+    reduce_lr_on_plateau: ReduceLROnPlateauConfig | None = None
+
+
+@dataclass
+class LoggerConfig:
+    """Where metrics go besides history.csv: `logger=mlflow`, `logger=[tensorboard,wandb]`, `logger=many`."""
+
+    tensorboard: bool = False  # tensorboard/ in the run folder: scalars, lr, sample images
+    csv: bool = False  # history.csv only (always written: resuming and curves.png read it)
+    mlflow: bool = False
+    wandb: bool = False
+    experiment: str = "vggtrain"  # MLflow experiment / W&B project
+    tracking_uri: str | None = None  # MLflow: null = sqlite:///<launch folder>/outputs/mlflow.db; http://host:port
+    timeout_seconds: float = 10.0  # MLflow server: start-up reachability check and each request
+    wandb_mode: str = "offline"  # offline (no account needed; `wandb sync` later) | online | disabled
+    wandb_entity: str | None = None  # W&B team or user (online)
+
+    def __post_init__(self) -> None:
+        modes = ("offline", "online", "disabled")
+        _require(self.wandb_mode in modes, "logger.wandb_mode", " or ".join(modes), self.wandb_mode)
+        _require(self.timeout_seconds > 0, "logger.timeout_seconds", "> 0", self.timeout_seconds)
 
 
 @dataclass
@@ -353,6 +438,10 @@ class Config:
     inspect: InspectConfig = field(default_factory=InspectConfig)
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
     export: ExportConfig = field(default_factory=ExportConfig)
+    callbacks: CallbacksConfig = field(default_factory=CallbacksConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    name: str | None = None  # a readable run name: joins the run folder's name, the log, metrics.json, loggers
+    tags: list[str] = field(default_factory=list)  # e.g. [baseline, cifar]: same places as name
     mode: str = "train"  # train | evaluate | predict | inspect | export
     checkpoint: str | None = None  # evaluate/predict: a .keras file or a run folder
     resume: str | None = None  # train: continue the run in this folder (or `latest`) from its backup
@@ -379,6 +468,13 @@ class Config:
             )
 
 
+# A custom model's keys are the user's: no fixed fields, and `model.<any key>=...` may add one (not struct).
+CUSTOM_MODEL = {"_target_": MISSING, "name": "custom", "preprocessing": None}
+
+# Stored as `hydra/schema/<group>/<name>` and pulled into an option file with
+# `- /hydra/schema/<group>/<name>@_here_`: Hydra's --help lists only groups outside hydra/,
+# so `dataset=binary_schema` is no longer offered as a choice.
+SCHEMA_GROUP = "hydra/schema"
 SCHEMAS = {
     "dataset": {"binary_schema": BinaryDatasetConfig, "tfrecord_schema": TFRecordDatasetConfig},
     "model": {"vgg19_schema": VGG19Config, "vgg19_imagenet_schema": VGG19ImageNetConfig},
@@ -420,7 +516,9 @@ def register() -> None:
     store.store(name="config_schema", node=Config)
     for group, nodes in SCHEMAS.items():
         for name, node in nodes.items():
-            store.store(group=group, name=name, node=node)
+            store.store(group=f"{SCHEMA_GROUP}/{group}", name=name, node=node)
+    custom = OmegaConf.create(CUSTOM_MODEL, flags={"struct": False})
+    store.store(group=f"{SCHEMA_GROUP}/model", name="custom_schema", node=custom)
     if not OmegaConf.has_resolver("bundled"):
         OmegaConf.register_new_resolver("bundled", bundled_data)
         OmegaConf.register_new_resolver("optuna_direction", lambda mode: {"max": "maximize"}.get(mode, "minimize"))
@@ -430,7 +528,7 @@ def register() -> None:
 def to_settings(cfg: DictConfig) -> Config:
     """Resolves the composed config into dataclasses, running every range check."""
     try:
-        return OmegaConf.to_object(cfg)
+        settings = OmegaConf.to_object(cfg)
     except ConfigError:
         raise
     except Exception as error:  # OmegaConf wraps __post_init__ errors and missing values
@@ -438,3 +536,12 @@ def to_settings(cfg: DictConfig) -> Config:
         if isinstance(cause, ConfigError):
             raise cause from None
         raise ConfigError(str(error).splitlines()[0]) from error
+    if isinstance(settings.model, dict):  # model=custom: attribute access like the typed models
+        settings.model = SimpleNamespace(**settings.model)
+        _require(
+            settings.model.preprocessing in (None, "caffe"),
+            "model.preprocessing",
+            "null (the dataset's normalization) or caffe",
+            settings.model.preprocessing,
+        )
+    return settings

@@ -23,8 +23,8 @@ from trainer import distribute, optim
 from trainer.callbacks import Preempted, training_callbacks
 from trainer.config import Config, VGG19ImageNetConfig
 from trainer.errors import ConfigError
-from trainer.models.finetune import build_vgg19_imagenet, set_trainable
-from trainer.models.vgg19 import build_vgg19
+from trainer.models.finetune import set_trainable
+from trainer.models.registry import build_model
 from trainer.reports import write_json
 from trainer.resume import backup_folder, prepare_resume, read_history, resolve_resume
 from trainer.tasks.common import evaluate_checkpoint, run_folder, setup_strategy
@@ -52,21 +52,8 @@ def _objective_metric(settings: Config) -> str:
 
 
 def _build_model(settings: Config, data: Data) -> keras.Model:
-    """The configured model, uncompiled; call inside `strategy.scope()`."""
-    model = settings.model
-    if isinstance(model, VGG19ImageNetConfig):
-        return build_vgg19_imagenet(
-            len(data.class_names), data.input_shape, model.weights, model.fc_units, model.dropout, model.weight_decay
-        )
-    return build_vgg19(
-        len(data.class_names),
-        data.input_shape,
-        model.width_multiplier,
-        model.fc_units,
-        model.dropout,
-        model.weight_decay,
-        model.batch_norm,
-    )
+    """The configured network (float input of `data.input_shape`), uncompiled; call inside `strategy.scope()`."""
+    return build_model(vars(settings.model), len(data.class_names), data.input_shape)
 
 
 def _compile(model: keras.Model, settings: Config, lr: float, steps_per_epoch: int, epochs: int) -> None:
