@@ -11,6 +11,7 @@ runs when `to_settings` turns the composed config into these dataclasses.
 from __future__ import annotations
 
 import functools
+import re
 import tempfile
 from dataclasses import dataclass, field
 from importlib import resources
@@ -504,6 +505,13 @@ def worker_dir(path: str, *, _root_: DictConfig) -> str:
     return path if role.is_chief else _temporary_folder(path)
 
 
+def run_label(name: str | None, tags: Any) -> str:
+    """`_NAME_TAG1-TAG2` for the run folder's name (characters outside [A-Za-z0-9.-] become -), or ''."""
+    parts = [name or "", "-".join(str(tag) for tag in (tags or []))]
+    label = "_".join(re.sub(r"[^A-Za-z0-9.-]+", "-", part).strip("-") for part in parts if part)
+    return f"_{label[:80]}" if label else ""
+
+
 @functools.cache
 def _temporary_folder(path: str) -> str:
     """One temporary folder per run path and process, however often Hydra resolves it."""
@@ -523,6 +531,8 @@ def register() -> None:
         OmegaConf.register_new_resolver("bundled", bundled_data)
         OmegaConf.register_new_resolver("optuna_direction", lambda mode: {"max": "maximize"}.get(mode, "minimize"))
         OmegaConf.register_new_resolver("worker_dir", worker_dir)
+    if not OmegaConf.has_resolver("run_label"):
+        OmegaConf.register_new_resolver("run_label", run_label)
 
 
 def to_settings(cfg: DictConfig) -> Config:
