@@ -19,7 +19,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, MissingMandatoryValue, OmegaConf
 
 from trainer import cluster
 from trainer.errors import ConfigError
@@ -545,6 +545,8 @@ def to_settings(cfg: DictConfig) -> Config:
         cause = error.__cause__ or error.__context__
         if isinstance(cause, ConfigError):
             raise cause from None
+        if isinstance(error, MissingMandatoryValue) and getattr(error, "full_key", None):
+            raise ConfigError(f"{error.full_key} must be set; it has no default") from error
         raise ConfigError(str(error).splitlines()[0]) from error
     if isinstance(settings.model, dict):  # model=custom: attribute access like the typed models
         settings.model = SimpleNamespace(**settings.model)
