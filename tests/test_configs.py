@@ -53,9 +53,9 @@ def test_command_line_beats_the_preset():
         ("optimizer.lr=-0.1", ConfigError, "optimizer.lr"),
         ("trainer.batch_size=0", ConfigError, "trainer.batch_size"),
         ("trainer.epochs=0", ConfigError, "trainer.epochs"),
-        ("dataset.augment.crop=diagonal", ConfigError, "dataset.augment.crop"),
-        ("optimizer.schedule.name=linear", ConfigError, "optimizer.schedule.name"),
-        ("objective.mode=up", ConfigError, "objective.mode"),
+        ("dataset.augment.crop=diagonal", ConfigCompositionException, "dataset.augment.crop"),
+        ("optimizer.schedule.name=linear", ConfigCompositionException, "optimizer.schedule.name"),
+        ("objective.mode=up", ConfigCompositionException, "objective.mode"),
         ("dataset.num_classes=3", ConfigError, "dataset.class_names"),
     ],
 )

@@ -14,6 +14,7 @@ import functools
 import re
 import tempfile
 from dataclasses import dataclass, field
+from enum import Enum
 from importlib import resources
 from types import SimpleNamespace
 from typing import Any
@@ -25,6 +26,26 @@ from trainer import cluster
 from trainer.errors import ConfigError
 
 
+class Choice(str, Enum):
+    """An enum-like option: OmegaConf rejects any other value when Hydra composes the config, naming
+    the key and the valid choices. Members compare, hash and print as their plain strings."""
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+
+Crop = Choice("Crop", {name: name for name in ("random", "pad", "random_resized", "none")})
+ValSource = Choice("ValSource", {"train": "train", "test": "test"})
+RecordFormat = Choice("RecordFormat", {"raw": "raw", "jpeg": "jpeg"})
+ScheduleName = Choice("ScheduleName", {name: name for name in ("constant", "step", "cosine")})
+Precision = Choice("Precision", {name: name for name in ("float32", "mixed_float16", "mixed_bfloat16")})
+Direction = Choice("Direction", {"max": "max", "min": "min"})
+EvaluateSplit = Choice("EvaluateSplit", {"val": "val", "test": "test"})
+Split = Choice("Split", {name: name for name in ("train", "val", "test")})
+WandbMode = Choice("WandbMode", {name: name for name in ("offline", "online", "disabled")})
+Mode = Choice("Mode", {name: name for name in ("train", "evaluate", "predict", "inspect", "export")})
+
+
 def _require(condition: bool, key: str, expected: str, value: Any) -> None:
     if not condition:
         raise ConfigError(f"{key} must be {expected}; got {value!r}")
@@ -32,7 +53,7 @@ def _require(condition: bool, key: str, expected: str, value: Any) -> None:
 
 @dataclass
 class AugmentConfig:
-    crop: str = "none"  # random | pad | random_resized | none
+    crop: Crop = Crop.none  # random | pad | random_resized | none
     crop_size: int = 0  # random: output size of the crop (0 = image_size)
     padding: int = 4  # pad: pixels added on each side before the random crop
     min_area: float = 0.25  # random_resized: smallest crop as a fraction of the image area
@@ -42,8 +63,6 @@ class AugmentConfig:
     contrast_upper: float = 1.0
 
     def __post_init__(self) -> None:
-        crops = ("random", "pad", "random_resized", "none")
-        _require(self.crop in crops, "dataset.augment.crop", ", ".join(crops), self.crop)
         _require(0 < self.min_area <= 1, "dataset.augment.min_area", "in (0, 1]", self.min_area)
         _require(self.crop_size >= 0, "dataset.augment.crop_size", ">= 0", self.crop_size)
         _require(self.padding >= 0, "dataset.augment.padding", ">= 0", self.padding)
@@ -74,7 +93,7 @@ class BinaryDatasetConfig:
     class_names: list[str] = MISSING
     image_size: int = 0  # resize stored images to this before augmentation (0 = stored size)
     val_size: int = 5000  # validation records held out from the end of the training files
-    val_source: str = "train"  # train: hold out val_size records; test: validate on the test files
+    val_source: ValSource = ValSource.train  # train: hold out val_size records; test: validate on the test files
     shuffle_buffer: int = 10000  # records; >= the training set size gives a full shuffle
     cache: bool = False  # keep the decoded images in memory after the first epoch (small datasets)
     standardize: bool = True  # per-image standardization (zero mean, unit variance)
@@ -102,7 +121,6 @@ class BinaryDatasetConfig:
         )
         _require(self.image_size >= 0, "dataset.image_size", ">= 0", self.image_size)
         _require(self.val_size >= 0, "dataset.val_size", ">= 0", self.val_size)
-        _require(self.val_source in ("train", "test"), "dataset.val_source", "train or test", self.val_source)
         _require(self.shuffle_buffer >= 1, "dataset.shuffle_buffer", ">= 1", self.shuffle_buffer)
         _require(bool(self.train_files), "dataset.train_files", "a non-empty list", self.train_files)
         _require(bool(self.test_files), "dataset.test_files", "a non-empty list", self.test_files)
@@ -119,7 +137,7 @@ class TFRecordDatasetConfig:
     train_files: list[str] = MISSING  # globs, e.g. ["${dataset.data_dir}/train.tfrecords_*"]
     val_files: list[str] = MISSING
     test_files: list[str] = MISSING
-    format: str = "raw"  # raw (label + img_raw pixels) | jpeg (image/encoded ...)
+    format: RecordFormat = RecordFormat.raw  # raw (label + img_raw pixels) | jpeg (image/encoded ...)
     stored_size: int = 224  # raw: side of the stored images
     image_key: str | None = None  # feature keys; null: the format's defaults
     label_key: str | None = None
@@ -132,7 +150,6 @@ class TFRecordDatasetConfig:
     augment: AugmentConfig = field(default_factory=AugmentConfig)
 
     def __post_init__(self) -> None:
-        _require(self.format in ("raw", "jpeg"), "dataset.format", "raw or jpeg", self.format)
         for key in ("stored_size", "image_size", "shuffle_buffer"):
             _require(getattr(self, key) >= 1, f"dataset.{key}", ">= 1", getattr(self, key))
         _require(self.num_classes >= 2, "dataset.num_classes", ">= 2", self.num_classes)
@@ -144,6 +161,13 @@ class TFRecordDatasetConfig:
         )
         for key in ("train_files", "val_files", "test_files"):
             _require(bool(getattr(self, key)), f"dataset.{key}", "a non-empty glob or list", getattr(self, key))
+
+
+def _check_head(model: Any) -> None:
+    """The classifier-head keys both VGG19 models share."""
+    _require(model.fc_units >= 1, "model.fc_units", ">= 1", model.fc_units)
+    _require(0 <= model.dropout < 1, "model.dropout", "in [0, 1)", model.dropout)
+    _require(model.weight_decay >= 0, "model.weight_decay", ">= 0", model.weight_decay)
 
 
 @dataclass
@@ -158,9 +182,7 @@ class VGG19Config:
 
     def __post_init__(self) -> None:
         _require(0 < self.width_multiplier <= 4, "model.width_multiplier", "in (0, 4]", self.width_multiplier)
-        _require(self.fc_units >= 1, "model.fc_units", ">= 1", self.fc_units)
-        _require(0 <= self.dropout < 1, "model.dropout", "in [0, 1)", self.dropout)
-        _require(self.weight_decay >= 0, "model.weight_decay", ">= 0", self.weight_decay)
+        _check_head(self)
 
 
 @dataclass
@@ -174,9 +196,7 @@ class VGG19ImageNetConfig:
     preprocessing: str = "caffe"  # what the ImageNet weights expect: BGR, mean-subtracted
 
     def __post_init__(self) -> None:
-        _require(self.fc_units >= 1, "model.fc_units", ">= 1", self.fc_units)
-        _require(0 <= self.dropout < 1, "model.dropout", "in [0, 1)", self.dropout)
-        _require(self.weight_decay >= 0, "model.weight_decay", ">= 0", self.weight_decay)
+        _check_head(self)
         _require(self.preprocessing == "caffe", "model.preprocessing", "caffe (the weights fix it)", self.preprocessing)
 
 
@@ -198,15 +218,13 @@ class ExportConfig:
 
 @dataclass
 class ScheduleConfig:
-    name: str = "constant"  # constant | step | cosine
+    name: ScheduleName = ScheduleName.constant  # constant | step | cosine
     warmup_epochs: float = 0.0  # cosine: linear warmup from 0 to optimizer.lr
     boundaries: list[float] = field(default_factory=list)  # step: epochs at which lr is multiplied by factor
     factor: float = 0.1  # step: multiplier at each boundary
     alpha: float = 0.0  # cosine: final lr as a fraction of optimizer.lr
 
     def __post_init__(self) -> None:
-        names = ("constant", "step", "cosine")
-        _require(self.name in names, "optimizer.schedule.name", " or ".join(names), self.name)
         _require(self.warmup_epochs >= 0, "optimizer.schedule.warmup_epochs", ">= 0", self.warmup_epochs)
         _require(self.factor > 0, "optimizer.schedule.factor", "> 0", self.factor)
         _require(
@@ -292,7 +310,7 @@ class TrainerConfig:
     threads: int = 0  # TensorFlow intra-op threads; 0: TensorFlow's default (all cores)
     save_every_steps: int | None = None  # also back up every N steps, not only at epoch ends
     deterministic: bool = False  # TensorFlow op determinism: identical weights run to run, slower
-    precision: str = "float32"  # float32 | mixed_float16 | mixed_bfloat16
+    precision: Precision = Precision.float32  # float32 | mixed_float16 | mixed_bfloat16
     jit_compile: str = "auto"  # auto | true | false (XLA; with a strategy, Keras's auto means off)
     steps_per_execution: int = 1  # training steps run per call into TensorFlow
     label_smoothing: float = 0.0  # targets become (1 - s) one-hot + s / num_classes
@@ -309,8 +327,6 @@ class TrainerConfig:
         )
         _require(self.verbose in (0, 1, 2), "trainer.verbose", "0, 1 or 2", self.verbose)
         _require(self.threads >= 0, "trainer.threads", ">= 0", self.threads)
-        precisions = ("float32", "mixed_float16", "mixed_bfloat16")
-        _require(self.precision in precisions, "trainer.precision", " or ".join(precisions), self.precision)
         self.jit_compile = str(self.jit_compile).lower()
         _require(
             self.jit_compile in ("auto", "true", "false"),
@@ -332,13 +348,12 @@ class TrainerConfig:
 @dataclass
 class EarlyStoppingConfig:
     monitor: str = "${objective.metric}"  # a column of history.csv
-    mode: str = "${objective.mode}"  # max | min
+    mode: Direction = "${objective.mode}"  # max | min
     patience: int = 5  # epochs without improvement before stopping
     min_delta: float = 0.0  # a smaller change is no improvement
     restore_best_weights: bool = True  # end with the best epoch's weights (best.keras holds them anyway)
 
     def __post_init__(self) -> None:
-        _require(self.mode in ("max", "min"), "callbacks.early_stopping.mode", "max or min", self.mode)
         _require(self.patience >= 0, "callbacks.early_stopping.patience", ">= 0", self.patience)
         _require(self.min_delta >= 0, "callbacks.early_stopping.min_delta", ">= 0", self.min_delta)
 
@@ -346,7 +361,7 @@ class EarlyStoppingConfig:
 @dataclass
 class ReduceLROnPlateauConfig:
     monitor: str = "${objective.metric}"
-    mode: str = "${objective.mode}"  # max | min
+    mode: Direction = "${objective.mode}"  # max | min
     factor: float = 0.1  # new lr = lr x factor
     patience: int = 3  # epochs without improvement before reducing
     min_delta: float = 0.0
@@ -354,7 +369,6 @@ class ReduceLROnPlateauConfig:
 
     def __post_init__(self) -> None:
         key = "callbacks.reduce_lr_on_plateau"
-        _require(self.mode in ("max", "min"), f"{key}.mode", "max or min", self.mode)
         _require(0 < self.factor < 1, f"{key}.factor", "in (0, 1)", self.factor)
         _require(self.patience >= 0, f"{key}.patience", ">= 0", self.patience)
         _require(self.min_lr >= 0, f"{key}.min_lr", ">= 0", self.min_lr)
@@ -379,30 +393,22 @@ class LoggerConfig:
     experiment: str = "vggtrain"  # MLflow experiment / W&B project
     tracking_uri: str | None = None  # MLflow: null = sqlite:///<launch folder>/outputs/mlflow.db; http://host:port
     timeout_seconds: float = 10.0  # MLflow server: start-up reachability check and each request
-    wandb_mode: str = "offline"  # offline (no account needed; `wandb sync` later) | online | disabled
+    wandb_mode: WandbMode = WandbMode.offline  # offline (no account needed; `wandb sync` later) | online | disabled
     wandb_entity: str | None = None  # W&B team or user (online)
 
     def __post_init__(self) -> None:
-        modes = ("offline", "online", "disabled")
-        _require(self.wandb_mode in modes, "logger.wandb_mode", " or ".join(modes), self.wandb_mode)
         _require(self.timeout_seconds > 0, "logger.timeout_seconds", "> 0", self.timeout_seconds)
 
 
 @dataclass
 class ObjectiveConfig:
     metric: str = "val_accuracy"  # a metric name from history.csv
-    mode: str = "max"  # max | min
-
-    def __post_init__(self) -> None:
-        _require(self.mode in ("max", "min"), "objective.mode", "max or min", self.mode)
+    mode: Direction = Direction.max  # max | min
 
 
 @dataclass
 class EvaluateConfig:
-    split: str = "test"  # val | test
-
-    def __post_init__(self) -> None:
-        _require(self.split in ("val", "test"), "evaluate.split", "val or test", self.split)
+    split: EvaluateSplit = EvaluateSplit.test  # val | test
 
 
 @dataclass
@@ -414,16 +420,12 @@ class PredictConfig:
 
 @dataclass
 class InspectConfig:
-    split: str = "train"  # train | val | test
+    split: Split = Split.train  # train | val | test
     num_images: int = 64  # tiles on the contact sheet
     augmented: bool = False  # show the training augmentation (train split)
 
     def __post_init__(self) -> None:
-        _require(self.split in ("train", "val", "test"), "inspect.split", "train, val or test", self.split)
         _require(self.num_images >= 1, "inspect.num_images", ">= 1", self.num_images)
-
-
-MODES = ("train", "evaluate", "predict", "inspect", "export")
 
 
 @dataclass
@@ -443,14 +445,13 @@ class Config:
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     name: str | None = None  # a readable run name: joins the run folder's name, the log, metrics.json, loggers
     tags: list[str] = field(default_factory=list)  # e.g. [baseline, cifar]: same places as name
-    mode: str = "train"  # train | evaluate | predict | inspect | export
+    mode: Mode = Mode.train  # train | evaluate | predict | inspect | export
     checkpoint: str | None = None  # evaluate/predict: a .keras file or a run folder
     resume: str | None = None  # train: continue the run in this folder (or `latest`) from its backup
     seed: int = 42  # seeds weights, shuffling and augmentation
     output_dir: str = MISSING  # the run folder (Hydra's runtime.output_dir)
 
     def __post_init__(self) -> None:
-        _require(self.mode in MODES, "mode", " or ".join(MODES), self.mode)
         if self.mode in ("evaluate", "predict", "export"):
             _require(
                 bool(self.checkpoint),
