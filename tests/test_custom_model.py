@@ -39,13 +39,15 @@ def _custom(cifar_dir, *extra):
 
 def test_a_custom_three_layer_model_trains_with_its_own_keys(tmp_path, cifar_dir):
     run_dir = tmp_path / "run"
-    settings = to_settings(compose(_custom(cifar_dir, f"model._target_={TARGET}", "model.units=5"), run_dir))
+    overrides = _custom(cifar_dir, f"model._target_={TARGET}", "model.units=5", "logger=csv")
+    settings = to_settings(compose(overrides, run_dir))
     train(settings)
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["epochs_completed"] == 1 and 0 <= metrics["test_accuracy"] <= 1
     saved = keras.saving.load_model(run_dir / "checkpoints" / "best.keras", compile=False)
     assert saved.get_layer("tiny_hidden").units == 5  # model.units reached the builder
     assert saved.get_layer("predictions").units == 10
+    assert (run_dir / "history.csv").is_file() and not (run_dir / "tensorboard").exists()  # logger=csv
 
 
 def test_the_built_in_vgg19_goes_through_the_same_registry():

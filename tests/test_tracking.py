@@ -95,11 +95,25 @@ def test_mlflow_server_gets_one_run_with_params_metrics_and_artifacts(tmp_path, 
 
 def test_mlflow_default_is_an_embedded_sqlite_database_in_outputs(tmp_path, cifar_dir, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    metrics = _train(cifar_dir, tmp_path / "outputs" / "run", "logger=mlflow")
+    run_dir = tmp_path / "outputs" / "run"
+    metrics = _train(cifar_dir, run_dir, "logger=[tensorboard,mlflow]")
     database = tmp_path / "outputs" / "mlflow.db"
     assert database.is_file()
     _check_run(MlflowClient(tracking_uri=f"sqlite:///{database}"), metrics)
-    assert json.loads((tmp_path / "outputs" / "run" / "tracking.json").read_text())["mlflow"]
+    assert json.loads((run_dir / "tracking.json").read_text())["mlflow"]
+    assert _tensorboard_texts(run_dir / "tensorboard" / "train") == {"run/name": "tracked", "run/tags": "smoke, ci"}
+
+
+def _tensorboard_texts(log_dir: Path) -> dict[str, str]:
+    import tensorflow as tf
+
+    texts = {}
+    for events in log_dir.glob("events.out.tfevents.*"):
+        for event in tf.compat.v1.train.summary_iterator(str(events)):
+            for value in event.summary.value:
+                if value.metadata.plugin_data.plugin_name == "text":
+                    texts[value.tag] = tf.make_ndarray(value.tensor).item().decode()
+    return texts
 
 
 def test_an_unreachable_server_is_one_error_before_training(tmp_path, cifar_dir):

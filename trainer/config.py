@@ -506,8 +506,10 @@ def worker_dir(path: str, *, _root_: DictConfig) -> str:
     return path if role.is_chief else _temporary_folder(path)
 
 
-def run_label(name: str | None, tags: Any) -> str:
-    """`_NAME_TAG1-TAG2` for the run folder's name (characters outside [A-Za-z0-9.-] become -), or ''."""
+def run_label(*, _root_: DictConfig) -> str:
+    """`_NAME_TAG1-TAG2` from `name=` and `tags=` for the run folder's name (characters outside
+    [A-Za-z0-9.-] become -), or '' without them. Used as `${run_label:}` in `hydra.run.dir`."""
+    name, tags = _root_.get("name"), _root_.get("tags")
     parts = [name or "", "-".join(str(tag) for tag in (tags or []))]
     label = "_".join(re.sub(r"[^A-Za-z0-9.-]+", "-", part).strip("-") for part in parts if part)
     return f"_{label[:80]}" if label else ""
