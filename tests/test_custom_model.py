@@ -9,7 +9,7 @@ import pytest
 
 from conftest import cifar_overrides, compose
 from trainer.config import to_settings
-from trainer.errors import ConfigError
+from trainer.errors import ConfigError, DataError
 from trainer.models.registry import build_model
 from trainer.tasks.train import train
 
@@ -29,6 +29,10 @@ def build_tiny(num_classes: int, input_shape: tuple[int, int, int], units: int =
 def build_wrong_outputs(num_classes: int, input_shape: tuple[int, int, int]) -> keras.Model:
     inputs = keras.Input(shape=input_shape)
     return keras.Model(inputs, keras.layers.Dense(num_classes + 1)(keras.layers.Flatten()(inputs)))
+
+
+def build_missing_weights(num_classes: int, input_shape: tuple[int, int, int]) -> keras.Model:
+    raise DataError("model.weights=/nowhere.h5: no such file")
 
 
 def _custom(cifar_dir, *extra):
@@ -72,3 +76,9 @@ def test_a_bad_custom_model_is_one_clear_error(overrides, message):
         settings = to_settings(compose(overrides))
         build_model(vars(settings.model), 10, (32, 32, 3))
     assert "\n" not in str(caught.value)
+
+
+def test_a_builder_s_own_clear_error_passes_through_unchanged():
+    model = {"_target_": "test_custom_model.build_missing_weights", "name": "custom"}
+    with pytest.raises(DataError, match=r"^model\.weights=/nowhere\.h5: no such file$"):
+        build_model(model, 10, (32, 32, 3))

@@ -18,7 +18,7 @@ import keras
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
-from trainer.errors import ConfigError
+from trainer.errors import ConfigError, UserError
 
 RESERVED = ("_target_", "name", "preprocessing")  # read by the trainer, never passed to the builder
 
@@ -58,6 +58,8 @@ def build_model(model: Mapping[str, Any], num_classes: int, input_shape: tuple[i
             {"_target_": target, **options}, num_classes=num_classes, input_shape=tuple(input_shape), _convert_="all"
         )
     except InstantiationException as error:  # cannot import the target, bad keys, or the builder raised
+        if isinstance(error.__cause__, UserError):  # the builder's own clear error (e.g. a missing weights file)
+            raise error.__cause__ from None
         raise ConfigError(f"model._target_={target} (keys {sorted(options)}): {_first_line(error)}") from error
     if not isinstance(network, keras.Model):
         raise ConfigError(f"model._target_={target} must return a keras.Model; got {type(network).__name__}")
