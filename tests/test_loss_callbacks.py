@@ -13,7 +13,8 @@ from trainer.config import to_settings
 from trainer.errors import ConfigError
 from trainer.loss_options import build_loss, class_weights
 from trainer.tasks.data import load_data
-from trainer.tasks.train import _class_weight, train
+from trainer.tasks.extensions import class_weight, plateau_callbacks
+from trainer.tasks.train import train
 
 
 def test_early_stopping_stops_on_a_plateau_and_metrics_json_says_so(tmp_path, cifar_dir):
@@ -72,7 +73,7 @@ def test_balanced_weights_come_from_the_training_split_counts(cifar_dir):
     data = load_data(settings.dataset, 8, 0)
     labels = np.concatenate([batch_labels.numpy() for _, batch_labels in data.train_plain])
     counts = np.bincount(labels, minlength=10)
-    weights = _class_weight(settings, data)
+    weights = class_weight(settings, data)
     for index, count in enumerate(counts):
         expected = len(labels) / (10 * count) if count else 1.0
         assert weights[index] == pytest.approx(expected)
@@ -100,8 +101,6 @@ def test_bad_loss_and_callback_values_are_one_clear_error(overrides, message):
 def test_a_class_outside_the_dataset_and_a_plateau_rule_fighting_a_schedule_are_refused():
     with pytest.raises(ConfigError, match="class 12 is outside the dataset's 10 classes"):
         class_weights({12: 2.0}, None, 10)
-    from trainer.tasks.train import _plateau_callbacks
-
     settings = to_settings(compose(["callbacks=reduce_lr_on_plateau", "optimizer.schedule.name=cosine"]))
     with pytest.raises(ConfigError, match="needs optimizer.schedule.name=constant"):
-        _plateau_callbacks(settings)
+        plateau_callbacks(settings)

@@ -24,11 +24,12 @@ from trainer import distribute, loggers, optim
 from trainer.callbacks import Preempted, RunLabel, training_callbacks
 from trainer.config import Config, VGG19ImageNetConfig
 from trainer.errors import ConfigError
-from trainer.loss_options import build_loss, class_weights, count_labels
+from trainer.loss_options import build_loss
 from trainer.models.finetune import set_trainable
 from trainer.models.registry import build_model
 from trainer.reports import write_json
 from trainer.resume import backup_folder, prepare_resume, read_history, resolve_resume
+from trainer.tasks import extensions
 from trainer.tasks.common import evaluate_checkpoint, run_folder, setup_strategy
 from trainer.tasks.data import Data, load_data, normalization_for
 
@@ -84,94 +85,6 @@ def _compile(model: keras.Model, settings: Config, lr: float, steps_per_epoch: i
     )
 
 
-def _class_weight(settings: Config, data: Data) -> dict[int, float] | None:
-    """`trainer.class_weight` as fit's argument; `balanced` counts the training split (manifest, else the data)."""
-    option = settings.trainer.class_weight
-    counts = None
-    if option == "balanced":
-        known = (data.class_counts or {}).get("train")
-        if known and set(known) == set(data.class_names):
-            counts = [int(known[name]) for name in data.class_names]
-        else:
-            counts = count_labels(data.train_plain, len(data.class_names))
-    weights = class_weights(option, counts, len(data.class_names))
-    if weights is not None:
-        shown = ", ".join(f"{index}: {weight:.3g}" for index, weight in weights.items())
-        log.info("Class weights {%s} <trainer.class_weight=%s>", shown, "balanced" if option == "balanced" else "{...}")
-    return weights
-
-
-def _plateau_callbacks(settings: Config) -> list[keras.callbacks.Callback]:
-    """`callbacks=early_stopping` and `callbacks=reduce_lr_on_plateau`, as Keras callbacks."""
-    chosen: list[keras.callbacks.Callback] = []
-    stop, reduce = settings.callbacks.early_stopping, settings.callbacks.reduce_lr_on_plateau
-    if stop is not None:
-        chosen.append(
-            keras.callbacks.EarlyStopping(
-                monitor=stop.monitor,
-                mode=stop.mode,
-                patience=stop.patience,
-                min_delta=stop.min_delta,
-                restore_best_weights=stop.restore_best_weights,
-            )
-        )
-    if reduce is not None:
-        if settings.optimizer.schedule.name != "constant":
-            raise ConfigError(
-                "callbacks=reduce_lr_on_plateau needs optimizer.schedule.name=constant (the "
-                f"{settings.optimizer.schedule.name} schedule sets the rate every step); got "
-                f"{settings.optimizer.schedule.name}"
-            )
-        chosen.append(
-            keras.callbacks.ReduceLROnPlateau(
-                monitor=reduce.monitor,
-                mode=reduce.mode,
-                factor=reduce.factor,
-                patience=reduce.patience,
-                min_delta=reduce.min_delta,
-                min_lr=reduce.min_lr,
-            )
-        )
-    return chosen
-
-
-def _sweep_folder() -> Path | None:
-    """The sweep folder when Hydra runs this job as part of a multirun, else None."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
-        return None
-    hydra = HydraConfig.get()
-    return Path(hydra.runtime.output_dir).parents[len(Path(str(hydra.sweep.subdir)).parts) - 1]
-
-
-def _trackers(settings: Config) -> list[loggers.Tracker]:
-    """MLflow and W&B trackers as `logger=` asks, connected (an unreachable server fails here)."""
-    options = settings.logger
-    return loggers.create(
-        options.mlflow,
-        options.wandb,
-        options.experiment,
-        options.tracking_uri,
-        options.wandb_mode,
-        options.wandb_entity,
-        options.timeout_seconds,
-    )
-
-
-ARTIFACTS = (
-    "metrics.json",
-    "history.csv",
-    "curves.png",
-    "confusion_matrix_test.png",
-    "confusion_matrix_test.csv",
-    "config_tree.txt",
-    ".hydra/config.yaml",
-    "checkpoints/best.keras",
-)
-
-
 @dataclass(frozen=True)
 class Phase:
     """Epochs [start, end) trained with the base unfrozen from `unfreeze_from`, at lr x `lr_scale`."""
@@ -180,10 +93,6 @@ class Phase:
     end: int
     unfreeze_from: str | None  # None: the whole base frozen; "all": nothing frozen
     lr_scale: float
-
-
-def _stopped_early(callbacks: list[keras.callbacks.Callback]) -> bool:
-    return any(isinstance(item, keras.callbacks.EarlyStopping) and item.stopped_epoch > 0 for item in callbacks)
 
 
 def phases(settings: Config) -> list[Phase]:
@@ -206,8 +115,8 @@ def train(settings: Config) -> float | None:
     metric = _objective_metric(settings)
     strategy = setup_strategy(settings)
     chief = distribute.is_chief(strategy)
-    trackers = _trackers(settings) if chief else []  # only the chief logs; a dead server fails before any data
-    extra_callbacks = _plateau_callbacks(settings)
+    trackers = extensions.trackers(settings) if chief else []  # only the chief logs; a dead server fails here
+    extra_callbacks = extensions.plateau_callbacks(settings)
     keras.utils.set_random_seed(settings.seed)
     batch = settings.trainer.batch_size
     replicas = strategy.num_replicas_in_sync
@@ -240,14 +149,14 @@ def train(settings: Config) -> float | None:
     )
 
     output_dir = resolve_resume(settings.resume, settings.output_dir)
-    name, tags = settings.name or Path(output_dir).name, list(settings.tags)
-    log.info("Run %s, tags [%s] <name=%s tags=%s>", name, ", ".join(tags), settings.name, tags)
-    class_weight = _class_weight(settings, data)
+    run_name, tags = settings.name or Path(output_dir).name, list(settings.tags)
+    log.info("Run %s, tags [%s] <name=%s tags=%s>", run_name, ", ".join(tags), settings.name, tags)
+    class_weight = extensions.class_weight(settings, data)
     params = {key: value for key, value in loggers.flatten(settings).items() if key != "output_dir"}
     with (
         run_folder(output_dir, chief) as run_dir,
         distribute.collective_errors(strategy),
-        loggers.tracking(trackers, run_dir, name, tags, params, _sweep_folder()),
+        loggers.tracking(trackers, run_dir, run_name, tags, params, extensions.sweep_folder()),
     ):
         # A few training images for TensorBoard, read in order: no shuffle buffer to fill at start-up.
         sample_images = next(iter(data.train_plain.take(1)))[0][:8].numpy() if chief else None
@@ -287,7 +196,7 @@ def train(settings: Config) -> float | None:
                 keep_backup=phase is not plan[-1],
                 tensorboard=settings.logger.tensorboard,
                 extra=[*extra_callbacks, *trackers]
-                + ([RunLabel(run_dir / "tensorboard", name, tags)] if settings.logger.tensorboard and chief else []),
+                + ([RunLabel(run_dir / "tensorboard", run_name, tags)] if settings.logger.tensorboard and chief else []),
             )
             try:
                 model.fit(
@@ -310,7 +219,7 @@ def train(settings: Config) -> float | None:
                     run_dir,
                 )
                 return None
-            if _stopped_early(extra_callbacks):
+            if extensions.stopped_early(extra_callbacks):
                 break  # no fine-tuning phase after an early stop
         seconds = time.perf_counter() - started
         history = read_history(run_dir / "history.csv")
@@ -327,13 +236,13 @@ def train(settings: Config) -> float | None:
             "test",
         )
         metrics = {
-            "name": name,
+            "name": run_name,
             "tags": tags,
             "objective": float(values[best_epoch]),
             "objective_metric": metric,
             "best_epoch": best_epoch + 1,
             "epochs_completed": len(values),
-            "stopped_early": _stopped_early(extra_callbacks),
+            "stopped_early": extensions.stopped_early(extra_callbacks),
             "val_accuracy": float(history["val_accuracy"][best_epoch]),
             "val_loss": float(history["val_loss"][best_epoch]),
             **{f"test_{name}": value for name, value in test.items() if name != "checkpoint"},
@@ -354,5 +263,5 @@ def train(settings: Config) -> float | None:
         )
         log.info("Final weights sha256 %s", metrics["weights_sha256"])  # equal on every worker
         for tracker in trackers:
-            tracker.finish(metrics, [run_dir / artifact for artifact in ARTIFACTS], run_dir)
+            tracker.finish(metrics, [run_dir / artifact for artifact in extensions.ARTIFACTS], run_dir)
     return metrics["objective"]
