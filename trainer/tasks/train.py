@@ -160,6 +160,7 @@ def train(settings: Config) -> float | None:
     ):
         # A few training images for TensorBoard, read in order: no shuffle buffer to fill at start-up.
         sample_images = next(iter(data.train_plain.take(1)))[0][:8].numpy() if chief else None
+        labels = [RunLabel(run_dir / "tensorboard", run_name, tags)] if settings.logger.tensorboard and chief else []
         backup_dir = backup_folder(run_dir, output_dir, None if chief else distribute.worker_name(strategy))
         done = prepare_resume(run_dir, backup_dir, settings.resume)
         if done >= settings.trainer.epochs:
@@ -195,8 +196,7 @@ def train(settings: Config) -> float | None:
                 samples=None if sample_images is None else (sample_images, data.normalization),
                 keep_backup=phase is not plan[-1],
                 tensorboard=settings.logger.tensorboard,
-                extra=[*extra_callbacks, *trackers]
-                + ([RunLabel(run_dir / "tensorboard", run_name, tags)] if settings.logger.tensorboard and chief else []),
+                extra=[*extra_callbacks, *trackers, *labels],
             )
             try:
                 model.fit(
