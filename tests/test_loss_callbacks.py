@@ -89,7 +89,6 @@ def test_balanced_weights_come_from_the_training_split_counts(cifar_dir):
         (["trainer.label_smoothing=1.0"], "trainer.label_smoothing must be in [0, 1)"),
         (["callbacks=early_stopping", "callbacks.early_stopping.patience=-1"], "patience must be >= 0"),
         (["callbacks=reduce_lr_on_plateau", "callbacks.reduce_lr_on_plateau.factor=2"], "factor must be in (0, 1)"),
-        (["logger.wandb_mode=sometimes"], "logger.wandb_mode must be"),
     ],
 )
 def test_bad_loss_and_callback_values_are_one_clear_error(overrides, message):
