@@ -214,6 +214,21 @@ class Curves(keras.callbacks.Callback):
             log.warning("could not draw %s: %s", self.path, error)
 
 
+class RunLabel(keras.callbacks.Callback):
+    """Writes the run's name and tags to TensorBoard once, as text."""
+
+    def __init__(self, log_dir: Path, name: str, tags: list[str]):
+        super().__init__()
+        self.log_dir, self.name, self.tags = log_dir, name, tags
+
+    def on_train_begin(self, logs=None):
+        import tensorflow as tf
+
+        with tf.summary.create_file_writer(str(self.log_dir / "train")).as_default():
+            tf.summary.text("run/name", self.name, step=0)
+            tf.summary.text("run/tags", ", ".join(self.tags) or "(none)", step=0)
+
+
 class SampleImages(keras.callbacks.Callback):
     """Writes a few input images (the model's uint8 inputs) to TensorBoard once at the start."""
 
@@ -245,10 +260,14 @@ def training_callbacks(
     backup_dir: Path,
     save_every_steps: int | None = None,
     samples=None,
+    tensorboard: bool = True,
+    extra: list[keras.callbacks.Callback] | None = None,
 ) -> list[keras.callbacks.Callback]:
     """The callbacks every run gets, writing into `run_dir`; checkpoints carry `info`.
 
-    `samples` is a few uint8 input images for TensorBoard.
+    `samples` is a few uint8 input images for TensorBoard. `extra` (early stopping,
+    LR on plateau, experiment trackers) run after the epoch's files are written,
+    with the learning rate in the logs, before the backup commits the epoch.
 
     Order matters: the NaN check runs before anything saves; the learning rate
     joins the logs before history.csv and TensorBoard write them; the backup
@@ -265,10 +284,12 @@ def training_callbacks(
         Checkpoints(folder, info, monitor, mode, best=best_so_far(run_dir / "history.csv", monitor, mode)),
         HistoryLog(run_dir / "history.csv"),
         Curves(run_dir / "history.csv", run_dir / "curves.png"),
-        keras.callbacks.TensorBoard(str(run_dir / "tensorboard"), write_graph=False),
         EpochLog(),
     ]
-    if samples is not None:
+    if tensorboard:
+        callbacks.append(keras.callbacks.TensorBoard(str(run_dir / "tensorboard"), write_graph=False))
+    if tensorboard and samples is not None:
         callbacks.append(SampleImages(run_dir / "tensorboard", samples))
+    callbacks.extend(extra or [])
     callbacks += [backup, StopOnSignal(backup)]
     return callbacks

@@ -16,21 +16,24 @@ import hashlib
 import logging
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import keras
 import numpy as np
 
-from trainer import distribute, folders, optim
+from trainer import distribute, folders, loggers, optim
 from trainer.backup import remove_backup
-from trainer.callbacks import Preempted, training_callbacks
+from trainer.callbacks import Preempted, RunLabel, training_callbacks
 from trainer.checkpoints import ModelInfo
 from trainer.config import Config, VGG19ImageNetConfig
 from trainer.errors import ConfigError, DiskError
-from trainer.models.finetune import build_vgg19_imagenet, set_trainable
+from trainer.loss_options import build_loss
+from trainer.models.finetune import set_trainable
 from trainer.models.preprocessing import with_preprocessing
-from trainer.models.vgg19 import build_vgg19
+from trainer.models.registry import build_model
 from trainer.reports import remove_temporaries, write_json
 from trainer.resume import backup_folder, prepare_resume, read_history, resolve_resume
+from trainer.tasks import extensions
 from trainer.tasks.common import evaluate_checkpoint, run_folder, setup_strategy
 from trainer.tasks.data import Data, color_jitter, load_data, normalization_for
 
@@ -56,21 +59,8 @@ def _objective_metric(settings: Config) -> str:
 
 
 def _build_network(settings: Config, data: Data) -> keras.Model:
-    """The configured network (float inputs), uncompiled; call inside `strategy.scope()`."""
-    model = settings.model
-    if isinstance(model, VGG19ImageNetConfig):
-        return build_vgg19_imagenet(
-            len(data.class_names), data.input_shape, model.weights, model.fc_units, model.dropout, model.weight_decay
-        )
-    return build_vgg19(
-        len(data.class_names),
-        data.input_shape,
-        model.width_multiplier,
-        model.fc_units,
-        model.dropout,
-        model.weight_decay,
-        model.batch_norm,
-    )
+    """The configured network (float input of `data.input_shape`), uncompiled; call inside `strategy.scope()`."""
+    return build_model(vars(settings.model), len(data.class_names), data.input_shape)
 
 
 def _compile(model: keras.Model, settings: Config, lr: float, steps_per_epoch: int, epochs: int) -> None:
@@ -92,7 +82,7 @@ def _compile(model: keras.Model, settings: Config, lr: float, steps_per_epoch: i
     jit = {"auto": "auto", "true": True, "false": False}[settings.trainer.jit_compile]
     model.compile(
         optimizer=optimizer,
-        loss="sparse_categorical_crossentropy",
+        loss=build_loss(settings.trainer.label_smoothing),
         metrics=["accuracy"],
         jit_compile=jit,
         steps_per_execution=settings.trainer.steps_per_execution,
@@ -128,6 +118,9 @@ def train(settings: Config) -> float | None:
     """
     metric = _objective_metric(settings)
     strategy = setup_strategy(settings)
+    chief = distribute.is_chief(strategy)
+    trackers = extensions.trackers(settings) if chief else []  # only the chief logs; a dead server fails here
+    extra_callbacks = extensions.plateau_callbacks(settings)
     keras.utils.set_random_seed(settings.seed)
     batch = settings.trainer.batch_size
     replicas = strategy.num_replicas_in_sync
@@ -165,15 +158,20 @@ def train(settings: Config) -> float | None:
         settings.optimizer.name,
     )
 
-    chief = distribute.is_chief(strategy)
     output_dir = resolve_resume(settings.resume, settings.output_dir)
+    run_name, tags = settings.name or Path(output_dir).name, list(settings.tags)
+    log.info("Run %s, tags [%s] <name=%s tags=%s>", run_name, ", ".join(tags), settings.name, tags)
+    class_weight = extensions.class_weight(settings, data)
+    params = {key: value for key, value in loggers.flatten(settings).items() if key != "output_dir"}
     with (
         run_folder(output_dir, chief) as run_dir,
         folders.hold(run_dir) if chief else contextlib.nullcontext({}) as invocation,  # one writer per folder
         distribute.collective_errors(strategy),
+        loggers.tracking(trackers, run_dir, run_name, tags, params, extensions.sweep_folder()),
     ):
         # A few training images for TensorBoard, read in order: no shuffle buffer to fill at start-up.
         sample_images = next(iter(data.train_plain.take(1)))[0][:8].numpy() if chief else None
+        labels = [RunLabel(run_dir / "tensorboard", run_name, tags)] if settings.logger.tensorboard and chief else []
         backup_dir = backup_folder(run_dir, output_dir, None if chief else distribute.worker_name(strategy))
         for folder in (run_dir, run_dir / "checkpoints"):
             remove_temporaries(folder)  # left by a killed process; this one holds the folder
@@ -212,6 +210,8 @@ def train(settings: Config) -> float | None:
                 backup_dir,
                 settings.trainer.save_every_steps,
                 samples=sample_images,
+                tensorboard=settings.logger.tensorboard,
+                extra=[*extra_callbacks, *trackers, *labels],
             )
             try:
                 model.fit(
@@ -223,6 +223,7 @@ def train(settings: Config) -> float | None:
                     verbose=settings.trainer.verbose if chief else 0,
                     callbacks=callbacks,
                     shuffle=False,  # the pipeline shuffles, seeded
+                    class_weight=class_weight,
                 )
             except Preempted as stop:
                 log.warning(
@@ -236,6 +237,8 @@ def train(settings: Config) -> float | None:
                 return None
             except DiskError as error:
                 raise DiskError(f"{error}. Free space, then continue with: python run.py resume={run_dir}") from None
+            if extensions.stopped_early(extra_callbacks):
+                break  # no fine-tuning phase after an early stop
         seconds = time.perf_counter() - started
         history = read_history(run_dir / "history.csv")
         values = history[metric]
@@ -243,10 +246,13 @@ def train(settings: Config) -> float | None:
 
         test = evaluate_checkpoint(strategy, run_dir / "checkpoints" / "best.keras", data, "test", run_dir)
         metrics = {
+            "name": run_name,
+            "tags": tags,
             "objective": float(values[best_epoch]),
             "objective_metric": metric,
             "best_epoch": best_epoch + 1,
             "epochs_completed": len(values),
+            "stopped_early": extensions.stopped_early(extra_callbacks),
             "val_accuracy": float(history["val_accuracy"][best_epoch]),
             "val_loss": float(history["val_loss"][best_epoch]),
             **{f"test_{name}": value for name, value in test.items() if name != "checkpoint"},
@@ -267,4 +273,6 @@ def train(settings: Config) -> float | None:
             seconds,
         )
         log.info("Final weights sha256 %s", metrics["weights_sha256"])  # equal on every worker
+        for tracker in trackers:
+            tracker.finish(metrics, [run_dir / artifact for artifact in extensions.ARTIFACTS], run_dir)
     return metrics["objective"]
