@@ -164,9 +164,23 @@ def case_epochs_zero(world, tmp):
 def case_checkpoint_of_another_model(world, tmp):
     import keras
 
-    keras.Sequential([keras.Input((28, 28, 3)), keras.layers.Flatten(), keras.layers.Dense(4)]).save(tmp / "m.keras")
+    from trainer import checkpoints
+    from trainer.models.preprocessing import with_preprocessing
+
+    network = keras.Sequential([keras.Input((28, 28, 3)), keras.layers.Flatten(), keras.layers.Dense(4)])
+    info = checkpoints.ModelInfo(("a", "b", "c", "d"), 28, 32, "standardize")
+    checkpoints.save(with_preprocessing(network), tmp / "m.keras", info)
     return [*cifar_overrides(world / "cifar"), "mode=evaluate", f"checkpoint={tmp / 'm.keras'}"], (
-        "predicts 4 classes but the dataset has num_classes=10"
+        "m.keras was trained on classes ['a', 'b', 'c', 'd'] but the dataset has ['airplane', 'automobile',"
+    )
+
+
+def case_checkpoint_of_an_older_version(world, tmp):
+    import keras
+
+    keras.Sequential([keras.Input((28, 28, 3)), keras.layers.Flatten(), keras.layers.Dense(10)]).save(tmp / "m.keras")
+    return [*cifar_overrides(world / "cifar"), "mode=evaluate", f"checkpoint={tmp / 'm.keras'}"], (
+        "m.keras was saved by an older vggtrain (float inputs, no class names inside)"
     )
 
 

@@ -93,7 +93,7 @@ def read_info(file: Path) -> ModelInfo | None:
                 return None
             return ModelInfo.from_json(archive.read(INFO_ENTRY).decode())
     except (zipfile.BadZipFile, KeyError, TypeError, ValueError) as error:
-        raise DataError(f"checkpoint={file}: unreadable model archive ({error})") from None
+        raise DataError(f"checkpoint={file}: cannot be loaded as a Keras model ({error})") from None
 
 
 def _load_keras(file: Path) -> keras.Model:
