@@ -513,7 +513,7 @@ def read_manifest(files: list[str]) -> tuple[str | None, dict | None]:
     Raises:
         DataError: the manifest is not valid JSON.
     """
-    candidate = f"{os.path.dirname(files[0])}/manifest.json"
+    candidate = f"{os.path.dirname(files[0]) or '.'}/manifest.json"
     if not tf.io.gfile.exists(candidate):
         return None, None
     with tf.io.gfile.GFile(candidate, "r") as handle:
