@@ -10,7 +10,6 @@ Prediction writes one CSV row per input, in input order, skipped files included.
 from __future__ import annotations
 
 import csv
-import json
 import logging
 import time
 from pathlib import Path
@@ -49,10 +48,8 @@ def evaluate(settings: Config) -> float:
 
 def _record_class_names(settings: Config, files: list[Path]) -> list[str]:
     """The class names that the labels of record files index: the converter's manifest's, else the dataset's."""
-    manifest = tfrecords.manifest_path([str(file) for file in files])
-    if manifest is not None:
-        return list(json.loads(manifest.read_text()).get("class_names") or settings.dataset.class_names)
-    return list(settings.dataset.class_names)
+    _, manifest = tfrecords.read_manifest([str(file) for file in files])
+    return list((manifest or {}).get("class_names") or settings.dataset.class_names)
 
 
 def _chunks(settings: Config, info: checkpoints.ModelInfo, kind: str, files: list[Path], root: Path | None):
