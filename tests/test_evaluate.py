@@ -192,5 +192,8 @@ def test_bad_input_is_a_clear_error(trained, tmp_path, case, message):
 
 
 def test_mode_must_be_known():
-    with pytest.raises(ConfigError, match="mode must be train or evaluate or predict"):
+    from hydra.errors import ConfigCompositionException
+
+    with pytest.raises(ConfigCompositionException) as raised:  # an enum: refused when the config is composed
         to_settings(compose(["mode=serve"]))
+    assert "expected one of [train, evaluate, predict, inspect, export]" in str(raised.value.__cause__)
