@@ -180,6 +180,10 @@ def test_a_kill_in_the_test_evaluation_is_resumed_into_the_evaluation(tmp_path):
     output = resumed.stdout + resumed.stderr
     assert "All 2 epochs are done: running the test evaluation" in output and "Epoch 1/2" not in output
     _assert_finished_once(run_dir, 2)
+    from trainer.tasks.train import weights_fingerprint
+
+    final = keras.saving.load_model(run_dir / "checkpoints" / "last.keras")
+    assert json.loads((run_dir / "metrics.json").read_text())["weights_sha256"] == weights_fingerprint(final)
 
 
 def _backup_model() -> keras.Model:
@@ -432,7 +436,7 @@ def test_resume_latest_picks_the_run_whose_backup_was_written_last(tmp_path, mon
 @pytest.mark.slow
 def test_two_trainings_with_one_folder_name_get_two_folders(tmp_path):
     data = write_cifar(tmp_path / "cifar")
-    same_second = "hydra.run.dir=${worker_dir:outputs/same-second,${resume}}"  # what two runs at 12:00:00 resolve
+    same_second = 'hydra.run.dir="${worker_dir:outputs/same-second,${resume}}"'  # two runs at 12:00:00 resolve that
     command = [sys.executable, str(ROOT / "run.py"), *cifar_overrides(data), same_second]
     processes = [
         subprocess.Popen(command, cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

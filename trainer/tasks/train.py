@@ -22,6 +22,7 @@ import numpy as np
 
 from trainer import distribute, folders, optim
 from trainer.backup import remove_backup
+from trainer.backup import restore as restore_backup
 from trainer.callbacks import Preempted, training_callbacks
 from trainer.config import Config, VGG19ImageNetConfig
 from trainer.errors import ConfigError, DiskError
@@ -172,10 +173,13 @@ def train(settings: Config) -> float | None:
         done = prepare_resume(run_dir, backup_dir, settings.resume)
         if done > settings.trainer.epochs:
             raise ConfigError(f"resume={settings.resume}: {done} epochs are done already; raise trainer.epochs")
-        if done == settings.trainer.epochs:
-            log.info("All %d epochs are done: running the test evaluation the interrupted run missed", done)
         started = time.perf_counter()
         plan = phases(settings)
+        if done == settings.trainer.epochs:  # killed in the test evaluation: the final weights are in the backup
+            log.info("All %d epochs are done: running the test evaluation the interrupted run missed", done)
+            with strategy.scope():
+                _compile(model, settings, lr * plan[-1].lr_scale, steps_per_epoch, plan[-1].end - plan[-1].start)
+            restore_backup(model, backup_dir)
         for phase in plan:
             if done >= phase.end:
                 continue
