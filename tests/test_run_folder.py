@@ -249,7 +249,7 @@ def test_a_full_disk_is_one_line_and_resume_after_freeing_space_gives_every_epoc
     assert "Traceback" not in full.stdout + full.stderr
     error = full.stderr.strip().splitlines()[-1]
     assert error.startswith(f"error: cannot write {run_dir}/") and "No space left on device" in error
-    assert error.endswith(f"Free space, then continue with: python run.py resume={run_dir}")
+    assert error.endswith(f"Free space or fix permissions, then continue with: python run.py resume={run_dir}")
     assert _epochs(run_dir) == [1] and _backup_epoch(run_dir) == 1
     assert _temporaries(run_dir) == []
     for name in ("last.keras", "best.keras"):
@@ -485,4 +485,44 @@ def test_a_second_resume_of_a_running_resume_gets_the_lock_error(tmp_path):
         .splitlines()[-1]
         .startswith(f"error: {run_dir} is in use by process {first.pid} on host {socket.gethostname()} (since ")
     )
+    _assert_finished_once(run_dir, 2)
+
+
+@pytest.fixture
+def unwritable_checkpoints(tmp_path):
+    """RUN/checkpoints that refuses writes: a read-only tmpfs as root (root ignores modes), else mode 0555."""
+    folder = tmp_path / "run" / "checkpoints"
+    folder.mkdir(parents=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64m", "tmpfs", str(folder)]).returncode == 0
+    if not mounted:
+        folder.chmod(0o555)
+    try:
+        (folder / "probe").write_text("x")
+    except OSError:
+        pass
+    else:
+        pytest.skip("cannot make a folder unwritable here")
+    try:
+        yield folder
+    finally:
+        if mounted:
+            subprocess.run(["umount", "-l", str(folder)], check=False)
+        else:
+            folder.chmod(0o755)
+
+
+@pytest.mark.slow
+def test_unwritable_checkpoints_is_one_line_and_resume_once_writable_gives_every_epoch_once(
+    tmp_path, unwritable_checkpoints
+):
+    run_dir = unwritable_checkpoints.parent
+    failed = _run(tmp_path, _train_arguments(tmp_path, run_dir, epochs=2))
+    assert failed.returncode == 1 and "Traceback" not in failed.stderr
+    error = failed.stderr.strip().splitlines()[-1]
+    assert error.startswith(f"error: cannot write {unwritable_checkpoints}/last.keras: ")
+    assert error.endswith(f"Free space or fix permissions, then continue with: python run.py resume={run_dir}")
+    assert _epochs(run_dir) == [] and not (run_dir / "backup" / METADATA).exists()
+    if subprocess.run(["mount", "-o", "remount,rw", str(unwritable_checkpoints)]).returncode != 0:
+        unwritable_checkpoints.chmod(0o755)
+    _resume(tmp_path, run_dir)
     _assert_finished_once(run_dir, 2)

@@ -179,7 +179,7 @@ def train(settings: Config) -> float | None:
             log.info("All %d epochs are done: running the test evaluation the interrupted run missed", done)
             with strategy.scope():
                 _compile(model, settings, lr * plan[-1].lr_scale, steps_per_epoch, plan[-1].end - plan[-1].start)
-            restore_backup(model, backup_dir)
+                restore_backup(model, backup_dir)  # builds the optimizer's variables: inside the scope
         for phase in plan:
             if done >= phase.end:
                 continue
@@ -230,7 +230,8 @@ def train(settings: Config) -> float | None:
                 invocation["outcome"] = "preempted"
                 return None
             except DiskError as error:
-                raise DiskError(f"{error}. Free space, then continue with: python run.py resume={run_dir}") from None
+                hint = f"Free space or fix permissions, then continue with: python run.py resume={run_dir}"
+                raise DiskError(f"{error}. {hint}") from None
         seconds = time.perf_counter() - started
         history = read_history(run_dir / "history.csv")
         values = history[metric]
