@@ -168,6 +168,13 @@ def test_a_run_stopped_in_epoch_1_resumes_from_epoch_1(tmp_path, signum):
     resumed = _resume(tmp_path, run_dir)
     assert "the run finished" not in resumed.stdout + resumed.stderr
     _assert_finished_once(run_dir, 2)
+    events = [json.loads(line) for line in (run_dir / "invocations.jsonl").read_text().splitlines()]
+    first = ["start", "end"] if signum == signal.SIGTERM else ["start"]
+    assert [event["event"] for event in events] == [*first, "start", "end"]
+    assert [event["outcome"] for event in events if event["event"] == "end"] == [
+        *(["preempted"] if signum == signal.SIGTERM else []),
+        "finished",
+    ]
 
 
 def test_a_kill_in_the_test_evaluation_is_resumed_into_the_evaluation(tmp_path):

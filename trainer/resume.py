@@ -41,7 +41,7 @@ def resolve_resume(resume: str | None, output_dir: str) -> str:
 
 
 def backup_folder(run_dir: Path, output_dir: str, worker: str | None) -> Path:
-    """Where BackupAndRestore keeps this worker's state: the run folder for the chief (`worker=None`),
+    """Where the backup (trainer.backup) keeps this worker's state: the run folder for the chief (`worker=None`),
     else a temporary folder named after the run and the worker, so a rerun of that worker (with
     resume=PATH) finds it and two workers never share one."""
     if worker is None:
