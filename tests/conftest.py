@@ -71,3 +71,14 @@ def cifar_overrides(data_dir: Path) -> list[str]:
         "trainer.batch_size=8",
         "trainer.steps_per_epoch=2",
     ]
+
+
+def run_py(args: list[str], cwd: Path = ROOT, timeout: int = 600):
+    """`python run.py ARGS` in a subprocess, as a user types it; returns the CompletedProcess (text output)."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    return subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )

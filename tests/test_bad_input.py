@@ -128,7 +128,7 @@ def _bad_label_tfrecord(label):
                 feature = {"label": _int(value), "img_raw": _bytes(bytes(4800))}
                 writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
         good = world / "good.tfrecords"
-        message = "label >= num_classes=2" if label >= 2 else "negative label"
+        message = f"labels.tfrecords: record 2 has label {label}, expected 0 to 1"
         return _pets(
             tmp,
             [
@@ -164,9 +164,23 @@ def case_epochs_zero(world, tmp):
 def case_checkpoint_of_another_model(world, tmp):
     import keras
 
-    keras.Sequential([keras.Input((28, 28, 3)), keras.layers.Flatten(), keras.layers.Dense(4)]).save(tmp / "m.keras")
+    from trainer import checkpoints
+    from trainer.models.preprocessing import with_preprocessing
+
+    network = keras.Sequential([keras.Input((28, 28, 3)), keras.layers.Flatten(), keras.layers.Dense(4)])
+    info = checkpoints.ModelInfo(("a", "b", "c", "d"), 28, 32, "standardize")
+    checkpoints.save(with_preprocessing(network), tmp / "m.keras", info)
     return [*cifar_overrides(world / "cifar"), "mode=evaluate", f"checkpoint={tmp / 'm.keras'}"], (
-        "predicts 4 classes but the dataset has num_classes=10"
+        "m.keras was trained on classes ['a', 'b', 'c', 'd'] but the dataset has ['airplane', 'automobile',"
+    )
+
+
+def case_checkpoint_of_an_older_version(world, tmp):
+    import keras
+
+    keras.Sequential([keras.Input((28, 28, 3)), keras.layers.Flatten(), keras.layers.Dense(10)]).save(tmp / "m.keras")
+    return [*cifar_overrides(world / "cifar"), "mode=evaluate", f"checkpoint={tmp / 'm.keras'}"], (
+        "m.keras was saved by an older vggtrain (float inputs, no class names inside)"
     )
 
 

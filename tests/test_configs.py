@@ -12,14 +12,15 @@ from trainer.errors import ConfigError
 
 GROUP_OPTIONS = [
     (group, path.stem)
-    for group in ("dataset", "model", "optimizer", "strategy", "experiment", "debug")
+    for group in ("dataset", "model", "optimizer", "strategy", "experiment", "debug", "callbacks", "logger")
     for path in sorted((CONF / group).glob("*.yaml"))
 ]
+REQUIRED = {"model=custom": ["model._target_=trainer.models.vgg19.build_vgg19"]}  # keys without a default
 
 
 @pytest.mark.parametrize("group, option", GROUP_OPTIONS, ids=[f"{g}={o}" for g, o in GROUP_OPTIONS])
 def test_every_group_option_composes_and_validates(group, option):
-    settings = to_settings(compose([f"{group}={option}"]))
+    settings = to_settings(compose([f"{group}={option}", *REQUIRED.get(f"{group}={option}", [])]))
     assert settings.mode == "train"
 
 
@@ -52,9 +53,9 @@ def test_command_line_beats_the_preset():
         ("optimizer.lr=-0.1", ConfigError, "optimizer.lr"),
         ("trainer.batch_size=0", ConfigError, "trainer.batch_size"),
         ("trainer.epochs=0", ConfigError, "trainer.epochs"),
-        ("dataset.augment.crop=diagonal", ConfigError, "dataset.augment.crop"),
-        ("optimizer.schedule.name=linear", ConfigError, "optimizer.schedule.name"),
-        ("objective.mode=up", ConfigError, "objective.mode"),
+        ("dataset.augment.crop=diagonal", ConfigCompositionException, "dataset.augment.crop"),
+        ("optimizer.schedule.name=linear", ConfigCompositionException, "optimizer.schedule.name"),
+        ("objective.mode=up", ConfigCompositionException, "objective.mode"),
         ("dataset.num_classes=3", ConfigError, "dataset.class_names"),
     ],
 )

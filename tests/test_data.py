@@ -19,7 +19,7 @@ from trainer.data.augment import (
 from trainer.errors import DataError
 
 CIFAR = records.RecordFormat(32, 32, 3)
-RAW = Preprocess(image_size=32, normalization="none")  # no resize, no standardization: pixels stay exact
+RAW = Preprocess(image_size=32)  # no resize: pixels stay exact
 
 
 def _all_records(folder):
@@ -27,7 +27,7 @@ def _all_records(folder):
 
 
 def _labels_and_indexes(images, labels):
-    images, labels = np.asarray(images), np.asarray(labels)
+    images, labels = np.asarray(images, dtype=np.float64), np.asarray(labels)
     encoded_label = np.rint(images[:, 5, 5, 0] / 20).astype(int)
     index = np.rint(images[:, 5, 5, 1] + 256 * images[:, 5, 5, 2]).astype(int)
     return encoded_label, labels, index
@@ -46,7 +46,7 @@ def test_channel_first_decode_matches_known_pattern():
 @pytest.mark.parametrize("augment", [Augmentation(), Augmentation(crop="random", crop_size=28, flip=True)])
 def test_every_image_keeps_its_label_through_shuffle_parallel_map_and_batching(tmp_path, augment):
     folder = write_cifar(tmp_path, records_per_file=16)
-    preprocess = Preprocess(image_size=32, augment=augment, normalization="none")
+    preprocess = Preprocess(image_size=32, augment=augment)
     dataset = pipeline.train_dataset(_all_records(folder), CIFAR, preprocess, batch_size=8, seed=3, shuffle_buffer=80)
     seen = []
     for images, labels in dataset.take(10):  # one full pass: 80 records
@@ -68,10 +68,7 @@ def test_eval_pipeline_keeps_file_order(tmp_path):
 
 def test_same_seed_same_batches_and_other_seed_other_batches(tmp_path):
     folder = write_cifar(tmp_path)
-    preprocess = Preprocess(
-        32,
-        Augmentation(crop="random", crop_size=28, flip=True, brightness=63.0, contrast_lower=0.2, contrast_upper=1.8),
-    )
+    preprocess = Preprocess(32, Augmentation(crop="random", crop_size=28, flip=True))
 
     def first_batches(seed):
         dataset = pipeline.train_dataset(_all_records(folder), CIFAR, preprocess, 8, seed, 80)
@@ -105,26 +102,23 @@ def test_random_parameters_are_drawn_per_image():
     was_flipped = flipped[:, 0, 0, 0] == 31
     assert 0.35 < was_flipped.mean() < 0.65
 
-    bright = augment_batch(images, Augmentation(brightness=63.0), tf.constant(11, tf.int64)).numpy()
-    deltas = bright[:, 0, 0, 0] - 0.0
-    assert deltas.min() >= -63 and deltas.max() <= 63 and np.std(deltas) > 25  # uniform(-63, 63): std 36
-
 
 def test_preprocess_is_the_same_eagerly_and_inside_dataset_map(tmp_path):
     folder = write_cifar(tmp_path)
     raw = tf.constant([(folder / "test_batch.bin").read_bytes()[i * 3073 : (i + 1) * 3073] for i in range(8)])
-    preprocess = Preprocess(32, Augmentation(crop="random", crop_size=28, flip=True, brightness=63.0))
+    preprocess = Preprocess(32, Augmentation(crop="random", crop_size=28, flip=True))
     seed = tf.constant(9, tf.int64)
     eager, _ = preprocess_batch(raw, CIFAR, preprocess, seed)
     mapped = tf.data.Dataset.from_tensors((raw, seed)).map(lambda r, s: preprocess_batch(r, CIFAR, preprocess, s))
-    np.testing.assert_allclose(next(iter(mapped))[0].numpy(), eager.numpy(), rtol=1e-6, atol=1e-6)
-    standardized = eager.numpy().reshape(8, -1)
-    np.testing.assert_allclose(standardized.mean(axis=1), 0, atol=1e-4)
+    np.testing.assert_array_equal(next(iter(mapped))[0].numpy(), eager.numpy())
+    assert eager.dtype == tf.uint8 and eager.shape == (8, 28, 28, 3), "the host yields the model's uint8 inputs"
+    resized = prepare_images(tf.constant(np.full((2, 20, 20, 3), 200, np.uint8)), Preprocess(32))
+    assert resized.dtype == tf.uint8 and np.all(resized.numpy() == 200), "a resize rounds back to exact uint8"
 
 
 def test_grayscale_records_are_resized_to_three_channels():
     record = tf.constant([bytes([3]) + bytes(range(64))])
-    images, labels = preprocess_batch(record, records.RecordFormat(8, 8, 1), Preprocess(32, normalization="none"))
+    images, labels = preprocess_batch(record, records.RecordFormat(8, 8, 1), Preprocess(32))
     assert images.shape == (1, 32, 32, 3) and labels.numpy().tolist() == [3]
     np.testing.assert_array_equal(images[..., 0].numpy(), images[..., 2].numpy())
 
@@ -172,35 +166,21 @@ def test_splits_hold_out_the_end_of_the_training_files(tmp_path):
 
 def test_the_decoded_cache_gives_the_same_batches(tmp_path):
     folder = write_cifar(tmp_path)
-    preprocess = Preprocess(
-        32, Augmentation(crop="random", crop_size=28, flip=True, contrast_lower=0.5, contrast_upper=1.5)
-    )
+    preprocess = Preprocess(32, Augmentation(crop="random", crop_size=28, flip=True))
     batches = []
     for cache in (False, True):
         dataset = pipeline.train_dataset(_all_records(folder), CIFAR, preprocess, 8, 4, 80, cache=cache)
         batches.append([(images.numpy(), labels.numpy()) for images, labels in dataset.take(12)])
     for (images_a, labels_a), (images_b, labels_b) in zip(*batches, strict=True):
         np.testing.assert_array_equal(labels_a, labels_b)
-        np.testing.assert_allclose(images_a, images_b, atol=1e-5)
+        np.testing.assert_array_equal(images_a, images_b)
     evaluation = [
         np.concatenate(
             [i.numpy() for i, _ in pipeline.eval_dataset(_all_records(folder), CIFAR, preprocess, 16, cache=c)]
         )
         for c in (False, True)
     ]
-    np.testing.assert_allclose(*evaluation, atol=1e-5)
-
-
-def test_fused_standardization_matches_the_two_tensorflow_ops():
-    rng = np.random.default_rng(0)
-    images = tf.constant(rng.integers(0, 256, (16, 28, 28, 3)).astype(np.float32))
-    seed = tf.constant(5, tf.int64)
-    augment = Augmentation(brightness=63.0, contrast_lower=0.2, contrast_upper=1.8)
-    expected = tf.image.per_image_standardization(augment_batch(images, augment, seed))
-    fused = prepare_images(images, Preprocess(28, augment), seed)
-    np.testing.assert_allclose(fused.numpy(), expected.numpy(), atol=2e-5)
-    flat = tf.fill([2, 8, 8, 3], 7.0)
-    np.testing.assert_array_equal(prepare_images(flat, Preprocess(8)).numpy(), 0.0)
+    np.testing.assert_array_equal(*evaluation)
 
 
 def test_parameter_distributions_match_the_per_example_recipe():
@@ -224,36 +204,3 @@ def test_parameter_distributions_match_the_per_example_recipe():
         ours_share = np.bincount(ours_values.astype(int), minlength=5) / len(ours_values)
         recipe_share = np.bincount(recipe_values.astype(int), minlength=5) / len(recipe_values)
         np.testing.assert_allclose(ours_share, recipe_share, atol=0.07)
-
-    # Contrast: the factor each image got is the ratio of its spread after and before.
-    rng = np.random.default_rng(0)
-    noise = tf.constant(rng.normal(128, 30, (count, 8, 8, 3)).astype(np.float32))
-    contrasted = augment_batch(noise, Augmentation(contrast_lower=0.2, contrast_upper=1.8), tf.constant(4, tf.int64))
-    factors = (np.std(contrasted.numpy(), axis=(1, 2)) / np.std(noise.numpy(), axis=(1, 2)))[:, 0]
-    reference = np.array(
-        [
-            float(np.std(tf.image.random_contrast(image, 0.2, 1.8).numpy()[..., 0]) / np.std(image.numpy()[..., 0]))
-            for image in noise[:512]
-        ]
-    )
-    for statistic in (np.mean, np.std, np.min, np.max):
-        assert abs(statistic(factors) - statistic(reference)) < 0.05, statistic.__name__
-    brightness = augment_batch(tf.zeros([count, 2, 2, 3]), Augmentation(brightness=63.0), tf.constant(5, tf.int64))
-    deltas = brightness.numpy()[:, 0, 0, 0]
-    assert abs(deltas.mean()) < 3 and abs(deltas.std() - 63 / np.sqrt(3)) < 2 and deltas.min() >= -63
-
-
-@pytest.mark.parametrize(
-    "augment",
-    [
-        Augmentation(crop="pad", padding=4, flip=True, brightness=63.0, contrast_lower=0.2, contrast_upper=1.8),
-        Augmentation(crop="random", crop_size=24, flip=True),
-        Augmentation(flip=True, contrast_lower=0.5, contrast_upper=1.5),
-    ],
-)
-def test_compiled_training_transform_matches_the_uncompiled_ops(augment):
-    # prepare_images runs the training transform through XLA; augment_batch runs TensorFlow's kernels.
-    images = tf.constant(np.random.default_rng(1).integers(0, 256, (32, 32, 32, 3), dtype=np.uint8))
-    seed = tf.constant(9, tf.int64)
-    compiled = prepare_images(images, Preprocess(32, augment, normalization="none"), seed)
-    np.testing.assert_allclose(compiled.numpy(), augment_batch(images, augment, seed).numpy(), rtol=1e-5, atol=1e-3)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 import json
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -104,9 +106,25 @@ def test_predict_on_records_keeps_input_order(trained, tmp_path):
     np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, atol=1e-5)
     predicted = [int(row["predicted_index"]) for row in rows]
     assert accuracy == pytest.approx(np.mean(np.array(predicted) == labels))
-    # The CSV agrees with the model applied to the same records.
-    model = keras.saving.load_model(run_dir / "checkpoints" / "best.keras")
-    assert model.output_shape[-1] == 10
+    # The CSV agrees with the saved model applied, in a process that imports nothing of this project, to the
+    # same records as uint8 pixels (channel-first planes to HWC, then the evaluation centre crop 32 -> 28).
+    records = np.frombuffer((data / "test_batch.bin").read_bytes(), np.uint8).reshape(24, 3073)
+    pixels = records[:, 1:].reshape(24, 3, 32, 32).transpose(0, 2, 3, 1)[:, 2:30, 2:30, :]
+    np.save(tmp_path / "pixels.npy", pixels)
+    script = (
+        "import sys, numpy as np, keras\n"
+        "assert not any(name.startswith('trainer') for name in sys.modules)\n"
+        f"model = keras.saving.load_model({str(run_dir / 'checkpoints' / 'best.keras')!r})\n"
+        f"pixels = np.load({str(tmp_path / 'pixels.npy')!r})\n"
+        f"np.save({str(tmp_path / 'keras.npy')!r}, model.predict(pixels, verbose=0))\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, cwd=tmp_path)
+    expected = np.load(tmp_path / "keras.npy")
+    names = [header[len("prob_") :] for header in rows[0] if header.startswith("prob_")]
+    assert names == ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
+    csv_probabilities = np.array([[float(row[f"prob_{name}"]) for name in names] for row in rows])
+    np.testing.assert_allclose(csv_probabilities, expected, rtol=1e-6, atol=1e-7)
+    assert predicted == expected.argmax(axis=1).tolist()
 
 
 def test_predict_on_an_image_folder_reports_skipped_files(trained, tmp_path):
@@ -141,7 +159,8 @@ def test_predict_on_an_image_folder_reports_skipped_files(trained, tmp_path):
     [
         ("missing_checkpoint", "no such file or run folder"),
         ("folder_without_checkpoint", "holds no checkpoints/best.keras"),
-        ("other_class_count", "predicts 3 classes but the dataset has num_classes=10"),
+        ("other_class_names", r"trained on classes \['airplane', .*'truck'\] but predict.input .* has \['plane', "),
+        ("old_checkpoint", "was saved by an older vggtrain"),
         ("glob_matches_nothing", "matches no file"),
         ("output_not_writable", "cannot write there"),
         ("no_checkpoint_given", "checkpoint must be"),
@@ -154,9 +173,11 @@ def test_bad_input_is_a_clear_error(trained, tmp_path, case, message):
         checkpoint = tmp_path / "nope.keras"
     elif case == "folder_without_checkpoint":
         checkpoint = tmp_path
-    elif case == "other_class_count":
-        checkpoint = tmp_path / "three.keras"
-        keras.Sequential([keras.Input((28, 28, 3)), keras.layers.Flatten(), keras.layers.Dense(3)]).save(checkpoint)
+    elif case == "other_class_names":
+        extra.append("dataset.class_names=[plane,car,bird,cat,deer,dog,frog,horse,ship,truck]")
+    elif case == "old_checkpoint":
+        checkpoint = tmp_path / "old.keras"
+        keras.Sequential([keras.Input((28, 28, 3)), keras.layers.Flatten(), keras.layers.Dense(10)]).save(checkpoint)
     elif case == "glob_matches_nothing":
         extra = [f"predict.input={tmp_path}/*.bin"]
     elif case == "output_not_writable":

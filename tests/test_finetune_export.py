@@ -13,10 +13,10 @@ import pytest
 import tensorflow as tf
 from test_cats_dogs import make_pets
 
-from conftest import compose
+from conftest import compose, run_py
 from trainer.convert import ConvertOptions, convert
-from trainer.data.augment import Preprocess, normalize, prepare_images
 from trainer.errors import DataError
+from trainer.models.finetune import base_layers
 from trainer.tasks import run_task
 
 SIZE = 32
@@ -56,7 +56,7 @@ def _overrides(root, weights, *extra):
 
 def _base_weights(run_dir):
     model = keras.saving.load_model(run_dir / "checkpoints" / "last.keras")
-    return {layer.name: [w.numpy() for w in layer.weights] for layer in model.layers if layer.name.startswith("block")}
+    return {layer.name: [w.numpy() for w in layer.weights] for layer in base_layers(model)}
 
 
 def _original(initial, layer):
@@ -70,7 +70,8 @@ def test_phase_one_keeps_the_base_bit_for_bit(setup, tmp_path):
     for layer, values in trained.items():
         for got, expected in zip(values, _original(initial, layer), strict=True):
             np.testing.assert_array_equal(got, expected, err_msg=layer)
-    head = keras.saving.load_model(tmp_path / "run" / "checkpoints" / "last.keras").get_layer("fc1")
+    head = keras.saving.load_model(tmp_path / "run" / "checkpoints" / "last.keras").get_layer("vgg19_imagenet")
+    head = head.get_layer("fc1")
     assert head.trainable
 
 
@@ -94,12 +95,28 @@ def test_phase_two_trains_from_unfreeze_from_only(setup, tmp_path):
     assert len(history) == 3, "two epochs, each once, across the two phases"
 
 
-def test_pipeline_applies_the_preprocessing_the_weights_expect():
-    rng = np.random.default_rng(0)
-    image = rng.integers(0, 256, (1, SIZE, SIZE, 3)).astype(np.uint8)
-    ours = prepare_images(tf.constant(image), Preprocess(SIZE, normalization="caffe")).numpy()
-    expected = keras.applications.vgg19.preprocess_input(image.astype(np.float32))
-    np.testing.assert_allclose(ours, expected, rtol=1e-6, atol=1e-4)
+def test_the_model_applies_the_preprocessing_the_weights_expect(setup, tmp_path):
+    root, weights, _ = setup
+    run_task(compose(_overrides(root, weights, "trainer.epochs=1", "finetune.freeze_epochs=1"), tmp_path / "run"))
+    model = keras.saving.load_model(tmp_path / "run" / "checkpoints" / "best.keras")
+    assert model.input.dtype == "uint8"
+    image = np.random.default_rng(0).integers(0, 256, (2, SIZE, SIZE, 3)).astype(np.uint8)
+    network = model.get_layer("vgg19_imagenet")
+    expected = network.predict(keras.applications.vgg19.preprocess_input(image.astype(np.float32)), verbose=0)
+    np.testing.assert_allclose(model.predict(image, verbose=0), expected, atol=1e-5)
+
+
+def test_evaluate_and_export_with_only_the_run_folder(setup, tmp_path):
+    """A vgg19_imagenet run evaluated without repeating model=vgg19_imagenet: its caffe preprocessing is its own."""
+    root, weights, _ = setup
+    run_dir = tmp_path / "run"
+    result = run_py([*_overrides(root, weights, "trainer.epochs=1"), f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    result = run_py(["mode=evaluate", f"checkpoint={run_dir}", f"hydra.run.dir={tmp_path / 'e'}"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    evaluated = json.loads((tmp_path / "e" / "metrics.json").read_text())
+    assert evaluated["accuracy"] == json.loads((run_dir / "metrics.json").read_text())["test_accuracy"]
+    assert evaluated["loss"] == pytest.approx(json.loads((run_dir / "metrics.json").read_text())["test_loss"])
 
 
 @pytest.mark.parametrize("case, message", [("missing", "no such file"), ("mismatch", "does not match VGG19")])
@@ -117,14 +134,10 @@ def test_export_round_trip_in_a_fresh_process(setup, tmp_path):
     root, weights, _ = setup
     run_task(compose(_overrides(root, weights, "trainer.epochs=1", "finetune.freeze_epochs=1"), tmp_path / "run"))
     export_dir = tmp_path / "serving"
-    run_task(
-        compose(
-            _overrides(root, weights, "mode=export", f"checkpoint={tmp_path / 'run'}", f"export.dir={export_dir}"),
-            tmp_path / "export_run",
-        )
-    )
+    typed = ["mode=export", f"checkpoint={tmp_path / 'run' / 'checkpoints' / 'best.keras'}", f"export.dir={export_dir}"]
+    run_task(compose(typed, tmp_path / "export_run"), overrides=typed)  # a bare .keras file: nothing else needed
     info = json.loads((export_dir / "serving_info.json").read_text())
-    assert info["class_names"] == ["cat", "dog"] and info["input"]["dtype"] == "uint8"
+    assert info["class_names"] == ["Cat", "Dog"] and info["input"]["dtype"] == "uint8"
     rng = np.random.default_rng(1)
     small = rng.integers(0, 256, (2, 20, 28, 3)).astype(np.uint8)
     large = rng.integers(0, 256, (1, 70, 50, 3)).astype(np.uint8)
@@ -143,7 +156,7 @@ def test_export_round_trip_in_a_fresh_process(setup, tmp_path):
     model = keras.saving.load_model(tmp_path / "run" / "checkpoints" / "best.keras")
     for name, images in (("small", small), ("large", large)):
         resized = tf.image.resize(tf.cast(images, tf.float32), [SIZE, SIZE], antialias=True)
-        expected = model(normalize(resized, "caffe"), training=False).numpy()
+        expected = model.predict(tf.saturate_cast(tf.round(resized), tf.uint8), verbose=0)
         served = np.load(tmp_path / f"{name}_served.npy")
         np.testing.assert_allclose(served, expected, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(served.sum(axis=1), 1.0, atol=1e-5)

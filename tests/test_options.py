@@ -37,5 +37,5 @@ def test_option_trains_to_finite_metrics(tmp_path, overrides, caplog):
         assert "XLA on <trainer.jit_compile=true>" in caplog.text
     if "precision" in overrides[0]:
         model = keras.saving.load_model(tmp_path / "checkpoints" / "best.keras")
-        assert model.get_layer("block1_conv1").dtype_policy.name == overrides[0].split("=")[1]
+        assert model.get_layer("vgg19").get_layer("block1_conv1").dtype_policy.name == overrides[0].split("=")[1]
         assert model.output.dtype == "float32", "softmax stays in float32"

@@ -38,7 +38,7 @@ def test_train_returns_the_best_objective_and_writes_metrics(tmp_path, cifar_dir
     assert metrics["epochs_completed"] == 2
     # The test figures are the best checkpoint's, evaluated again here.
     model = keras.saving.load_model(run_dir / "checkpoints" / "best.keras")
-    assert model.get_layer("block1_conv1").filters == 8
+    assert model.get_layer("vgg19").get_layer("block1_conv1").filters == 8
 
 
 def test_run_py_writes_every_output(tmp_path, cifar_dir):

@@ -49,14 +49,17 @@ def test_contact_sheet_tiles_are_the_records_in_order(tmp_path):
     assert stats["image_shape"] == [32, 32, 3] and stats["max"] <= 255
 
 
-def test_augmented_sheet_undoes_standardization(tmp_path):
-    out = tmp_path / "inspect"
-    run_task(compose(["mode=inspect", "inspect.augmented=true", "inspect.num_images=8"], out))
-    sheet = Image.open(out / "contact_sheet.png")
-    assert sheet.size == tuple(3 * n for n in sheet_layout(8, 64)[1:])
-    stats = json.loads((out / "inspect.json").read_text())
-    assert stats["augmented"] and stats["min"] < 0 < stats["max"], "the model sees standardized values"
-    assert np.asarray(sheet).std() > 20, "the picture is stretched back to a visible range"
+def test_augmented_sheet_shows_host_and_model_augmentation(tmp_path):
+    data = write_cifar(tmp_path / "cifar")
+    common = [*cifar_overrides(data), "mode=inspect", "inspect.num_images=8", "inspect.augmented=true"]
+    no_color = ["dataset.augment.brightness=0", "dataset.augment.contrast_lower=1", "dataset.augment.contrast_upper=1"]
+    run_task(compose(common, tmp_path / "color"))
+    run_task(compose([*common, *no_color], tmp_path / "plain"))  # same seed: same records, crops and flips
+    plain, jittered = (np.asarray(Image.open(tmp_path / name / "contact_sheet.png")) for name in ("plain", "color"))
+    assert plain.shape == jittered.shape == (3 * sheet_layout(8, 84)[2], 3 * sheet_layout(8, 84)[1], 3)  # 28x28 tripled
+    stats = json.loads((tmp_path / "color" / "inspect.json").read_text())
+    assert stats["augmented"] and stats["dtype"] == "uint8" and stats["image_shape"] == [28, 28, 3]
+    assert np.abs(plain.astype(int) - jittered.astype(int)).mean() > 5, "the model's colour jitter is shown"
 
 
 def test_inspect_on_cats_dogs_uses_the_manifest(tmp_path):

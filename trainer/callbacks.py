@@ -15,6 +15,7 @@ from pathlib import Path
 
 import keras
 
+from trainer import checkpoints
 from trainer.backup import RunBackup
 from trainer.errors import UserError
 from trainer.reports import write_atomic
@@ -23,11 +24,14 @@ log = logging.getLogger(__name__)
 
 
 class Checkpoints(keras.callbacks.Callback):
-    """Saves the whole model to `last.keras` at every epoch end and copies it to `best.keras` when
-    `monitor` improves; both atomic. Copying the file takes milliseconds, a second save ~0.2 s."""
+    """Saves the whole model with its `ModelInfo` to `last.keras` at every epoch end and copies it to
+    `best.keras` when `monitor` improves; both atomic. Copying the file takes milliseconds, a second save ~0.2 s."""
 
-    def __init__(self, folder: Path, monitor: str, mode: str = "max", best: float | None = None):
+    def __init__(
+        self, folder: Path, info: checkpoints.ModelInfo, monitor: str, mode: str = "max", best: float | None = None
+    ):
         super().__init__()
+        self.info = info
         self.last, self.best_path = folder / "last.keras", folder / "best.keras"
         self.monitor = monitor
         self.better = (lambda new, old: new > old) if mode == "max" else (lambda new, old: new < old)
@@ -40,7 +44,7 @@ class Checkpoints(keras.callbacks.Callback):
         value = logs.get(self.monitor)
         if value is None:
             raise ValueError(f"objective.metric={self.monitor!r} is not among the metrics {sorted(logs)}")
-        write_atomic(self.last, self.model.save)
+        write_atomic(self.last, lambda temporary: checkpoints.save(self.model, temporary, self.info))
         if self.better(value, self.best):
             log.info("Epoch %d: %s improved to %.4f, saving %s", epoch + 1, self.monitor, value, self.best_path)
             self.best = value
@@ -210,20 +214,33 @@ class Curves(keras.callbacks.Callback):
             log.warning("could not draw %s: %s", self.path, error)
 
 
-class SampleImages(keras.callbacks.Callback):
-    """Writes a few input images, as the model sees them, to TensorBoard once at the start."""
+class RunLabel(keras.callbacks.Callback):
+    """Writes the run's name and tags to TensorBoard once, as text."""
 
-    def __init__(self, log_dir: Path, images, normalization: str):
+    def __init__(self, log_dir: Path, name: str, tags: list[str]):
         super().__init__()
-        self.log_dir, self.images, self.normalization = log_dir, images, normalization
+        self.log_dir, self.name, self.tags = log_dir, name, tags
 
     def on_train_begin(self, logs=None):
         import tensorflow as tf
 
-        from trainer.visualize import to_display
+        with tf.summary.create_file_writer(str(self.log_dir / "train")).as_default():
+            tf.summary.text("run/name", self.name, step=0)
+            tf.summary.text("run/tags", ", ".join(self.tags) or "(none)", step=0)
+
+
+class SampleImages(keras.callbacks.Callback):
+    """Writes a few input images (the model's uint8 inputs) to TensorBoard once at the start."""
+
+    def __init__(self, log_dir: Path, images):
+        super().__init__()
+        self.log_dir, self.images = log_dir, images
+
+    def on_train_begin(self, logs=None):
+        import tensorflow as tf
 
         with tf.summary.create_file_writer(str(self.log_dir / "train")).as_default():
-            tf.summary.image("input_images", to_display(self.images, self.normalization), step=0, max_outputs=8)
+            tf.summary.image("input_images", self.images, step=0, max_outputs=8)
 
 
 def best_so_far(history_csv: Path, monitor: str, mode: str) -> float | None:
@@ -237,15 +254,20 @@ def best_so_far(history_csv: Path, monitor: str, mode: str) -> float | None:
 
 def training_callbacks(
     run_dir: Path,
+    info: checkpoints.ModelInfo,
     monitor: str,
     mode: str,
     backup_dir: Path,
     save_every_steps: int | None = None,
-    samples: tuple | None = None,
+    samples=None,
+    tensorboard: bool = True,
+    extra: list[keras.callbacks.Callback] | None = None,
 ) -> list[keras.callbacks.Callback]:
-    """The callbacks every run gets, writing into `run_dir`.
+    """The callbacks every run gets, writing into `run_dir`; checkpoints carry `info`.
 
-    `samples` is (a few input images, their normalization) for TensorBoard.
+    `samples` is a few uint8 input images for TensorBoard. `extra` (early stopping,
+    LR on plateau, experiment trackers) run after the epoch's files are written,
+    with the learning rate in the logs, before the backup commits the epoch.
 
     Order matters: the NaN check runs before anything saves; the learning rate
     joins the logs before history.csv and TensorBoard write them; the backup
@@ -253,19 +275,21 @@ def training_callbacks(
     (a kill in between redoes the epoch, never skips it); the SIGTERM stop
     comes last, after the epoch's files and backup are written.
     """
-    checkpoints = run_dir / "checkpoints"
-    checkpoints.mkdir(parents=True, exist_ok=True)
+    folder = run_dir / "checkpoints"
+    folder.mkdir(parents=True, exist_ok=True)
     backup = RunBackup(backup_dir, save_every_steps)
     callbacks = [
-        StopOnNaN(checkpoints),
+        StopOnNaN(folder),
         LearningRateLog(),
-        Checkpoints(checkpoints, monitor, mode, best=best_so_far(run_dir / "history.csv", monitor, mode)),
+        Checkpoints(folder, info, monitor, mode, best=best_so_far(run_dir / "history.csv", monitor, mode)),
         HistoryLog(run_dir / "history.csv"),
         Curves(run_dir / "history.csv", run_dir / "curves.png"),
-        keras.callbacks.TensorBoard(str(run_dir / "tensorboard"), write_graph=False),
         EpochLog(),
     ]
-    if samples is not None:
-        callbacks.append(SampleImages(run_dir / "tensorboard", *samples))
+    if tensorboard:
+        callbacks.append(keras.callbacks.TensorBoard(str(run_dir / "tensorboard"), write_graph=False))
+    if tensorboard and samples is not None:
+        callbacks.append(SampleImages(run_dir / "tensorboard", samples))
+    callbacks.extend(extra or [])
     callbacks += [backup, StopOnSignal(backup)]
     return callbacks

@@ -1,13 +1,24 @@
-"""Find and load a trained model: a `.keras` file, or a run folder (its `checkpoints/best.keras`).
+"""Save, find and load trained models: a `.keras` file that carries its class names and input spec.
 
-Models load with Keras safe mode on, so a checkpoint cannot run arbitrary code.
+A checkpoint is a self-contained `.keras` file: the model takes uint8 pixels and
+owns its preprocessing (`trainer.models.preprocessing`), and the archive holds one
+more entry, `vggtrain.json`, with the class names and the evaluation resize. Keras
+ignores that entry, so `keras.saving.load_model(path)` still loads the model
+anywhere, in safe mode, without this project's code.
 
-    python run.py mode=evaluate checkpoint=outputs/2026-11-30/12-00-00
+    python run.py mode=evaluate checkpoint=outputs/2026-11-30/12-00-00        # a run folder: its best.keras
+    python run.py mode=predict checkpoint=model.keras predict.input=photos/    # a bare file is enough
+    python -m trainer.checkpoints upgrade old.keras new.keras --classes cat,dog --normalization standardize
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
+import sys
+import zipfile
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import keras
@@ -15,6 +26,36 @@ import keras
 from trainer.errors import DataError
 
 BEST = Path("checkpoints") / "best.keras"
+INFO_ENTRY = "vggtrain.json"  # the extra entry in the .keras archive
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What a model needs besides its weights to be used again."""
+
+    class_names: tuple[str, ...]  # index i of the output is class_names[i]
+    image_size: int  # side of the square uint8 input
+    resize_to: int  # evaluation: stored images are resized to this side, then centre-cropped to image_size
+    normalization: str  # inside the model: standardize | caffe | none (for display; the layers do the work)
+    dataset: str = ""  # the dataset it was trained on
+    format_version: int = FORMAT_VERSION
+
+    @classmethod
+    def from_json(cls, text: str) -> ModelInfo:
+        values = json.loads(text)
+        values["class_names"] = tuple(values["class_names"])
+        return cls(**{key: values[key] for key in cls.__dataclass_fields__ if key in values})
+
+    def to_json(self) -> str:
+        return json.dumps({**asdict(self), "class_names": list(self.class_names)}, indent=2)
+
+
+def save(model: keras.Model, path: str | os.PathLike, info: ModelInfo) -> None:
+    """Saves the whole model to `path` (a `.keras` file) with `info` inside the archive."""
+    model.save(path)
+    with zipfile.ZipFile(path, "a") as archive:
+        archive.writestr(INFO_ENTRY, info.to_json())
 
 
 def resolve(path: str | os.PathLike) -> Path:
@@ -36,29 +77,106 @@ def resolve(path: str | os.PathLike) -> Path:
     return path
 
 
-def load(path: str | os.PathLike, num_classes: int, input_shape: tuple[int, ...] | None = None) -> keras.Model:
-    """Loads a checkpoint (safe mode) and checks that it fits the data.
+def _outdated(file: Path) -> DataError:
+    return DataError(
+        f"checkpoint={file} was saved by an older vggtrain (float inputs, no class names inside) and cannot say "
+        f"how its inputs were prepared; retrain it, or wrap it once: python -m trainer.checkpoints upgrade "
+        f"{file} NEW.keras --classes NAME,NAME,... --normalization standardize|caffe|none"
+    )
 
-    Args:
-        path: A `.keras` file or a run folder.
-        num_classes: Classes of the dataset it will see.
-        input_shape: (height, width, channels) the pipeline produces, checked when given.
 
-    Raises:
-        DataError: the file is missing or unreadable, or the model does not fit the data.
-    """
-    file = resolve(path)
+def read_info(file: Path) -> ModelInfo | None:
+    """The `vggtrain.json` entry of a `.keras` archive, or None when it has none."""
     try:
-        model = keras.saving.load_model(file, compile=False, safe_mode=True)
+        with zipfile.ZipFile(file) as archive:
+            if INFO_ENTRY not in archive.namelist():
+                return None
+            return ModelInfo.from_json(archive.read(INFO_ENTRY).decode())
+    except (zipfile.BadZipFile, KeyError, TypeError, ValueError) as error:
+        raise DataError(f"checkpoint={file}: cannot be loaded as a Keras model ({error})") from None
+
+
+def _load_keras(file: Path) -> keras.Model:
+    try:
+        return keras.saving.load_model(file, compile=False, safe_mode=True)
     except Exception as error:  # a truncated zip, an unknown layer, a foreign file
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise DataError(f"checkpoint={file}: cannot be loaded as a Keras model ({reason})") from None
-    classes = model.output_shape[-1]
-    if classes != num_classes:
-        raise DataError(f"checkpoint={file} predicts {classes} classes but the dataset has num_classes={num_classes}")
-    if input_shape is not None and tuple(model.input_shape[1:]) != tuple(input_shape):
+
+
+def load(path: str | os.PathLike) -> tuple[keras.Model, ModelInfo]:
+    """Loads a checkpoint (safe mode) with its `ModelInfo`.
+
+    Args:
+        path: A `.keras` file or a run folder.
+
+    Raises:
+        DataError: the file is missing or unreadable, or was saved before models carried their preprocessing.
+    """
+    file = resolve(path)
+    info = read_info(file)
+    model = _load_keras(file)
+    if info is None or model.input.dtype != "uint8":
+        raise _outdated(file)
+    if model.output_shape[-1] != len(info.class_names):
         raise DataError(
-            f"checkpoint={file} expects inputs of shape {tuple(model.input_shape[1:])} "
-            f"but the dataset pipeline gives {tuple(input_shape)}"
+            f"checkpoint={file}: predicts {model.output_shape[-1]} classes but names {len(info.class_names)}"
         )
-    return model
+    return model, info
+
+
+def check_data(file: str | os.PathLike, info: ModelInfo, class_names: list[str], image_size: int, source: str) -> None:
+    """Checks that data prepared by `source` fits the model: same classes in the same order, same input size.
+
+    Raises:
+        DataError: one line naming both class lists, or both sizes.
+    """
+    if list(info.class_names) != list(class_names):
+        raise DataError(
+            f"checkpoint={file} was trained on classes {list(info.class_names)} but {source} has {list(class_names)}"
+        )
+    if image_size != info.image_size:
+        raise DataError(
+            f"checkpoint={file} takes {info.image_size}x{info.image_size} images but {source} gives "
+            f"{image_size}x{image_size} (dataset.image_size / dataset.augment.crop_size)"
+        )
+
+
+def upgrade(old: Path, new: Path, class_names: list[str], normalization: str, resize_to: int | None) -> ModelInfo:
+    """Wraps a float-input checkpoint of an older version with uint8 input and its normalization layers."""
+    from trainer.models.preprocessing import with_preprocessing
+
+    model = _load_keras(old)
+    if model.input.dtype == "uint8":
+        raise DataError(f"{old}: already takes uint8 images; nothing to upgrade")
+    if model.output_shape[-1] != len(class_names):
+        raise DataError(f"--classes: {len(class_names)} names but {old} predicts {model.output_shape[-1]} classes")
+    wrapped = with_preprocessing(model, normalization)
+    size = int(model.input_shape[1])
+    info = ModelInfo(tuple(class_names), size, resize_to or size, normalization)
+    if new.exists():
+        raise DataError(f"{new}: already exists (nothing is overwritten)")
+    save(wrapped, new, info)
+    return info
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trainer.checkpoints", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    command = commands.add_parser("upgrade", help="wrap a checkpoint of an older version (float inputs)")
+    command.add_argument("old", type=Path, help="the old .keras file")
+    command.add_argument("new", type=Path, help="the new .keras file to write")
+    command.add_argument("--classes", required=True, help="class names in output order, comma-separated")
+    command.add_argument("--normalization", required=True, choices=["standardize", "caffe", "none"])
+    command.add_argument("--resize-to", type=int, help="evaluation resize before the centre crop (default: none)")
+    args = parser.parse_args(argv)
+    try:
+        info = upgrade(args.old, args.new, args.classes.split(","), args.normalization, args.resize_to)
+    except DataError as error:
+        sys.exit(f"error: {error}")
+    print(f"wrote {args.new}: uint8 {info.image_size}x{info.image_size} input, classes {list(info.class_names)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

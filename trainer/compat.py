@@ -16,9 +16,12 @@ with Keras 3.15.1 and TensorFlow 2.21. Two places in
    scalars with `axis=None` (the mean over replicas, as single-worker
    mirroring does) and leaves everything else to the original.
 
-`apply()` is called only when `strategy=multi_worker` is built. It patches
-nothing outside the Keras versions below; remove this module once upstream
-fixes both places (the multi-worker test fails without it).
+`apply()` is called only when `strategy=multi_worker` is built. It patches only
+the Keras versions in `VERIFIED`. On any other version it first probes the
+upstream code (`upstream_bugs`, no cluster needed): if both bugs are gone, nothing
+is patched; if one is still there, the run stops with a clear error instead of
+patching code nobody checked. tests/test_compat.py runs the same probe and fails
+once upstream fixes the bugs: then delete this module.
 
     python run.py strategy=multi_worker   # see README "Multi-worker training"
 """
@@ -26,18 +29,61 @@ fixes both places (the multi-worker test fails without it).
 from __future__ import annotations
 
 import logging
+from types import SimpleNamespace
+from unittest import mock
 
 import keras
 
+from trainer.errors import ConfigError
+
 log = logging.getLogger(__name__)
 
-AFFECTED = ((3, 0), (4, 0))  # [first, last) Keras versions with the bug; 3.15.1 verified
+VERIFIED = ("3.15.1",)  # Keras versions this patch was checked on (2 loopback workers train and agree)
 _applied = False
+_originals: dict = {}
 
 
-def _version(text: str) -> tuple[int, int]:
-    major, minor = text.split(".")[:2]
-    return int(major), int(minor)
+class _Recorder:
+    """A stand-in strategy that records its `reduce` calls (the probes never run a collective)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def reduce(self, op, value, axis=None):
+        self.calls.append(axis)
+        return value
+
+    def scope(self):
+        return mock.MagicMock()
+
+
+def upstream_bugs() -> list[str]:
+    """Which of the two upstream bugs Keras's TF trainer still has, probed on its own (unpatched) code.
+
+    - `build`: `_maybe_symbolic_build` all-reduces the first distributed input batch to learn its shapes;
+    - `scalar_axis`: multi-worker `reduce_per_replica(..., "mean")` reduces scalars along axis 0.
+    """
+    import tensorflow as tf
+    from keras.src.backend.tensorflow import trainer as tf_trainer
+    from tensorflow.python.distribute.values import PerReplica
+
+    build = _originals.get("build", tf_trainer.TensorFlowTrainer._maybe_symbolic_build)
+    reduce = _originals.get("reduce", tf_trainer.reduce_per_replica)
+    found = []
+
+    strategy = _Recorder()
+    model = SimpleNamespace(_distribute_strategy=strategy, distribute_strategy=strategy, _symbolic_build=lambda **_: 0)
+    batch = PerReplica([tf.constant([1.0])])
+    build(model, iterator=[(0, 0, iter([batch]))])
+    if strategy.calls:
+        found.append("build")
+
+    strategy = _Recorder()
+    with mock.patch.object(tf_trainer, "_collective_all_reduce_multi_worker", return_value=True):
+        reduce(tf.constant(1.0), strategy, "mean")
+    if 0 in strategy.calls:
+        found.append("scalar_axis")
+    return found
 
 
 def _multi_worker(strategy) -> bool:
@@ -53,14 +99,25 @@ def apply() -> bool:
     global _applied
     if _applied:
         return True
-    if not AFFECTED[0] <= _version(keras.__version__) < AFFECTED[1] or keras.backend.backend() != "tensorflow":
+    if keras.backend.backend() != "tensorflow":
         return False
+    if keras.__version__ not in VERIFIED:
+        bugs = upstream_bugs()
+        if not bugs:
+            log.info("Keras %s fits under MultiWorkerMirroredStrategy as it is: no workaround", keras.__version__)
+            return False
+        raise ConfigError(
+            f"strategy=multi_worker: Keras {keras.__version__} still has the multi-worker fit bug(s) {bugs} "
+            f"(keras#20585), and trainer/compat.py's workaround is verified only on Keras {', '.join(VERIFIED)}; "
+            f"install one of those, or check the workaround on this version and add it to compat.VERIFIED"
+        )
     import tensorflow as tf
     from keras.src import tree
     from keras.src.backend.tensorflow import trainer as tf_trainer
 
     original_build = tf_trainer.TensorFlowTrainer._maybe_symbolic_build
     original_reduce = tf_trainer.reduce_per_replica
+    _originals.update(build=original_build, reduce=original_reduce)
 
     def local_batch(strategy, batch):
         def first(value):

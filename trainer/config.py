@@ -11,16 +11,39 @@ runs when `to_settings` turns the composed config into these dataclasses.
 from __future__ import annotations
 
 import functools
+import re
 import tempfile
 from dataclasses import dataclass, field
+from enum import Enum
 from importlib import resources
+from types import SimpleNamespace
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, MissingMandatoryValue, OmegaConf
 
 from trainer import cluster, folders
 from trainer.errors import ConfigError
+
+
+class Choice(str, Enum):
+    """An enum-like option: OmegaConf rejects any other value when Hydra composes the config, naming
+    the key and the valid choices. Members compare, hash and print as their plain strings."""
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+
+Crop = Choice("Crop", {name: name for name in ("random", "pad", "random_resized", "none")})
+ValSource = Choice("ValSource", {"train": "train", "test": "test"})
+RecordFormat = Choice("RecordFormat", {"raw": "raw", "jpeg": "jpeg"})
+ScheduleName = Choice("ScheduleName", {name: name for name in ("constant", "step", "cosine")})
+Precision = Choice("Precision", {name: name for name in ("float32", "mixed_float16", "mixed_bfloat16")})
+Direction = Choice("Direction", {"max": "max", "min": "min"})
+EvaluateSplit = Choice("EvaluateSplit", {"val": "val", "test": "test"})
+Split = Choice("Split", {name: name for name in ("train", "val", "test")})
+WandbMode = Choice("WandbMode", {name: name for name in ("offline", "online", "disabled")})
+Mode = Choice("Mode", {name: name for name in ("train", "evaluate", "predict", "inspect", "export")})
 
 
 def _require(condition: bool, key: str, expected: str, value: Any) -> None:
@@ -30,7 +53,7 @@ def _require(condition: bool, key: str, expected: str, value: Any) -> None:
 
 @dataclass
 class AugmentConfig:
-    crop: str = "none"  # random | pad | random_resized | none
+    crop: Crop = Crop.none  # random | pad | random_resized | none
     crop_size: int = 0  # random: output size of the crop (0 = image_size)
     padding: int = 4  # pad: pixels added on each side before the random crop
     min_area: float = 0.25  # random_resized: smallest crop as a fraction of the image area
@@ -40,8 +63,6 @@ class AugmentConfig:
     contrast_upper: float = 1.0
 
     def __post_init__(self) -> None:
-        crops = ("random", "pad", "random_resized", "none")
-        _require(self.crop in crops, "dataset.augment.crop", ", ".join(crops), self.crop)
         _require(0 < self.min_area <= 1, "dataset.augment.min_area", "in (0, 1]", self.min_area)
         _require(self.crop_size >= 0, "dataset.augment.crop_size", ">= 0", self.crop_size)
         _require(self.padding >= 0, "dataset.augment.padding", ">= 0", self.padding)
@@ -72,7 +93,7 @@ class BinaryDatasetConfig:
     class_names: list[str] = MISSING
     image_size: int = 0  # resize stored images to this before augmentation (0 = stored size)
     val_size: int = 5000  # validation records held out from the end of the training files
-    val_source: str = "train"  # train: hold out val_size records; test: validate on the test files
+    val_source: ValSource = ValSource.train  # train: hold out val_size records; test: validate on the test files
     shuffle_buffer: int = 10000  # records; >= the training set size gives a full shuffle
     cache: bool = False  # keep the decoded images in memory after the first epoch (small datasets)
     standardize: bool = True  # per-image standardization (zero mean, unit variance)
@@ -100,7 +121,6 @@ class BinaryDatasetConfig:
         )
         _require(self.image_size >= 0, "dataset.image_size", ">= 0", self.image_size)
         _require(self.val_size >= 0, "dataset.val_size", ">= 0", self.val_size)
-        _require(self.val_source in ("train", "test"), "dataset.val_source", "train or test", self.val_source)
         _require(self.shuffle_buffer >= 1, "dataset.shuffle_buffer", ">= 1", self.shuffle_buffer)
         _require(bool(self.train_files), "dataset.train_files", "a non-empty list", self.train_files)
         _require(bool(self.test_files), "dataset.test_files", "a non-empty list", self.test_files)
@@ -117,11 +137,12 @@ class TFRecordDatasetConfig:
     train_files: list[str] = MISSING  # globs, e.g. ["${dataset.data_dir}/train.tfrecords_*"]
     val_files: list[str] = MISSING
     test_files: list[str] = MISSING
-    format: str = "raw"  # raw (label + img_raw pixels) | jpeg (image/encoded ...)
+    format: RecordFormat = RecordFormat.raw  # raw (label + img_raw pixels) | jpeg (image/encoded ...)
     stored_size: int = 224  # raw: side of the stored images
     image_key: str | None = None  # feature keys; null: the format's defaults
     label_key: str | None = None
     filename_key: str | None = None
+    compression: str = "auto"  # auto (from each file's first bytes) | none | gzip | zlib
     num_classes: int = 2
     class_names: list[str] = field(default_factory=lambda: ["cat", "dog"])  # the manifest's win when present
     image_size: int = 224  # model input side
@@ -130,7 +151,12 @@ class TFRecordDatasetConfig:
     augment: AugmentConfig = field(default_factory=AugmentConfig)
 
     def __post_init__(self) -> None:
-        _require(self.format in ("raw", "jpeg"), "dataset.format", "raw or jpeg", self.format)
+        _require(
+            self.compression in ("auto", "none", "gzip", "zlib"),
+            "dataset.compression",
+            "auto, none, gzip or zlib",
+            self.compression,
+        )
         for key in ("stored_size", "image_size", "shuffle_buffer"):
             _require(getattr(self, key) >= 1, f"dataset.{key}", ">= 1", getattr(self, key))
         _require(self.num_classes >= 2, "dataset.num_classes", ">= 2", self.num_classes)
@@ -144,8 +170,16 @@ class TFRecordDatasetConfig:
             _require(bool(getattr(self, key)), f"dataset.{key}", "a non-empty glob or list", getattr(self, key))
 
 
+def _check_head(model: Any) -> None:
+    """The classifier-head keys both VGG19 models share."""
+    _require(model.fc_units >= 1, "model.fc_units", ">= 1", model.fc_units)
+    _require(0 <= model.dropout < 1, "model.dropout", "in [0, 1)", model.dropout)
+    _require(model.weight_decay >= 0, "model.weight_decay", ">= 0", model.weight_decay)
+
+
 @dataclass
 class VGG19Config:
+    _target_: str = "trainer.models.vgg19.build_vgg19"  # called with num_classes, input_shape and the keys below
     name: str = "vgg19"
     width_multiplier: float = 1.0  # scales every layer's channels; 0.125 for tiny test models
     fc_units: int = 512  # units of fc1 and fc2 before width scaling
@@ -155,13 +189,12 @@ class VGG19Config:
 
     def __post_init__(self) -> None:
         _require(0 < self.width_multiplier <= 4, "model.width_multiplier", "in (0, 4]", self.width_multiplier)
-        _require(self.fc_units >= 1, "model.fc_units", ">= 1", self.fc_units)
-        _require(0 <= self.dropout < 1, "model.dropout", "in [0, 1)", self.dropout)
-        _require(self.weight_decay >= 0, "model.weight_decay", ">= 0", self.weight_decay)
+        _check_head(self)
 
 
 @dataclass
 class VGG19ImageNetConfig:
+    _target_: str = "trainer.models.finetune.build_vgg19_imagenet"
     name: str = "vgg19_imagenet"
     weights: str | None = "imagenet"  # imagenet (Keras downloads and caches) | a local .h5/.weights.h5 | null
     fc_units: int = 256  # the new head's hidden layer
@@ -170,9 +203,7 @@ class VGG19ImageNetConfig:
     preprocessing: str = "caffe"  # what the ImageNet weights expect: BGR, mean-subtracted
 
     def __post_init__(self) -> None:
-        _require(self.fc_units >= 1, "model.fc_units", ">= 1", self.fc_units)
-        _require(0 <= self.dropout < 1, "model.dropout", "in [0, 1)", self.dropout)
-        _require(self.weight_decay >= 0, "model.weight_decay", ">= 0", self.weight_decay)
+        _check_head(self)
         _require(self.preprocessing == "caffe", "model.preprocessing", "caffe (the weights fix it)", self.preprocessing)
 
 
@@ -194,15 +225,13 @@ class ExportConfig:
 
 @dataclass
 class ScheduleConfig:
-    name: str = "constant"  # constant | step | cosine
+    name: ScheduleName = ScheduleName.constant  # constant | step | cosine
     warmup_epochs: float = 0.0  # cosine: linear warmup from 0 to optimizer.lr
     boundaries: list[float] = field(default_factory=list)  # step: epochs at which lr is multiplied by factor
     factor: float = 0.1  # step: multiplier at each boundary
     alpha: float = 0.0  # cosine: final lr as a fraction of optimizer.lr
 
     def __post_init__(self) -> None:
-        names = ("constant", "step", "cosine")
-        _require(self.name in names, "optimizer.schedule.name", " or ".join(names), self.name)
         _require(self.warmup_epochs >= 0, "optimizer.schedule.warmup_epochs", ">= 0", self.warmup_epochs)
         _require(self.factor > 0, "optimizer.schedule.factor", "> 0", self.factor)
         _require(
@@ -260,6 +289,25 @@ class MultiWorkerStrategyConfig:
         _require(self.timeout_seconds > 0, "strategy.timeout_seconds", "> 0", self.timeout_seconds)
 
 
+def _class_weight_option(value: Any) -> str | dict[int, float] | None:
+    """null/none, `balanced`, or a {class index: weight > 0} mapping, checked."""
+    if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
+        return None
+    if isinstance(value, str) and value.lower() == "balanced":
+        return "balanced"
+    expected = "null, balanced or a mapping {class index: weight > 0}, e.g. {0: 1.0, 1: 3.0}"
+    _require(isinstance(value, dict) and bool(value), "trainer.class_weight", expected, value)
+    weights = {}
+    for key, weight in value.items():
+        try:
+            index, weight = int(key), float(weight)
+        except (TypeError, ValueError):
+            raise ConfigError(f"trainer.class_weight must be {expected}; got {value!r}") from None
+        _require(index >= 0 and weight > 0, "trainer.class_weight", expected, value)
+        weights[index] = weight
+    return weights
+
+
 @dataclass
 class TrainerConfig:
     epochs: int = 30  # passes over the training split
@@ -269,9 +317,11 @@ class TrainerConfig:
     threads: int = 0  # TensorFlow intra-op threads; 0: TensorFlow's default (all cores)
     save_every_steps: int | None = None  # also back up every N steps, not only at epoch ends
     deterministic: bool = False  # TensorFlow op determinism: identical weights run to run, slower
-    precision: str = "float32"  # float32 | mixed_float16 | mixed_bfloat16
+    precision: Precision = Precision.float32  # float32 | mixed_float16 | mixed_bfloat16
     jit_compile: str = "auto"  # auto | true | false (XLA; with a strategy, Keras's auto means off)
     steps_per_execution: int = 1  # training steps run per call into TensorFlow
+    label_smoothing: float = 0.0  # targets become (1 - s) one-hot + s / num_classes
+    class_weight: Any = None  # null | balanced (n / (classes x n_class), from the training split) | {0: w, ...}
 
     def __post_init__(self) -> None:
         _require(self.epochs >= 1, "trainer.epochs", ">= 1", self.epochs)
@@ -284,8 +334,6 @@ class TrainerConfig:
         )
         _require(self.verbose in (0, 1, 2), "trainer.verbose", "0, 1 or 2", self.verbose)
         _require(self.threads >= 0, "trainer.threads", ">= 0", self.threads)
-        precisions = ("float32", "mixed_float16", "mixed_bfloat16")
-        _require(self.precision in precisions, "trainer.precision", " or ".join(precisions), self.precision)
         self.jit_compile = str(self.jit_compile).lower()
         _require(
             self.jit_compile in ("auto", "true", "false"),
@@ -294,6 +342,8 @@ class TrainerConfig:
             self.jit_compile,
         )
         _require(self.steps_per_execution >= 1, "trainer.steps_per_execution", ">= 1", self.steps_per_execution)
+        _require(0 <= self.label_smoothing < 1, "trainer.label_smoothing", "in [0, 1)", self.label_smoothing)
+        self.class_weight = _class_weight_option(self.class_weight)
         _require(
             self.save_every_steps is None or self.save_every_steps >= 1,
             "trainer.save_every_steps",
@@ -303,41 +353,91 @@ class TrainerConfig:
 
 
 @dataclass
-class ObjectiveConfig:
-    metric: str = "val_accuracy"  # a metric name from history.csv
-    mode: str = "max"  # max | min
+class EarlyStoppingConfig:
+    monitor: str = "${objective.metric}"  # a column of history.csv
+    mode: Direction = "${objective.mode}"  # max | min
+    patience: int = 5  # epochs without improvement before stopping
+    min_delta: float = 0.0  # a smaller change is no improvement
+    restore_best_weights: bool = True  # end with the best epoch's weights (best.keras holds them anyway)
 
     def __post_init__(self) -> None:
-        _require(self.mode in ("max", "min"), "objective.mode", "max or min", self.mode)
+        _require(self.patience >= 0, "callbacks.early_stopping.patience", ">= 0", self.patience)
+        _require(self.min_delta >= 0, "callbacks.early_stopping.min_delta", ">= 0", self.min_delta)
+
+
+@dataclass
+class ReduceLROnPlateauConfig:
+    monitor: str = "${objective.metric}"
+    mode: Direction = "${objective.mode}"  # max | min
+    factor: float = 0.1  # new lr = lr x factor
+    patience: int = 3  # epochs without improvement before reducing
+    min_delta: float = 0.0
+    min_lr: float = 0.0  # never below this
+
+    def __post_init__(self) -> None:
+        key = "callbacks.reduce_lr_on_plateau"
+        _require(0 < self.factor < 1, f"{key}.factor", "in (0, 1)", self.factor)
+        _require(self.patience >= 0, f"{key}.patience", ">= 0", self.patience)
+        _require(self.min_lr >= 0, f"{key}.min_lr", ">= 0", self.min_lr)
+
+
+@dataclass
+class CallbacksConfig:
+    """Optional Keras callbacks: `callbacks=early_stopping`, `callbacks=[early_stopping,reduce_lr_on_plateau]`."""
+
+    early_stopping: EarlyStoppingConfig | None = None
+    reduce_lr_on_plateau: ReduceLROnPlateauConfig | None = None
+
+
+@dataclass
+class LoggerConfig:
+    """Where metrics go besides history.csv: `logger=mlflow`, `logger=[tensorboard,wandb]`, `logger=many`."""
+
+    tensorboard: bool = False  # tensorboard/ in the run folder: scalars, lr, sample images
+    csv: bool = False  # history.csv only (always written: resuming and curves.png read it)
+    mlflow: bool = False
+    wandb: bool = False
+    experiment: str = "vggtrain"  # MLflow experiment / W&B project
+    tracking_uri: str | None = None  # MLflow: null = sqlite:///<launch folder>/outputs/mlflow.db; http://host:port
+    timeout_seconds: float = 10.0  # MLflow server: start-up reachability check and each request
+    wandb_mode: WandbMode = WandbMode.offline  # offline (no account needed; `wandb sync` later) | online | disabled
+    wandb_entity: str | None = None  # W&B team or user (online)
+
+    def __post_init__(self) -> None:
+        _require(self.timeout_seconds > 0, "logger.timeout_seconds", "> 0", self.timeout_seconds)
+
+
+@dataclass
+class ObjectiveConfig:
+    metric: str = "val_accuracy"  # a metric name from history.csv
+    mode: Direction = Direction.max  # max | min
 
 
 @dataclass
 class EvaluateConfig:
-    split: str = "test"  # val | test
-
-    def __post_init__(self) -> None:
-        _require(self.split in ("val", "test"), "evaluate.split", "val or test", self.split)
+    split: EvaluateSplit = EvaluateSplit.test  # val | test
 
 
 @dataclass
 class PredictConfig:
     input: str | None = None  # a folder of images, a glob of images, .bin or TFRecord files
+    format: str = "auto"  # auto (by file name) | images | records (.bin) | tfrecord
     output: str | None = None  # the CSV; default: predictions.csv in the run folder
     workers: int = 0  # threads decoding image files; 0: one per core
+
+    def __post_init__(self) -> None:
+        formats = ("auto", "images", "records", "tfrecord")
+        _require(self.format in formats, "predict.format", "auto, images, records or tfrecord", self.format)
 
 
 @dataclass
 class InspectConfig:
-    split: str = "train"  # train | val | test
+    split: Split = Split.train  # train | val | test
     num_images: int = 64  # tiles on the contact sheet
     augmented: bool = False  # show the training augmentation (train split)
 
     def __post_init__(self) -> None:
-        _require(self.split in ("train", "val", "test"), "inspect.split", "train, val or test", self.split)
         _require(self.num_images >= 1, "inspect.num_images", ">= 1", self.num_images)
-
-
-MODES = ("train", "evaluate", "predict", "inspect", "export")
 
 
 @dataclass
@@ -353,14 +453,17 @@ class Config:
     inspect: InspectConfig = field(default_factory=InspectConfig)
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
     export: ExportConfig = field(default_factory=ExportConfig)
-    mode: str = "train"  # train | evaluate | predict | inspect | export
+    callbacks: CallbacksConfig = field(default_factory=CallbacksConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    name: str | None = None  # a readable run name: joins the run folder's name, the log, metrics.json, loggers
+    tags: list[str] = field(default_factory=list)  # e.g. [baseline, cifar]: same places as name
+    mode: Mode = Mode.train  # train | evaluate | predict | inspect | export
     checkpoint: str | None = None  # evaluate/predict: a .keras file or a run folder
     resume: str | None = None  # train: continue the run in this folder (or `latest`) from its backup
     seed: int = 42  # seeds weights, shuffling and augmentation
     output_dir: str = MISSING  # the run folder (Hydra's runtime.output_dir)
 
     def __post_init__(self) -> None:
-        _require(self.mode in MODES, "mode", " or ".join(MODES), self.mode)
         if self.mode in ("evaluate", "predict", "export"):
             _require(
                 bool(self.checkpoint),
@@ -379,6 +482,13 @@ class Config:
             )
 
 
+# A custom model's keys are the user's: no fixed fields, and `model.<any key>=...` may add one (not struct).
+CUSTOM_MODEL = {"_target_": MISSING, "name": "custom", "preprocessing": None}
+
+# Stored as `hydra/schema/<group>/<name>` and pulled into an option file with
+# `- /hydra/schema/<group>/<name>@_here_`: Hydra's --help lists only groups outside hydra/,
+# so `dataset=binary_schema` is no longer offered as a choice.
+SCHEMA_GROUP = "hydra/schema"
 SCHEMAS = {
     "dataset": {"binary_schema": BinaryDatasetConfig, "tfrecord_schema": TFRecordDatasetConfig},
     "model": {"vgg19_schema": VGG19Config, "vgg19_imagenet_schema": VGG19ImageNetConfig},
@@ -411,6 +521,15 @@ def worker_dir(path: str, resume: str | None = None, *, _root_: DictConfig) -> s
     return folders.resume_folder(resume) if resume else folders.claim_new_folder(path)
 
 
+def run_label(*, _root_: DictConfig) -> str:
+    """`_NAME_TAG1-TAG2` from `name=` and `tags=` for the run folder's name (characters outside
+    [A-Za-z0-9.-] become -), or '' without them. Used as `${run_label:}` in `hydra.run.dir`."""
+    name, tags = _root_.get("name"), _root_.get("tags")
+    parts = [name or "", "-".join(str(tag) for tag in (tags or []))]
+    label = "_".join(re.sub(r"[^A-Za-z0-9.-]+", "-", part).strip("-") for part in parts if part)
+    return f"_{label[:80]}" if label else ""
+
+
 @functools.cache
 def _temporary_folder(path: str) -> str:
     """One temporary folder per run path and process, however often Hydra resolves it."""
@@ -423,7 +542,9 @@ def register() -> None:
     store.store(name="config_schema", node=Config)
     for group, nodes in SCHEMAS.items():
         for name, node in nodes.items():
-            store.store(group=group, name=name, node=node)
+            store.store(group=f"{SCHEMA_GROUP}/{group}", name=name, node=node)
+    custom = OmegaConf.create(CUSTOM_MODEL, flags={"struct": False})
+    store.store(group=f"{SCHEMA_GROUP}/model", name="custom_schema", node=custom)
     if not OmegaConf.has_resolver("bundled"):
         OmegaConf.register_new_resolver("bundled", bundled_data)
         OmegaConf.register_new_resolver("optuna_direction", lambda mode: {"max": "maximize"}.get(mode, "minimize"))
@@ -431,16 +552,29 @@ def register() -> None:
     if not OmegaConf.has_resolver("new_folder"):
         OmegaConf.register_new_resolver("new_folder", folders.claim_new_folder, use_cache=True)
         OmegaConf.register_new_resolver("hydra_subdir", folders.hydra_subdir)
+    if not OmegaConf.has_resolver("run_label"):
+        OmegaConf.register_new_resolver("run_label", run_label)
 
 
 def to_settings(cfg: DictConfig) -> Config:
     """Resolves the composed config into dataclasses, running every range check."""
     try:
-        return OmegaConf.to_object(cfg)
+        settings = OmegaConf.to_object(cfg)
     except ConfigError:
         raise
     except Exception as error:  # OmegaConf wraps __post_init__ errors and missing values
         cause = error.__cause__ or error.__context__
         if isinstance(cause, ConfigError):
             raise cause from None
+        if isinstance(error, MissingMandatoryValue) and getattr(error, "full_key", None):
+            raise ConfigError(f"{error.full_key} must be set; it has no default") from error
         raise ConfigError(str(error).splitlines()[0]) from error
+    if isinstance(settings.model, dict):  # model=custom: attribute access like the typed models
+        settings.model = SimpleNamespace(**settings.model)
+        _require(
+            settings.model.preprocessing in (None, "caffe"),
+            "model.preprocessing",
+            "null (the dataset's normalization) or caffe",
+            settings.model.preprocessing,
+        )
+    return settings

@@ -125,11 +125,17 @@ def worker_name(strategy: tf.distribute.Strategy) -> str:
 
 def _reason(error: tf.errors.OpError) -> str:
     """The useful part of a TensorFlow error: the text of our pipeline's assertions or of the ValueError
-    of a Python step (the indexed TFRecord reader), else the first 300 characters."""
+    of a Python step, else the first 300 characters."""
     match = re.search(r"assertion failed: \[([^\]]+)\]", error.message) or re.search(
         r"ValueError: ([^\n]+)", error.message
     )
-    return match.group(1) if match else " ".join(error.message.split())[:300]
+    if match:
+        return match.group(1)
+    text = re.sub(r"\{\{function_node [^}]*\}\}|\[Op:.*", "", error.message)  # TensorFlow's op plumbing
+    text = " ".join(text.split())[:300]
+    if isinstance(error, tf.errors.DataLossError) and text.startswith("corrupted record at"):
+        text += " in a TFRecord file (without a manifest.json beside them, every file is checked at start-up and named)"
+    return text
 
 
 @contextlib.contextmanager
@@ -148,6 +154,24 @@ def collective_errors(strategy: tf.distribute.Strategy) -> Iterator[None]:
             f"strategy=multi_worker: a worker stopped responding or a collective timed out "
             f"(strategy.timeout_seconds); restart every worker with the same command. Cause: {reason}"
         ) from None
+
+
+def in_multi_worker_mode(strategy: tf.distribute.Strategy) -> bool:
+    """Whether `strategy` spans several worker processes (a one-worker `multi_worker` run does not)."""
+    return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) and strategy.extended._in_multi_worker_mode()
+
+
+def training_input(
+    strategy: tf.distribute.Strategy,
+    dataset: tf.data.Dataset,
+    for_worker: Callable[[tf.distribute.InputContext], tf.data.Dataset] | None = None,
+):
+    """The training input for `fit`: under multi-worker training, each worker's own pipeline, built by
+    `for_worker` from its `InputContext` (`distribute_datasets_from_function`), so a worker reads only its
+    share; otherwise `dataset`, one pipeline feeding every replica of this machine."""
+    if for_worker is None or not in_multi_worker_mode(strategy):
+        return dataset
+    return strategy.distribute_datasets_from_function(for_worker)
 
 
 def per_replica_batch(global_batch: int, strategy: tf.distribute.Strategy) -> int:

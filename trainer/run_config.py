@@ -56,6 +56,8 @@ def _typed_group(group: str, node: DictConfig, source: Path) -> DictConfig:
             return OmegaConf.merge(OmegaConf.structured(schema), node)
         except Exception as error:  # OmegaConf's validation errors have no common public base
             errors.append(str(error).splitlines()[0])
+    if group == "model" and "_target_" in node:  # model=custom: the user's own keys, as composed
+        return OmegaConf.create(OmegaConf.to_container(node), flags={"struct": False})
     raise ConfigError(f"{source}: its `{group}` section fits no {group} schema of this version ({'; '.join(errors)})")
 
 

@@ -1,4 +1,5 @@
-"""A Hydra callback that keeps `summary.csv` in the sweep folder: one row per finished job, as it finishes.
+"""Hydra callbacks for sweeps: `summary.csv` in the sweep folder (one row per finished job, as it finishes),
+TensorBoard HParams of every job, and closing the sweep's MLflow parent run.
 
     python run.py -m optimizer.lr=0.1,0.01 model.dropout=0.3,0.5
     python run.py -m hparams_search=vgg19_optuna
@@ -117,3 +118,101 @@ class SweepSummary(Callback):
         mode = config.get("objective", {}).get("mode", "max")
         print(f"Sweep summary: {len(rows)} jobs, {failed} failed -> {summary}")
         print(best_table(rows, mode, self.top))
+
+
+def _swept_values(config: DictConfig, overrides: list[str]) -> dict[str, Any]:
+    """{key: value} of a job's overrides: the composed value for a plain key, the option name for a group."""
+    from omegaconf import OmegaConf
+
+    values: dict[str, Any] = {}
+    for override in overrides:
+        key, _, raw = override.lstrip("+~").partition("=")
+        if key.startswith("hydra.") or key.startswith("hydra/"):
+            continue
+        value = OmegaConf.select(config, key, default=None) if "/" not in key else None
+        if isinstance(value, bool | int | float | str):
+            values[key] = value
+        else:
+            values[key] = raw  # a group choice (model=vgg19) or a list
+    return values
+
+
+def write_hparams(log_dir: Path, hparams: dict[str, Any], metrics: dict[str, float], trial: str) -> None:
+    """Writes one TensorBoard HParams session (the values and `hparams/<metric>` scalars) into `log_dir`."""
+    import tensorflow as tf
+    from tensorboard.plugins.hparams import api as hp
+
+    with tf.summary.create_file_writer(str(log_dir)).as_default():
+        hp.hparams(hparams, trial_id=trial)
+        for name, value in metrics.items():
+            tf.summary.scalar(f"hparams/{name}", value, step=0)
+        tf.summary.flush()
+
+
+def write_hparams_config(log_dir: Path, keys: list[str], metrics: list[str]) -> None:
+    """The experiment-level HParams config, so TensorBoard's table lists every swept key and metric."""
+    import tensorflow as tf
+    from tensorboard.plugins.hparams import api as hp
+
+    with tf.summary.create_file_writer(str(log_dir)).as_default():
+        hp.hparams_config(
+            hparams=[hp.HParam(key) for key in keys],
+            metrics=[hp.Metric(f"hparams/{name}", display_name=name) for name in metrics],
+        )
+        tf.summary.flush()
+
+
+HPARAMS_METRICS = ("objective", "val_accuracy", "val_loss", "test_accuracy", "test_loss")
+
+
+class SweepHParams(Callback):
+    """TensorBoard HParams for a multirun: each job's swept values and final metrics, in `<job>/tensorboard/`,
+    plus the experiment's list of keys in `<sweep dir>/tensorboard/`: `tensorboard --logdir <sweep dir>`.
+
+    Also closes the sweep's MLflow parent run (`logger=mlflow`), which the first job opened.
+    """
+
+    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
+        hydra = job_return.hydra_cfg.hydra if job_return.hydra_cfg else config.hydra
+        if str(hydra.mode) != "RunMode.MULTIRUN" or job_return.status != JobStatus.COMPLETED:
+            return
+        run_dir = Path(hydra.runtime.output_dir)
+        metrics = _metrics(run_dir)
+        values = _swept_values(config, list(job_return.overrides or []))
+        finished = {
+            name: float(metrics[name])
+            for name in HPARAMS_METRICS
+            if isinstance(metrics.get(name), int | float) and math.isfinite(metrics[name])
+        }
+        if not values or not finished:
+            return
+        try:
+            write_hparams(run_dir / "tensorboard", values, finished, f"job {hydra.job.num}")
+        except Exception as error:  # reporting never fails a job
+            log.warning("could not write TensorBoard HParams for %s: %s", run_dir, error)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        rows = _rows_or_empty(sweep_dir / "summary.csv")
+        keys = sorted({item.lstrip("+~").partition("=")[0] for row in rows for item in row["overrides"].split()})
+        keys = [key for key in keys if key and not key.startswith("hydra")]
+        if keys:
+            try:
+                write_hparams_config(sweep_dir / "tensorboard", keys, list(HPARAMS_METRICS))
+            except Exception as error:
+                log.warning("could not write the TensorBoard HParams config in %s: %s", sweep_dir, error)
+        if not (sweep_dir / "mlflow_parent.json").is_file():
+            return
+        from trainer.loggers import finish_parent
+
+        objectives = [float(row["objective"]) for row in rows if row["status"] == "ok" and row["objective"]]
+        mode = config.get("objective", {}).get("mode", "max")
+        best = (max if mode == "max" else min)(objectives) if objectives else None
+        try:
+            finish_parent(sweep_dir, best)
+        except Exception as error:
+            log.warning("could not close the MLflow parent run of %s: %s", sweep_dir, error)
+
+
+def _rows_or_empty(summary: Path) -> list[dict[str, str]]:
+    return read_rows(summary) if summary.is_file() else []

@@ -20,21 +20,6 @@ CAPTION = 14  # pixels of caption band under each tile
 GAP = 2  # pixels between tiles
 
 
-def to_display(images: np.ndarray, normalization: str) -> np.ndarray:
-    """uint8 pictures of model inputs, undoing the normalization: standardized images are stretched per
-    image to 0..255, caffe ones get the ImageNet means back and RGB order, others are clipped."""
-    from trainer.data.augment import CAFFE_MEAN_BGR
-
-    images = np.asarray(images, dtype=np.float32)
-    if normalization == "caffe":
-        images = (images + np.array(CAFFE_MEAN_BGR, np.float32))[..., ::-1]
-    if normalization == "standardize":
-        low = images.min(axis=(1, 2, 3), keepdims=True)
-        high = images.max(axis=(1, 2, 3), keepdims=True)
-        images = (images - low) / np.maximum(high - low, 1e-6) * 255.0
-    return np.clip(np.rint(images), 0, 255).astype(np.uint8)
-
-
 def sheet_layout(count: int, tile: int) -> tuple[int, int, int]:
     """(columns, cell width, cell height) of a contact sheet of `count` square tiles."""
     columns = max(1, math.ceil(math.sqrt(count)))

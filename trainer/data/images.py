@@ -13,7 +13,6 @@ from __future__ import annotations
 import io
 import os
 import warnings
-from multiprocessing import resource_tracker, shared_memory
 from pathlib import Path
 
 import numpy as np
@@ -67,7 +66,11 @@ def load_rgb(path: str | os.PathLike, size: int, mode: str = "resize") -> np.nda
     """
     if mode not in RESIZE_MODES:
         raise ValueError(f"mode must be one of {RESIZE_MODES}. Received: mode={mode}")
-    if os.path.getsize(path) == 0:
+    try:
+        size_on_disk = os.path.getsize(path)
+    except OSError as error:
+        raise ImageError(f"cannot read it ({error.strerror})") from None
+    if size_on_disk == 0:
         raise ImageError("empty file")
     try:
         with warnings.catch_warnings():
@@ -79,7 +82,9 @@ def load_rgb(path: str | os.PathLike, size: int, mode: str = "resize") -> np.nda
                 return np.asarray(image.resize((size, size), Image.Resampling.BICUBIC), dtype=np.uint8)
     except UnidentifiedImageError:
         raise ImageError("not an image Pillow can read") from None
-    except (OSError, SyntaxError, ValueError, Image.DecompressionBombWarning) as error:
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
+        raise ImageError(f"decompression bomb: {error}") from None
+    except (OSError, SyntaxError, ValueError) as error:
         raise ImageError(f"corrupt or truncated image ({error})") from None
 
 
@@ -104,43 +109,3 @@ def encode_file(path: str, size: int, mode: str, format: str, quality: int = 95)
     buffer = io.BytesIO()
     Image.fromarray(pixels).save(buffer, format="JPEG", quality=quality)
     return buffer.getvalue(), None
-
-
-def encode_chunk(paths: list[str], size: int, mode: str, format: str, quality: int = 95):
-    """`encode_file` for several files, the bytes handed back in one shared-memory block.
-
-    Returns (block name or None, [(offset, length, error)]). Sending 150 KB of pixels
-    per image back through a process pool's pipe costs more than decoding it; the
-    caller copies the bytes out with `read_chunk`, which also frees the block.
-    """
-    results = [encode_file(path, size, mode, format, quality) for path in paths]
-    total = sum(len(data) for data, _ in results if data)
-    if not total:
-        return None, [(0, 0, error) for _, error in results]
-    block = shared_memory.SharedMemory(create=True, size=total)
-    resource_tracker.unregister(block._name, "shared_memory")  # the reading process unlinks it
-    entries, offset = [], 0
-    for data, error in results:
-        length = len(data) if data else 0
-        if data:
-            block.buf[offset : offset + length] = data
-        entries.append((offset, length, error))
-        offset += length
-    name = block.name
-    block.close()
-    return name, entries
-
-
-def read_chunk(name: str | None, entries) -> list[tuple[bytes | None, str | None]]:
-    """The (bytes, error) pairs of an `encode_chunk` result, in order; frees the shared block."""
-    if name is None:
-        return [(None, error) for _, _, error in entries]
-    block = shared_memory.SharedMemory(name=name)
-    try:
-        return [
-            (None, error) if error else (bytes(block.buf[offset : offset + length]), None)
-            for offset, length, error in entries
-        ]
-    finally:
-        block.close()
-        block.unlink()

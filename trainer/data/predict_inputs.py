@@ -38,29 +38,62 @@ class Item:
 Chunk = tuple[list[Item], tf.Tensor | None]  # items, and images for those without an error
 
 
-def resolve_inputs(spec: str) -> tuple[str, list[Path], Path | None]:
-    """(kind, files, root) for `predict.input`: a folder of images, or a glob of `.bin` or image files.
+TFRECORD_SUFFIXES = (".tfrecord", ".tfrecords", ".tfrec", ".record")
+KINDS = {"images": "images", "records": "records", "tfrecord": "tfrecords"}  # predict.format -> kind
+
+
+def is_tfrecord_name(name: str) -> bool:
+    """TFRecord files by name: `*.tfrec`, `*.record`, or `tfrecord` anywhere (`train.tfrecords_003`)."""
+    return "tfrecord" in name or name.endswith(TFRECORD_SUFFIXES)
+
+
+def _kind(names: list[str]) -> str:
+    if all(name.endswith(".bin") for name in names):
+        return "records"
+    if all(is_tfrecord_name(name) for name in names):
+        return "tfrecords"
+    return "images"
+
+
+def resolve_inputs(spec: str, format: str = "auto") -> tuple[str, list[Path | str], Path | None]:
+    """(kind, files, root) for `predict.input`: a folder of images, or a glob of `.bin`, TFRecord or image files.
+
+    Local paths come back as `Path`s; paths on another TensorFlow file system (`gs://`, `ram://` ...)
+    as strings, and only TFRecord files are read from those.
+
+    Args:
+        spec: `predict.input`.
+        format: `predict.format`: `auto` tells the kind from the file names.
 
     Raises:
-        DataError: nothing matches.
+        DataError: nothing matches, or a remote input is not TFRecords.
     """
+    if "://" in spec:
+        try:
+            names = sorted(name for name in tf.io.gfile.glob(spec) if not tf.io.gfile.isdir(name))
+        except tf.errors.OpError as error:
+            raise DataError(f"predict.input={spec}: cannot list it ({error.message.splitlines()[0]})") from None
+        if not names:
+            raise DataError(f"predict.input={spec}: matches no file")
+        kind = KINDS.get(format) or _kind(names)
+        if kind != "tfrecords":
+            raise DataError(
+                f"predict.input={spec}: only TFRecord files are read from remote storage "
+                f"(name them *.tfrecord, *.tfrec or *.record, or set predict.format=tfrecord)"
+            )
+        return kind, names, None
     path = Path(os.path.expanduser(spec))
-    if path.is_dir():
+    if path.is_dir() and format in ("auto", "images"):
         files = list_images(path)
         if not files:
             raise DataError(f"predict.input={spec}: the folder holds no files")
         return "images", files, path
-    files = sorted(Path(name) for name in glob.glob(os.path.expanduser(spec), recursive=True))
+    pattern = str(path / "*") if path.is_dir() else os.path.expanduser(spec)
+    files = sorted(Path(name) for name in glob.glob(pattern, recursive=True))
     files = [file for file in files if file.is_file()]
     if not files:
         raise DataError(f"predict.input={spec}: matches no file")
-    if all(file.suffix == ".bin" for file in files):
-        kind = "records"
-    elif all("tfrecord" in file.name for file in files):
-        kind = "tfrecords"
-    else:
-        kind = "images"
-    return kind, files, None
+    return KINDS.get(format) or _kind([file.name for file in files]), files, None
 
 
 def record_chunks(
@@ -82,16 +115,37 @@ def record_chunks(
 
 
 def tfrecord_chunks(
-    files: list[Path], spec, preprocess: Preprocess, num_classes: int, batch_size: int
+    files: list[Path | str], spec, preprocess: Preprocess, num_classes: int, batch_size: int
 ) -> Iterator[Chunk]:
-    """TFRecord files in the given order; the id is the file name stored in the record, else its index."""
+    """TFRecord files in the given order; the id is the file name stored in the record, else its index.
+
+    Every file is read once first: checksums, labels (a label out of range names its file and record)
+    and stored names.
+
+    Raises:
+        DataError: naming the file and record at fault.
+    """
     from trainer.data import tfrecords
 
     names = [str(file) for file in files]
     labeled = all(tfrecords.inspect_first(name, spec) for name in names)
-    stored = tfrecords.read_filenames(names, spec)
+    owners, stored = [], []
+    for name in names:
+        scan = tfrecords.scan_file(name, spec, num_classes if labeled else None, filenames=True)
+        owners += [(name, record) for record in range(scan.count)]
+        stored += scan.filenames
     index = 0
-    for images, labels in tfrecords.eval_dataset(names, spec, preprocess, num_classes, batch_size, labeled):
+    batches = iter(tfrecords.eval_dataset(names, spec, preprocess, num_classes, batch_size, labeled))
+    while True:
+        try:
+            batch = next(batches, None)
+        except tf.errors.OpError as error:
+            name, record = owners[min(index, len(owners) - 1)]
+            reason = error.message.splitlines()[0] if error.message else type(error).__name__
+            raise DataError(f"{name}: bad record at or after record {record} ({reason})") from None
+        if batch is None:
+            return
+        images, labels = batch
         items = []
         for label in labels.numpy():
             items.append(Item(stored[index] or str(index), stored[index], int(label) if labeled else None))
@@ -100,10 +154,12 @@ def tfrecord_chunks(
 
 
 def _class_of(file: Path, root: Path | None, class_names: list[str]) -> int | None:
+    """The class of a file in a subfolder named after it, matched case-insensitively (`Cat/` is `cat`)."""
     if root is None or file.parent == root:
         return None
-    top = file.relative_to(root).parts[0]
-    return class_names.index(top) if top in class_names else None
+    folded = [name.casefold() for name in class_names]
+    top = file.relative_to(root).parts[0].casefold()
+    return folded.index(top) if top in folded else None
 
 
 def image_chunks(
@@ -116,7 +172,7 @@ def image_chunks(
 ) -> Iterator[Chunk]:
     """Image files in sorted order, decoded by Pillow in threads (order kept); unreadable files are skipped.
 
-    Files in a subfolder named after a class get that class as their label.
+    Files in a subfolder named after a class (in any letter case) get that class as their label.
     """
     labels = [_class_of(file, root, class_names) for file in files]
     labeled = root is not None and all(label is not None for label in labels)

@@ -7,34 +7,39 @@ Two layouts:
 - `jpeg`, the TF Model Garden / TFDS keys: `image/encoded`, `image/class/label`,
   `image/filename`, `image/height`, `image/width`, `image/format`.
 
-Image and label come out of one record, so they cannot drift apart: raw records on
-a local disk through `record_index` (each image copied once, from the file into its
-batch); JPEG records and remote files through `TFRecordDataset` and `tf.io.parse_example`
-on whole batches.
+One reader, `tf.data`, for every file system TensorFlow knows (local disk, `gs://`,
+`s3://`, `hdfs://`, `ram://`): `TFRecordDataset` (uncompressed, GZIP or ZLIB) batched,
+then `tf.io.parse_example` and `decode_raw` on whole batches. Image and label come out
+of one record, so they cannot drift apart. Under `strategy=multi_worker` each worker
+reads only its own share (`plan_shares`): whole files, or disjoint record ranges.
 
     python run.py dataset=cats_dogs dataset.data_dir=records/
 """
 
 from __future__ import annotations
 
-import functools
-import glob
+import json
+import logging
 import os
+import struct
 from dataclasses import dataclass
-from pathlib import Path
 
 import tensorflow as tf
+from google.protobuf.message import DecodeError
 
+from trainer.data import record_writer
 from trainer.data.augment import Preprocess, prepare_images
-from trainer.data.record_index import LABEL_MAX, RecordIndex
+from trainer.data.record_writer import DEFAULT_KEYS, FORMATS
 from trainer.errors import DataError
 
-FORMATS = ("raw", "jpeg")
-DEFAULT_KEYS = {
-    "raw": {"image": "img_raw", "label": "label", "filename": "filename"},
-    "jpeg": {"image": "image/encoded", "label": "image/class/label", "filename": "image/filename"},
-}
+log = logging.getLogger(__name__)
+
+COMPRESSIONS = ("auto", "none", "gzip", "zlib")
+TF_COMPRESSION = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}  # our names -> TFRecordDataset's compression_type
+LABEL_MAX = 2**31 - 1  # labels are saturated to int32, so one past int32 still fails the range check
 AUTOTUNE = tf.data.AUTOTUNE
+MAX_PARALLEL_READS = 8  # files read at once
+SCAN_BATCH = 1024  # records parsed at once when counting and checking a file
 
 
 @dataclass(frozen=True)
@@ -46,102 +51,266 @@ class RecordSpec:
     image_key: str = "img_raw"
     label_key: str = "label"
     filename_key: str = "filename"
+    compression: str = "auto"  # auto | none | gzip | zlib
 
     @classmethod
-    def for_format(cls, format: str, stored_size: int = 224, **keys: str | None) -> RecordSpec:
+    def for_format(
+        cls, format: str, stored_size: int = 224, compression: str = "auto", **keys: str | None
+    ) -> RecordSpec:
         """The spec with the default keys of `format`, overridden by any non-empty `keys`."""
         if format not in FORMATS:
             raise ValueError(f"format must be one of {FORMATS}. Received: format={format}")
+        if compression not in COMPRESSIONS:
+            raise ValueError(f"compression must be one of {COMPRESSIONS}. Received: compression={compression}")
         chosen = {**DEFAULT_KEYS[format], **{name: key for name, key in keys.items() if key}}
-        return cls(format, stored_size, chosen["image"], chosen["label"], chosen["filename"])
+        return cls(format, stored_size, chosen["image"], chosen["label"], chosen["filename"], compression)
 
     @property
     def raw_bytes(self) -> int:
         return self.stored_size * self.stored_size * 3
 
 
-def _bytes(value: bytes) -> tf.train.Feature:
-    return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
-
-
-def _int64(value: int) -> tf.train.Feature:
-    return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
-
-
 def make_example(
-    spec: RecordSpec, image: bytes, label: int | None, filename: str | None, height: int, width: int
+    spec: RecordSpec, image: bytes, label: int | None, filename: str | bytes | None, height: int, width: int
 ) -> bytes:
-    """One serialized `tf.train.Example`.
+    """One serialized `tf.train.Example`, the same bytes on every run (deterministic map order).
 
     `image` is the raw pixels (raw) or the encoded JPEG (jpeg). A labeled raw
     example holds exactly `label` and `img_raw`, as the classic recipe does.
+    A `bytes` filename is stored as it is (names that are not valid UTF-8).
     """
-    features = {spec.image_key: _bytes(image)}
-    if label is not None:
-        features[spec.label_key] = _int64(label)
-    if spec.format == "jpeg":
-        features["image/height"] = _int64(height)
-        features["image/width"] = _int64(width)
-        features["image/format"] = _bytes(b"jpeg")
-    if filename is not None and (spec.format == "jpeg" or label is None):
-        features[spec.filename_key] = _bytes(filename.encode())
-    return tf.train.Example(features=tf.train.Features(feature=features)).SerializeToString()
+    keys = {"image": spec.image_key, "label": spec.label_key, "filename": spec.filename_key}
+    name = filename.encode() if isinstance(filename, str) else filename
+    features = record_writer.example_features(spec.format, keys, image, label, name, height, width)
+    return record_writer.encode_example(features)
+
+
+def _local(path: str) -> bool:
+    return "://" not in path
 
 
 def expand(patterns: list[str] | str, key: str) -> list[str]:
-    """The files matched by a glob or list of globs, sorted per pattern.
+    """The files matched by a glob or list of globs on any TensorFlow file system, sorted per pattern.
+
+    A file matched by several globs is read once (and the log says so).
 
     Raises:
-        DataError: a pattern matches no file.
+        DataError: a pattern matches no file, or matches a folder.
     """
-    files = []
+    files, seen, repeated = [], set(), []
     for pattern in [patterns] if isinstance(patterns, str) else list(patterns):
-        matched = sorted(glob.glob(os.path.expanduser(pattern)))
+        pattern = os.path.expanduser(pattern) if _local(pattern) else pattern
+        try:
+            matched = sorted(tf.io.gfile.glob(pattern))
+        except tf.errors.OpError as error:
+            raise DataError(f"{key}: cannot list {pattern} ({error.message.splitlines()[0]})") from None
         if not matched:
             raise DataError(f"{key}: {pattern} matches no file")
-        files += matched
+        for path in matched:
+            if tf.io.gfile.isdir(path):
+                raise DataError(f"{key}: {pattern} matches the folder {path}; the globs must match TFRecord files only")
+            if path in seen:
+                repeated.append(path)
+                continue
+            seen.add(path)
+            files.append(path)
+    if repeated:
+        log.warning(
+            "%s: %d file(s) matched by more than one glob are read once: %s%s <%s>",
+            key,
+            len(repeated),
+            ", ".join(repeated[:3]),
+            " ..." if len(repeated) > 3 else "",
+            key,
+        )
     return files
+
+
+def _crc32c_table() -> list[int]:
+    table = []
+    for byte in range(256):
+        crc = byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+        table.append(crc)
+    return table
+
+
+_CRC_TABLE = _crc32c_table()
+
+
+def masked_crc32c(data: bytes) -> int:
+    """TFRecord's masked CRC32C of `data` (a record's 8-byte length header here, so pure Python is fine)."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc = _CRC_TABLE[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    crc ^= 0xFFFFFFFF
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def detect_compression(path: str) -> str | None:
+    """`none`, `gzip` or `zlib` from a file's first bytes; None when it is none of them.
+
+    An uncompressed TFRecord file starts with a record length whose checksum follows
+    it, which a compressed file's first 12 bytes match only by a 1 in 2**32 chance.
+    """
+    try:
+        with tf.io.gfile.GFile(path, "rb") as handle:
+            head = handle.read(12)
+    except tf.errors.OpError as error:
+        raise DataError(f"{path}: cannot read it ({error.message.splitlines()[0]})") from None
+    if not head:
+        return "none"  # empty: reported as "holds no records"
+    if len(head) == 12 and struct.unpack("<I", head[8:])[0] == masked_crc32c(head[:8]):
+        return "none"
+    if head[:2] == b"\x1f\x8b":
+        return "gzip"
+    if len(head) >= 2 and head[0] & 0x0F == 8 and head[0] >> 4 <= 7 and (head[0] << 8 | head[1]) % 31 == 0:
+        return "zlib"
+    return None
+
+
+def compression_of(files: list[str], setting: str) -> str:
+    """The TFRecordDataset `compression_type` for `files` under `dataset.compression=setting`.
+
+    Raises:
+        DataError: a file's first bytes disagree with the setting, match no known layout, or
+            (`auto`) the files mix compressions.
+    """
+    found = {}
+    for path in files:
+        kind = detect_compression(path)
+        if kind is None:
+            raise DataError(
+                f"{path}: not a TFRecord file, uncompressed or GZIP/ZLIB-compressed (its first bytes match none)"
+            )
+        if setting not in ("auto", kind):
+            raise DataError(
+                f"{path}: is {'uncompressed' if kind == 'none' else kind.upper() + '-compressed'} but "
+                f"dataset.compression={setting}; set dataset.compression={kind} (or auto)"
+            )
+        found.setdefault(kind, path)
+    if len(found) > 1:
+        described = ", ".join(f"{path} is {kind}" for kind, path in found.items())
+        raise DataError(f"files of one split mix compressions ({described}); convert them to one")
+    return TF_COMPRESSION[next(iter(found), "none")]
+
+
+def _first_line(error: tf.errors.OpError) -> str:
+    return error.message.splitlines()[0] if error.message else type(error).__name__
 
 
 def inspect_first(path: str, spec: RecordSpec) -> bool:
     """Checks the first record of a file against `spec`; returns whether it is labeled.
 
     Raises:
-        DataError: the file is empty, unreadable, or its first record has the wrong keys or image size.
+        DataError: the file is empty, unreadable, compressed otherwise than `spec.compression`,
+            or its first record is not an Example or has the wrong keys or image size.
     """
+    compression = compression_of([path], spec.compression)
     try:
-        first = next(iter(tf.data.TFRecordDataset(path).take(1)), None)
-    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as error:
-        raise DataError(f"{path}: not a readable TFRecord file ({error.message.splitlines()[0]})") from None
+        first = next(iter(tf.data.TFRecordDataset(path, compression_type=compression).take(1)), None)
+    except tf.errors.OpError as error:
+        raise DataError(f"{path}: not a readable TFRecord file ({_first_line(error)})") from None
     if first is None:
         raise DataError(f"{path}: holds no records")
-    example = tf.train.Example.FromString(first.numpy())
+    try:
+        example = tf.train.Example.FromString(first.numpy())
+    except DecodeError as error:
+        raise DataError(f"{path}: record 0 is not a tf.train.Example ({error})") from None
     features = example.features.feature
     if spec.image_key not in features:
         raise DataError(
             f"{path}: record 0 has no '{spec.image_key}' feature; keys: {sorted(features)} "
             f"(set dataset.format or dataset.image_key)"
         )
-    if spec.format == "raw":
-        length = len(features[spec.image_key].bytes_list.value[0])
-        if length != spec.raw_bytes:
-            raise DataError(
-                f"{path}: record 0 '{spec.image_key}' holds {length} bytes, expected "
-                f"{spec.stored_size}x{spec.stored_size}x3 = {spec.raw_bytes} (set dataset.stored_size)"
-            )
+    values = features[spec.image_key].bytes_list.value
+    if len(values) != 1 or not values[0]:
+        raise DataError(f"{path}: record 0 '{spec.image_key}' must hold one non-empty byte string; it holds none")
+    if spec.format == "raw" and len(values[0]) != spec.raw_bytes:
+        raise DataError(
+            f"{path}: record 0 '{spec.image_key}' holds {len(values[0])} bytes, expected "
+            f"{spec.stored_size}x{spec.stored_size}x3 = {spec.raw_bytes} (set dataset.stored_size)"
+        )
     return spec.label_key in features
 
 
-def count_records(path: str) -> int:
-    """Reads a whole file once, checking every record's checksum.
+@dataclass
+class FileScan:
+    """What one pass over a file found: its record count and each record's stored file name."""
+
+    count: int
+    filenames: list[str]
+
+
+def _decode_name(name: bytes) -> str:
+    return name.decode("utf-8", errors="backslashreplace")
+
+
+def scan_file(path: str, spec: RecordSpec, num_classes: int | None = None, filenames: bool = False) -> FileScan:
+    """Reads a whole file once: every checksum, and (given `num_classes`) every label's range.
 
     Raises:
-        DataError: the file is corrupted or truncated.
+        DataError: naming the file and record: a corrupted or truncated record, a record that
+            is not an Example, a label outside [0, num_classes), a filename feature that is not bytes.
     """
+    description = {}
+    if num_classes is not None:
+        description[spec.label_key] = tf.io.FixedLenFeature([], tf.int64)
+    if filenames:
+        description[spec.filename_key] = tf.io.FixedLenFeature([], tf.string, default_value=b"")
+    compression = compression_of([path], spec.compression)
+    batches = iter(tf.data.TFRecordDataset(path, compression_type=compression).batch(SCAN_BATCH))
+    count, names = 0, []
+    while True:
+        try:
+            batch = next(batches, None)
+        except tf.errors.OpError as error:
+            raise DataError(
+                f"{path}: corrupted or truncated TFRecord file after record {count} ({_first_line(error)})"
+            ) from None
+        if batch is None:
+            return FileScan(count, names)
+        parsed = _parse_checked(path, batch, description, count) if description else {}
+        if num_classes is not None:
+            labels = parsed[spec.label_key].numpy()
+            bad = ((labels < 0) | (labels >= num_classes)).nonzero()[0]
+            if len(bad):
+                raise DataError(
+                    f"{path}: record {count + int(bad[0])} has label {int(labels[bad[0]])}, "
+                    f"expected 0 to {num_classes - 1} (dataset.num_classes={num_classes})"
+                )
+        if filenames:
+            names += [_decode_name(name) for name in parsed[spec.filename_key].numpy()]
+        count += int(batch.shape[0])
+
+
+def _parse_checked(path: str, batch: tf.Tensor, description: dict, first: int) -> dict:
+    """`parse_example` of a batch; on failure, parses record by record to name the one at fault."""
+    # TensorFlow quotes the bad record in its message, which Python then fails to decode: both mean "bad record".
     try:
-        return int(tf.data.TFRecordDataset(path).reduce(tf.constant(0, tf.int64), lambda count, _: count + 1))
-    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as error:
-        raise DataError(f"{path}: corrupted or truncated TFRecord file ({error.message.splitlines()[0]})") from None
+        return tf.io.parse_example(batch, description)
+    except (tf.errors.InvalidArgumentError, UnicodeDecodeError):
+        pass
+    for offset, record in enumerate(batch):
+        try:
+            tf.io.parse_single_example(record, description)
+        except (tf.errors.InvalidArgumentError, UnicodeDecodeError) as error:
+            reason = _first_line(error) if isinstance(error, tf.errors.OpError) else "not a valid Example"
+            raise DataError(
+                f"{path}: record {first + offset} does not parse as an Example with {sorted(description)} "
+                f"({reason}); check dataset.label_key/filename_key"
+            ) from None
+    raise DataError(f"{path}: records {first} to {first + len(batch) - 1} do not parse")
+
+
+def count_records(path: str, spec: RecordSpec | None = None, num_classes: int | None = None) -> int:
+    """Records in a file, every checksum checked (and every label, given `num_classes`).
+
+    Raises:
+        DataError: the file is corrupted or truncated, or a label is out of range.
+    """
+    return scan_file(path, spec or RecordSpec(), num_classes).count
 
 
 def _parse(serialized: tf.Tensor, spec: RecordSpec, labeled: bool) -> tuple[tf.Tensor, tf.Tensor]:
@@ -204,30 +373,71 @@ def image_batches(
     return singles.batch(batch_size, drop_remainder=drop_remainder)
 
 
-def indexed(spec: RecordSpec, files: list[str]) -> bool:
-    """Whether `record_index` reads these files: raw records on a local disk (of a system with `os.readv`)."""
-    return spec.format == "raw" and hasattr(os, "readv") and all("://" not in path for path in files)
+Share = tuple[str, int, int]  # (file, first record, number of records; -1: to the end)
 
 
-@functools.lru_cache(maxsize=8)
-def _built_index(files: tuple[str, ...], spec: RecordSpec, labeled: bool, stamps: tuple) -> RecordIndex:
-    return RecordIndex.build(list(files), spec.image_key, spec.label_key, spec.raw_bytes, labeled)
+def plan_shares(files: list[str], counts: list[int] | None, index: int, num_workers: int) -> list[Share]:
+    """The part of the records that input pipeline `index` of `num_workers` reads: every record once over all.
+
+    With at least as many files as workers, each gets whole files (every num_workers-th);
+    otherwise each gets a contiguous range of about total / num_workers records
+    (`counts`, the records per file, are then needed).
+    """
+    if num_workers == 1:
+        return [(path, 0, -1) for path in files]
+    if len(files) >= num_workers:
+        return [(path, 0, -1) for path in files[index::num_workers]]
+    if counts is None:
+        raise ValueError("plan_shares needs the record counts when there are fewer files than workers")
+    total = sum(counts)
+    start, end = total * index // num_workers, total * (index + 1) // num_workers
+    shares, offset = [], 0
+    for path, count in zip(files, counts, strict=True):
+        low, high = max(start, offset), min(end, offset + count)
+        if low < high:
+            shares.append((path, low - offset, high - low))
+        offset += count
+    return shares
 
 
-def _index(files: list[str], spec: RecordSpec, labeled: bool, count: int | None = None) -> RecordIndex:
-    """The index of `files`, built once per process while they are unchanged (the training reader and the
-    in-order train split share it)."""
-    stamps = tuple((stat.st_size, stat.st_mtime_ns) for stat in map(os.stat, files))
-    index = _built_index(tuple(files), spec, labeled, stamps)
-    if count is not None and len(index) != count:
-        raise DataError(f"{', '.join(files)}: hold {len(index)} records, expected {count} (the manifest's count)")
-    return index
+def shuffled_records(
+    files: list[str] | list[Share], seed: int, shuffle_buffer: int = 1000, compression: str = ""
+) -> tf.data.Dataset:
+    """Serialized records, endlessly: shards in a seeded order, read in parallel (deterministically) and shuffled.
+
+    `files` are paths, or `plan_shares` shares (a record range of a file).
+    """
+    shares = [(item, 0, -1) if isinstance(item, str) else tuple(item) for item in files]
+    paths, starts, lengths = (list(column) for column in zip(*shares, strict=True))
+    reads = min(len(paths), MAX_PARALLEL_READS)
+    if all(start == 0 and length == -1 for _, start, length in shares):
+        order = tf.data.Dataset.from_tensor_slices(paths).shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
+        records = tf.data.TFRecordDataset(order, compression_type=compression, num_parallel_reads=reads)
+    else:
+        ranges = (paths, tf.constant(starts, tf.int64), tf.constant(lengths, tf.int64))
+        order = tf.data.Dataset.from_tensor_slices(ranges).shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
+
+        def read(path, start, length):  # skip walks record headers; nothing before `start` is parsed or decoded
+            return tf.data.TFRecordDataset(path, compression_type=compression).skip(start).take(length)
+
+        records = order.interleave(read, cycle_length=reads, num_parallel_calls=AUTOTUNE, deterministic=True)
+    # Shuffle, then repeat: every record of an epoch is seen before the next epoch starts.
+    return records.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True).repeat()
 
 
-def _options() -> tf.data.Options:
+def read_batches(
+    files: list[str] | list[Share], spec: RecordSpec, batch_size: int, seed: int, shuffle_buffer: int = 1000
+) -> tf.data.Dataset:
+    """The training reader: endless shuffled batches of (uint8 images, int32 labels), before augmentation."""
+    paths = sorted({item if isinstance(item, str) else item[0] for item in files})
+    records = shuffled_records(files, seed, shuffle_buffer, compression_of(paths, spec.compression))
+    return image_batches(records, spec, True, batch_size, drop_remainder=True)
+
+
+def _options(shard_policy=tf.data.experimental.AutoShardPolicy.DATA) -> tf.data.Options:
     options = tf.data.Options()
-    options.deterministic = True  # interleave and parallel maps keep a fixed order
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    options.deterministic = True  # parallel reads and maps keep a fixed order
+    options.experimental_distribute.auto_shard_policy = shard_policy
     return options
 
 
@@ -237,32 +447,8 @@ def _check_labels(labels: tf.Tensor, num_classes: int) -> tf.Tensor:
     return labels
 
 
-def shuffled_records(files: list[str], seed: int, shuffle_buffer: int = 1000) -> tf.data.Dataset:
-    """Serialized records, endlessly: shards in a seeded order, read in parallel (deterministically) and shuffled."""
-    shards = tf.data.Dataset.from_tensor_slices(files).shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
-    records = shards.interleave(
-        tf.data.TFRecordDataset, cycle_length=min(len(files), 8), num_parallel_calls=AUTOTUNE, deterministic=True
-    )
-    # Shuffle, then repeat: every record of an epoch is seen before the next epoch starts.
-    return records.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True).repeat()
-
-
-def read_batches(
-    files: list[str], spec: RecordSpec, batch_size: int, seed: int, shuffle_buffer: int = 1000
-) -> tf.data.Dataset:
-    """The training reader: endless shuffled batches of (uint8 images, int32 labels), before augmentation.
-
-    Both readers visit records in the same way: shards in a seeded order, up to 8 interleaved, a shuffle buffer.
-    """
-    if indexed(spec, files):
-        index = _index(files, spec, labeled=True)
-        ids = index.shuffled_ids(seed, shuffle_buffer).batch(batch_size, drop_remainder=True)
-        return index.batches(ids, spec.stored_size, spec.stored_size)
-    return image_batches(shuffled_records(files, seed, shuffle_buffer), spec, True, batch_size, drop_remainder=True)
-
-
 def train_dataset(
-    files: list[str],
+    files: list[str] | list[Share],
     spec: RecordSpec,
     preprocess: Preprocess,
     num_classes: int,
@@ -270,7 +456,11 @@ def train_dataset(
     seed: int,
     shuffle_buffer: int = 1000,
 ) -> tf.data.Dataset:
-    """`read_batches`, then every batch augmented with its own seed."""
+    """`read_batches`, then every batch augmented with its own seed.
+
+    `files` may be one worker's `plan_shares`; such a pipeline is already sharded, so
+    tf.distribute must not shard it again.
+    """
     images = read_batches(files, spec, batch_size, seed, shuffle_buffer)
     batches = tf.data.Dataset.zip((images, tf.data.Dataset.random(seed + 1)))
 
@@ -278,10 +468,12 @@ def train_dataset(
         images, labels = pair
         return prepare_images(images, preprocess, batch_seed), _check_labels(labels, num_classes)
 
+    sharded = any(not isinstance(item, str) for item in files)
+    policy = tf.data.experimental.AutoShardPolicy.OFF if sharded else tf.data.experimental.AutoShardPolicy.DATA
     return (
         batches.map(prepare, num_parallel_calls=AUTOTUNE, deterministic=True)
         .prefetch(AUTOTUNE)
-        .with_options(_options())
+        .with_options(_options(policy))
     )
 
 
@@ -293,35 +485,40 @@ def eval_dataset(
     batch_size: int,
     labeled: bool = True,
     count: int | None = None,
+    check_labels: bool = True,
 ) -> tf.data.Dataset:
     """Every record once, files in the given order, with the evaluation preprocessing."""
-    # Sequential: input order.
-    if indexed(spec, files):
-        index = _index(files, spec, labeled, count)
-        images = index.batches(tf.data.Dataset.range(len(index)).batch(batch_size), spec.stored_size, spec.stored_size)
-    else:
-        records = tf.data.TFRecordDataset(files)
-        if count is not None:
-            records = records.apply(tf.data.experimental.assert_cardinality(count))
-        images = image_batches(records, spec, labeled, batch_size)
+    records = tf.data.TFRecordDataset(files, compression_type=compression_of(files, spec.compression))  # in order
+    if count is not None:
+        records = records.apply(tf.data.experimental.assert_cardinality(count))
+    images = image_batches(records, spec, labeled, batch_size)
 
     def prepare(images, labels):
-        return prepare_images(images, preprocess), (_check_labels(labels, num_classes) if labeled else labels)
+        checked = _check_labels(labels, num_classes) if labeled and check_labels else labels
+        return prepare_images(images, preprocess), checked
 
     batches = images.map(prepare, num_parallel_calls=AUTOTUNE, deterministic=True)
     return batches.prefetch(AUTOTUNE).with_options(_options())
 
 
 def read_filenames(files: list[str], spec: RecordSpec) -> list[str]:
-    """The file name stored in each record (empty where none), in input order."""
-    description = {spec.filename_key: tf.io.FixedLenFeature([], tf.string, default_value=b"")}
-    names = []
-    for batch in tf.data.TFRecordDataset(files).batch(1024):
-        names += [name.decode() for name in tf.io.parse_example(batch, description)[spec.filename_key].numpy()]
-    return names
+    """The file name stored in each record (empty where none), in input order; names that are not
+    valid UTF-8 keep their bytes as backslash escapes."""
+    return [name for path in files for name in scan_file(path, spec, filenames=True).filenames]
 
 
-def manifest_path(files: list[str]) -> Path | None:
-    """The converter's manifest.json beside the first file, if there is one."""
-    candidate = Path(files[0]).parent / "manifest.json"
-    return candidate if candidate.is_file() else None
+def read_manifest(files: list[str]) -> tuple[str | None, dict | None]:
+    """(path, content) of the converter's manifest.json beside the first file, if there is one.
+
+    Raises:
+        DataError: the manifest is not valid JSON.
+    """
+    candidate = f"{os.path.dirname(files[0]) or '.'}/manifest.json"
+    if not tf.io.gfile.exists(candidate):
+        return None, None
+    with tf.io.gfile.GFile(candidate, "r") as handle:
+        text = handle.read()
+    try:
+        return candidate, json.loads(text)
+    except json.JSONDecodeError as error:
+        raise DataError(f"{candidate}: not valid JSON ({error})") from None

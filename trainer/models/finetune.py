@@ -7,8 +7,8 @@ The base is Keras's own `keras.applications.VGG19(include_top=False)`; its
 layers keep their names (`block1_conv1` ... `block5_pool`) in the returned
 model, so `finetune.unfreeze_from=block5_conv1` can name them. Inputs must be
 preprocessed as the weights expect (`keras.applications.vgg19.preprocess_input`,
-"caffe": BGR, mean-subtracted); `trainer.data.augment.normalize` does that in
-the pipeline.
+"caffe": BGR, mean-subtracted); the model's own `caffe_preprocess` layer does that
+(`trainer.models.preprocessing`).
 """
 
 from __future__ import annotations
@@ -77,7 +77,10 @@ def build_vgg19_imagenet(
 
 
 def base_layers(model: keras.Model) -> list[keras.layers.Layer]:
-    return [layer for layer in model.layers if layer.name.startswith(BASE_PREFIX)]
+    """The convolutional base's layers, also when the network is nested behind preprocessing layers."""
+    from trainer.models.preprocessing import inner_layers
+
+    return [layer for layer in inner_layers(model) if layer.name.startswith(BASE_PREFIX)]
 
 
 def set_trainable(model: keras.Model, unfreeze_from: str | None) -> list[str]:

@@ -16,6 +16,7 @@ from trainer import checkpoints, distribute, evaluation
 from trainer.cluster import WORKER_PREFIX
 from trainer.config import Config
 from trainer.reports import plot_confusion_png, write_confusion_csv
+from trainer.tasks.data import Data
 
 log = logging.getLogger(__name__)
 
@@ -68,23 +69,23 @@ def run_folder(output_dir: str, chief: bool) -> Iterator[Path]:
 
 
 def evaluate_checkpoint(
-    strategy: tf.distribute.Strategy,
-    checkpoint: str | Path,
-    dataset: tf.data.Dataset,
-    class_names: list[str],
-    input_shape: tuple[int, int, int],
-    run_dir: Path,
-    split: str,
+    strategy: tf.distribute.Strategy, checkpoint: str | Path, data: Data, split: str, run_dir: Path
 ) -> dict:
-    """Loads a checkpoint, evaluates it in one pass and writes the confusion matrix as CSV and PNG.
+    """Loads a checkpoint, checks that `data` fits it, evaluates it on `split` in one pass and writes the
+    confusion matrix as CSV and PNG.
 
     Returns:
         The metrics of `trainer.evaluation.evaluate`, plus the checkpoint's path.
+
+    Raises:
+        DataError: the data's class names or image size differ from the model's.
     """
+    class_names = data.class_names
     with strategy.scope():
-        model = checkpoints.load(checkpoint, len(class_names), input_shape)
+        model, info = checkpoints.load(checkpoint)
+        checkpoints.check_data(checkpoints.resolve(checkpoint), info, class_names, data.input_shape[0], "the dataset")
         evaluation.compile_for_evaluation(model, len(class_names))
-    metrics, matrix = evaluation.evaluate(model, dataset, class_names)
+    metrics, matrix = evaluation.evaluate(model, getattr(data, split), class_names)
     write_confusion_csv(run_dir / f"confusion_matrix_{split}.csv", matrix, class_names)
     plot_confusion_png(
         run_dir / f"confusion_matrix_{split}.png",

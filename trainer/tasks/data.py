@@ -6,10 +6,9 @@ python run.py mode=train dataset=cifar dataset.data_dir=/data/cifar10
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import tensorflow as tf
 
@@ -17,6 +16,7 @@ from trainer.config import BinaryDatasetConfig, TFRecordDatasetConfig
 from trainer.data import pipeline, records, tfrecords
 from trainer.data.augment import Augmentation, Preprocess
 from trainer.errors import DataError
+from trainer.models.preprocessing import ColorJitter
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +32,10 @@ class Data:
     num_examples: dict[str, int]  # records per split
     class_names: list[str]
     input_shape: tuple[int, int, int]
-    normalization: str = "standardize"  # how images were normalized (for display and export)
+    resize_to: int  # evaluation: stored images resized to this side before the centre crop to input_shape
     class_counts: dict[str, dict[str, int]] | None = None  # per split, when known without reading the images
+    # Under multi-worker training, the train pipeline of one worker's share (`distribute.training_input`).
+    train_for_worker: Callable[[tf.distribute.InputContext], tf.data.Dataset] | None = None
 
 
 def binary_format(dataset: BinaryDatasetConfig) -> records.RecordFormat:
@@ -46,16 +48,23 @@ def binary_format(dataset: BinaryDatasetConfig) -> records.RecordFormat:
     )
 
 
-def dataset_preprocess(dataset, normalization: str = "standardize") -> Preprocess:
-    """Resize, augmentation and normalization of a dataset config (binary data at image_size 0 keeps its size)."""
-    return Preprocess(
-        image_size=dataset.image_size or dataset.height,
-        augment=Augmentation(**dataclasses.asdict(dataset.augment)),
-        normalization=normalization,
-    )
+HOST_AUGMENTATION = tuple(field.name for field in dataclasses.fields(Augmentation))
+MODEL_AUGMENTATION = tuple(field.name for field in dataclasses.fields(ColorJitter))
 
 
-def load_binary(dataset: BinaryDatasetConfig, batch_size: int, seed: int, normalization: str) -> Data:
+def dataset_preprocess(dataset) -> Preprocess:
+    """The host's part of a dataset config: resize and geometric augmentation (binary data at image_size 0
+    keeps its size)."""
+    augment = {key: getattr(dataset.augment, key) for key in HOST_AUGMENTATION}
+    return Preprocess(image_size=dataset.image_size or dataset.height, augment=Augmentation(**augment))
+
+
+def color_jitter(dataset) -> ColorJitter:
+    """The model's part of the dataset's augmentation: brightness and contrast (training only)."""
+    return ColorJitter(**{key: getattr(dataset.augment, key) for key in MODEL_AUGMENTATION})
+
+
+def load_binary(dataset: BinaryDatasetConfig, batch_size: int, seed: int) -> Data:
     """Finds (or downloads), checks and splits the record files, then builds the pipelines."""
     url = dataset.url if dataset.download else None
     names = list(dataset.train_files) + list(dataset.test_files)
@@ -70,7 +79,7 @@ def load_binary(dataset: BinaryDatasetConfig, batch_size: int, seed: int, normal
         dataset.val_size,
         dataset.val_source,
     )
-    preprocess = dataset_preprocess(dataset, normalization)
+    preprocess = dataset_preprocess(dataset)
     size = preprocess.output_size
     counts = {name: split.count for name, split in splits.items()}
     log.info("Dataset %s from %s: %s records <dataset=%s>", dataset.name, paths[0].parent, counts, dataset.name)
@@ -90,7 +99,7 @@ def load_binary(dataset: BinaryDatasetConfig, batch_size: int, seed: int, normal
         num_examples=counts,
         class_names=list(dataset.class_names),
         input_shape=(size, size, 3),
-        normalization=normalization,
+        resize_to=preprocess.image_size,
     )
 
 
@@ -98,21 +107,50 @@ def record_spec(dataset: TFRecordDatasetConfig) -> tfrecords.RecordSpec:
     return tfrecords.RecordSpec.for_format(
         dataset.format,
         dataset.stored_size,
+        dataset.compression,
         image=dataset.image_key,
         label=dataset.label_key,
         filename=dataset.filename_key,
     )
 
 
-def _counts(files: list[str], manifest: dict | None, split: str) -> int:
-    """Records in a split: from the converter's manifest when it lists exactly these files, else counted."""
+def _counts(files: list[str], manifest: dict | None, split: str, spec, num_classes: int) -> int:
+    """Records in a split: from the converter's manifest when it lists exactly these files, else counted
+    (every checksum and label checked on the way)."""
     entry = (manifest or {}).get("splits", {}).get(split)
-    if entry and sorted(entry["files"]) == sorted(Path(file).name for file in files):
+    if entry and sorted(entry["files"]) == sorted(file.rsplit("/", 1)[-1] for file in files):
         return int(entry["count"])
-    return sum(tfrecords.count_records(file) for file in files)  # also verifies every checksum
+    return sum(tfrecords.count_records(file, spec, num_classes) for file in files)
 
 
-def load_tfrecords(dataset: TFRecordDatasetConfig, batch_size: int, seed: int, normalization: str) -> Data:
+def _share_text(shares: list, num_files: int) -> str:
+    if all(length == -1 for _, _, length in shares):
+        return f"{len(shares)} of {num_files} train file(s)"
+    return "records " + ", ".join(f"{start}-{start + length - 1} of {path}" for path, start, length in shares)
+
+
+def _train_for_worker(files, spec, preprocess, dataset, batch_size, seed):
+    """The `distribute_datasets_from_function` argument: each input pipeline builds only its own share."""
+
+    def train_for(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        index, total = context.input_pipeline_id, context.num_input_pipelines
+        counts = None if len(files) >= total else [tfrecords.count_records(path, spec) for path in files]
+        shares = tfrecords.plan_shares(files, counts, index, total)
+        log.info(
+            "Input pipeline %d of %d reads %s <strategy=multi_worker>",
+            index + 1,
+            total,
+            _share_text(shares, len(files)),
+        )
+        per_replica = context.get_per_replica_batch_size(batch_size)
+        return tfrecords.train_dataset(
+            shares, spec, preprocess, dataset.num_classes, per_replica, seed, dataset.shuffle_buffer
+        )
+
+    return train_for
+
+
+def load_tfrecords(dataset: TFRecordDatasetConfig, batch_size: int, seed: int) -> Data:
     """Expands the globs, checks each file's first record, counts the records and builds the pipelines."""
     spec = record_spec(dataset)
     files = {
@@ -126,15 +164,14 @@ def load_tfrecords(dataset: TFRecordDatasetConfig, batch_size: int, seed: int, n
                     f"{path}: records have no '{spec.label_key}' feature; dataset.{split}_files "
                     f"must be labeled (predict unlabeled files with mode=predict)"
                 )
-    manifest_file = tfrecords.manifest_path(files["train"])
-    manifest = json.loads(manifest_file.read_text()) if manifest_file else None
+    manifest_file, manifest = tfrecords.read_manifest(files["train"])
     class_names = list((manifest or {}).get("class_names") or dataset.class_names)
     if len(class_names) != dataset.num_classes:
         raise DataError(
             f"{manifest_file}: lists {len(class_names)} classes but dataset.num_classes={dataset.num_classes}"
         )
-    counts = {split: _counts(paths, manifest, split) for split, paths in files.items()}
-    preprocess = dataset_preprocess(dataset, normalization)
+    counts = {split: _counts(paths, manifest, split, spec, dataset.num_classes) for split, paths in files.items()}
+    preprocess = dataset_preprocess(dataset)
     log.info(
         "Dataset %s (%s, %d shards): %s records, classes %s <dataset=%s>",
         dataset.name,
@@ -157,8 +194,9 @@ def load_tfrecords(dataset: TFRecordDatasetConfig, batch_size: int, seed: int, n
         num_examples=counts,
         class_names=class_names,
         input_shape=(preprocess.output_size, preprocess.output_size, 3),
-        normalization=normalization,
+        resize_to=preprocess.image_size,
         class_counts={split: entry["per_class"] for split, entry in (manifest or {}).get("splits", {}).items()},
+        train_for_worker=_train_for_worker(files["train"], spec, preprocess, dataset, batch_size, seed),
     )
 
 
@@ -172,6 +210,6 @@ def normalization_for(dataset, model) -> str:
     return "standardize" if dataset.standardize else "none"
 
 
-def load_data(dataset, batch_size: int, seed: int, normalization: str = "standardize") -> Data:
+def load_data(dataset, batch_size: int, seed: int) -> Data:
     """Dispatches on the dataset schema (`conf/dataset/*.yaml` picks it)."""
-    return LOADERS[type(dataset)](dataset, batch_size, seed, normalization)
+    return LOADERS[type(dataset)](dataset, batch_size, seed)

@@ -18,17 +18,12 @@ import numpy as np
 
 from trainer import checkpoints, distribute
 from trainer.config import BinaryDatasetConfig, Config
-from trainer.data import predict_inputs
+from trainer.data import predict_inputs, tfrecords
+from trainer.data.augment import Preprocess
 from trainer.errors import ConfigError
 from trainer.reports import atomic_path, check_prediction_output, write_json
 from trainer.tasks.common import evaluate_checkpoint, run_folder, setup_strategy
-from trainer.tasks.data import (
-    binary_format,
-    dataset_preprocess,
-    load_data,
-    normalization_for,
-    record_spec,
-)
+from trainer.tasks.data import binary_format, load_data, record_spec
 
 log = logging.getLogger(__name__)
 
@@ -40,37 +35,46 @@ def evaluate(settings: Config) -> float:
         The accuracy, as a plain float.
     """
     strategy = setup_strategy(settings)
-    data = load_data(
-        settings.dataset,
-        settings.trainer.batch_size,
-        settings.seed,
-        normalization_for(settings.dataset, settings.model),
-    )
+    data = load_data(settings.dataset, settings.trainer.batch_size, settings.seed)
     split = settings.evaluate.split
     with run_folder(settings.output_dir, distribute.is_chief(strategy)) as run_dir:
         with distribute.collective_errors(strategy):
-            metrics = evaluate_checkpoint(
-                strategy, settings.checkpoint, getattr(data, split), data.class_names, data.input_shape, run_dir, split
-            )
+            metrics = evaluate_checkpoint(strategy, settings.checkpoint, data, split, run_dir)
         metrics["split"] = split
         write_json(run_dir / "metrics.json", metrics)
     log.info("%s accuracy %.4f, loss %.4f", split, metrics["accuracy"], metrics["loss"])
     return metrics["accuracy"]
 
 
-def _chunks(settings: Config, kind: str, files: list[Path], root: Path | None):
+def _record_class_names(settings: Config, files: list[Path]) -> list[str]:
+    """The class names that the labels of record files index: the converter's manifest's, else the dataset's."""
+    _, manifest = tfrecords.read_manifest([str(file) for file in files])
+    return list((manifest or {}).get("class_names") or settings.dataset.class_names)
+
+
+def _chunks(settings: Config, info: checkpoints.ModelInfo, kind: str, files: list[Path], root: Path | None):
+    """The inputs in order, prepared as the model was evaluated in training (its resize and centre crop)."""
     dataset = settings.dataset
-    preprocess = dataset_preprocess(dataset, normalization_for(dataset, settings.model))
+    preprocess = Preprocess.for_evaluation(info.resize_to, info.image_size)
     batch = settings.trainer.batch_size
     binary = isinstance(dataset, BinaryDatasetConfig)
-    if binary and kind == "records":
-        return predict_inputs.record_chunks(files, binary_format(dataset), preprocess, dataset.num_classes, batch)
-    if not binary and kind == "tfrecords":
-        return predict_inputs.tfrecord_chunks(files, record_spec(dataset), preprocess, dataset.num_classes, batch)
+    num_classes = len(info.class_names)
     if kind != "images":
-        raise ConfigError(f"predict.input holds {kind} files, which dataset={dataset.name} does not read")
+        if (kind == "records") != binary:
+            raise ConfigError(f"predict.input holds {kind} files, which dataset={dataset.name} does not read")
+        checkpoints.check_data(
+            checkpoints.resolve(settings.checkpoint),
+            info,
+            _record_class_names(settings, files),
+            info.image_size,
+            f"predict.input ({kind} of dataset={dataset.name})",
+        )
+    if kind == "records":
+        return predict_inputs.record_chunks(files, binary_format(dataset), preprocess, num_classes, batch)
+    if kind == "tfrecords":
+        return predict_inputs.tfrecord_chunks(files, record_spec(dataset), preprocess, num_classes, batch)
     return predict_inputs.image_chunks(
-        files, root, preprocess, list(dataset.class_names), batch, settings.predict.workers
+        files, root, preprocess, list(info.class_names), batch, settings.predict.workers
     )
 
 
@@ -82,14 +86,13 @@ def predict(settings: Config) -> float | None:
     """
     if settings.strategy.name == "multi_worker":
         raise ConfigError("mode=predict runs on one machine: use strategy=single or strategy=mirrored")
-    class_names = list(settings.dataset.class_names)
-    size = dataset_preprocess(settings.dataset).output_size
     output = Path(settings.predict.output or Path(settings.output_dir) / "predictions.csv")
     check_prediction_output(output)  # before predicting: a checkpoint or folder is never replaced
-    kind, files, root = predict_inputs.resolve_inputs(settings.predict.input)
+    kind, files, root = predict_inputs.resolve_inputs(settings.predict.input, settings.predict.format)
     strategy = setup_strategy(settings)
     with strategy.scope():
-        model = checkpoints.load(settings.checkpoint, len(class_names), (size, size, 3))
+        model, info = checkpoints.load(settings.checkpoint)
+    class_names = list(info.class_names)  # the model's, whatever the dataset config says
     log.info(
         "Predicting %d %s file(s) from %s with %s",
         len(files),
@@ -113,7 +116,7 @@ def predict(settings: Config) -> float | None:
     with atomic_path(output) as temporary, open(temporary, "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(header)
-        for items, images in _chunks(settings, kind, files, root):
+        for items, images in _chunks(settings, info, kind, files, root):
             probabilities = iter(np.asarray(model.predict_on_batch(images)) if images is not None else [])
             for item in items:
                 row = [item.id, item.file, "", "", *([""] * len(class_names)), "", "", item.error or ""]

@@ -1,6 +1,9 @@
 """`mode=export`: a trained checkpoint as a TensorFlow Serving-ready SavedModel.
 
-python run.py mode=export checkpoint=outputs/2026-11-30/12-00-00 export.dir=serving/pets [dataset=cats_dogs]
+    python run.py mode=export checkpoint=outputs/2026-11-30/12-00-00 export.dir=serving/pets
+    python run.py mode=export checkpoint=model.keras export.dir=serving/pets      # a bare .keras file works too
+
+The model carries its preprocessing and class names, so nothing is taken from the dataset config.
 """
 
 from __future__ import annotations
@@ -10,23 +13,19 @@ import logging
 from trainer import checkpoints
 from trainer.config import Config
 from trainer.export import export_serving
-from trainer.tasks.data import dataset_preprocess, normalization_for
 
 log = logging.getLogger(__name__)
 
 
 def export(settings: Config) -> None:
     """Loads `checkpoint` and writes the SavedModel and serving_info.json to `export.dir`."""
-    dataset = settings.dataset
-    size = dataset_preprocess(dataset).output_size
-    model = checkpoints.load(settings.checkpoint, dataset.num_classes, (size, size, 3))
-    # ImageNet-weight models always expect caffe preprocessing, whatever model= says now.
-    normalization = "caffe" if model.name == "vgg19_imagenet" else normalization_for(dataset, settings.model)
-    folder = export_serving(model, settings.export.dir, size, normalization, list(dataset.class_names))
+    model, info = checkpoints.load(settings.checkpoint)
+    folder = export_serving(model, settings.export.dir, info)
     log.info(
-        "Exported %s to %s (input: uint8 images of any size, resized to %d, %s)",
+        "Exported %s to %s (input: uint8 images of any size, resized to %d%s; classes %s)",
         checkpoints.resolve(settings.checkpoint),
         folder,
-        size,
-        normalization,
+        info.resize_to,
+        f", centre-cropped to {info.image_size}" if info.resize_to != info.image_size else "",
+        list(info.class_names),
     )

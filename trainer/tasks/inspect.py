@@ -4,6 +4,9 @@
 
 Writes contact_sheet.png (each tile captioned with its label's class name) and
 inspect.json (per-class counts, shape, dtype, value range) into the run folder.
+The images are the uint8 pixels the model takes; with `inspect.augmented=true` they
+also get the model's own training-time colour augmentation, as the network sees them
+before its normalization layer.
 """
 
 from __future__ import annotations
@@ -16,9 +19,10 @@ import numpy as np
 from tqdm import tqdm
 
 from trainer.config import Config
+from trainer.models.preprocessing import ColorJitter, color_layers
 from trainer.reports import write_json
-from trainer.tasks.data import load_data, normalization_for
-from trainer.visualize import contact_sheet, save_png, to_display
+from trainer.tasks.data import color_jitter, load_data
+from trainer.visualize import contact_sheet, save_png
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +38,14 @@ def _first_images(dataset, count: int) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(images)[:count], np.concatenate(labels)[:count]
 
 
+def _with_color_jitter(images: np.ndarray, color: ColorJitter, seed: int) -> np.ndarray:
+    """The model's training-time colour augmentation applied to the host's uint8 images, for display."""
+    pixels = images.astype(np.float32)
+    for layer in color_layers(color, seed):
+        pixels = np.asarray(layer(pixels, training=True))
+    return np.clip(np.rint(pixels), 0, 255).astype(np.uint8)
+
+
 def _count(dataset, total: int, class_names: list[str]) -> dict[str, int]:
     counts = Counter()
     with tqdm(total=total, unit="img", desc="counting labels", disable=None) as progress:
@@ -46,22 +58,19 @@ def _count(dataset, total: int, class_names: list[str]) -> dict[str, int]:
 def inspect(settings: Config) -> None:
     """Writes the contact sheet and prints the split's statistics."""
     options = settings.inspect
-    data = load_data(
-        settings.dataset,
-        min(options.num_images, 256),
-        settings.seed,
-        normalization_for(settings.dataset, settings.model),
-    )
+    data = load_data(settings.dataset, min(options.num_images, 256), settings.seed)
     if options.augmented and options.split != "train":
         log.warning("inspect.augmented=true applies to the train split only; showing %s unaugmented", options.split)
     dataset = {"train": data.train if options.augmented else data.train_plain, "val": data.val, "test": data.test}[
         options.split
     ]
     images, labels = _first_images(dataset, options.num_images)
+    if options.augmented and options.split == "train":
+        images = _with_color_jitter(images, color_jitter(settings.dataset), settings.seed)
     captions = [data.class_names[label] if 0 <= label < len(data.class_names) else "?" for label in labels]
     run_dir = Path(settings.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    sheet = save_png(contact_sheet(to_display(images, data.normalization), captions), run_dir / "contact_sheet.png")
+    sheet = save_png(contact_sheet(images, captions), run_dir / "contact_sheet.png")
 
     plain = {"train": data.train_plain, "val": data.val, "test": data.test}[options.split]
     counts = (data.class_counts or {}).get(options.split) or _count(

@@ -16,22 +16,27 @@ import hashlib
 import logging
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import keras
 import numpy as np
 
-from trainer import distribute, folders, optim
+from trainer import distribute, folders, loggers, optim
 from trainer.backup import remove_backup
 from trainer.backup import restore as restore_backup
-from trainer.callbacks import Preempted, training_callbacks
+from trainer.callbacks import Preempted, RunLabel, training_callbacks
+from trainer.checkpoints import ModelInfo
 from trainer.config import Config, VGG19ImageNetConfig
 from trainer.errors import ConfigError, DiskError
-from trainer.models.finetune import build_vgg19_imagenet, set_trainable
-from trainer.models.vgg19 import build_vgg19
+from trainer.loss_options import build_loss
+from trainer.models.finetune import set_trainable
+from trainer.models.preprocessing import with_preprocessing
+from trainer.models.registry import build_model
 from trainer.reports import remove_temporaries, write_json
 from trainer.resume import backup_folder, prepare_resume, read_history, resolve_resume
+from trainer.tasks import extensions
 from trainer.tasks.common import evaluate_checkpoint, run_folder, setup_strategy
-from trainer.tasks.data import Data, load_data, normalization_for
+from trainer.tasks.data import Data, color_jitter, load_data, normalization_for
 
 log = logging.getLogger(__name__)
 
@@ -54,22 +59,9 @@ def _objective_metric(settings: Config) -> str:
     return metric
 
 
-def _build_model(settings: Config, data: Data) -> keras.Model:
-    """The configured model, uncompiled; call inside `strategy.scope()`."""
-    model = settings.model
-    if isinstance(model, VGG19ImageNetConfig):
-        return build_vgg19_imagenet(
-            len(data.class_names), data.input_shape, model.weights, model.fc_units, model.dropout, model.weight_decay
-        )
-    return build_vgg19(
-        len(data.class_names),
-        data.input_shape,
-        model.width_multiplier,
-        model.fc_units,
-        model.dropout,
-        model.weight_decay,
-        model.batch_norm,
-    )
+def _build_network(settings: Config, data: Data) -> keras.Model:
+    """The configured network (float input of `data.input_shape`), uncompiled; call inside `strategy.scope()`."""
+    return build_model(vars(settings.model), len(data.class_names), data.input_shape)
 
 
 def _compile(model: keras.Model, settings: Config, lr: float, steps_per_epoch: int, epochs: int) -> None:
@@ -91,7 +83,7 @@ def _compile(model: keras.Model, settings: Config, lr: float, steps_per_epoch: i
     jit = {"auto": "auto", "true": True, "false": False}[settings.trainer.jit_compile]
     model.compile(
         optimizer=optimizer,
-        loss="sparse_categorical_crossentropy",
+        loss=build_loss(settings.trainer.label_smoothing),
         metrics=["accuracy"],
         jit_compile=jit,
         steps_per_execution=settings.trainer.steps_per_execution,
@@ -127,10 +119,13 @@ def train(settings: Config) -> float | None:
     """
     metric = _objective_metric(settings)
     strategy = setup_strategy(settings)
+    chief = distribute.is_chief(strategy)
+    trackers = extensions.trackers(settings) if chief else []  # only the chief logs; a dead server fails here
+    extra_callbacks = extensions.plateau_callbacks(settings)
     keras.utils.set_random_seed(settings.seed)
     batch = settings.trainer.batch_size
     replicas = strategy.num_replicas_in_sync
-    data = load_data(settings.dataset, batch, settings.seed, normalization_for(settings.dataset, settings.model))
+    data = load_data(settings.dataset, batch, settings.seed)
     steps_per_epoch = settings.trainer.steps_per_epoch or data.num_examples["train"] // batch
     if steps_per_epoch < 1:
         raise ConfigError(
@@ -146,8 +141,14 @@ def train(settings: Config) -> float | None:
     )
     lr = settings.optimizer.lr * (replicas if settings.optimizer.scale_with_replicas else 1)
     keras.mixed_precision.set_global_policy(settings.trainer.precision)  # before any layer is built
-    with strategy.scope():
-        model = _build_model(settings, data)
+    normalization = normalization_for(settings.dataset, settings.model)
+    with strategy.scope():  # uint8 in; the model owns its cast, colour augmentation and normalization
+        model = with_preprocessing(
+            _build_network(settings, data), normalization, color_jitter(settings.dataset), settings.seed
+        )
+    info = ModelInfo(
+        tuple(data.class_names), data.input_shape[0], data.resize_to, normalization, settings.dataset.name
+    )
     log.info(
         "Model %s: %s parameters, input %s, lr %g <model=%s optimizer=%s>",
         model.name,
@@ -158,15 +159,20 @@ def train(settings: Config) -> float | None:
         settings.optimizer.name,
     )
 
-    chief = distribute.is_chief(strategy)
     output_dir = resolve_resume(settings.resume, settings.output_dir)
+    run_name, tags = settings.name or Path(output_dir).name, list(settings.tags)
+    log.info("Run %s, tags [%s] <name=%s tags=%s>", run_name, ", ".join(tags), settings.name, tags)
+    class_weight = extensions.class_weight(settings, data)
+    params = {key: value for key, value in loggers.flatten(settings).items() if key != "output_dir"}
     with (
         run_folder(output_dir, chief) as run_dir,
         folders.hold(run_dir) if chief else contextlib.nullcontext({}) as invocation,  # one writer per folder
         distribute.collective_errors(strategy),
+        loggers.tracking(trackers, run_dir, run_name, tags, params, extensions.sweep_folder()),
     ):
         # A few training images for TensorBoard, read in order: no shuffle buffer to fill at start-up.
         sample_images = next(iter(data.train_plain.take(1)))[0][:8].numpy() if chief else None
+        labels = [RunLabel(run_dir / "tensorboard", run_name, tags)] if settings.logger.tensorboard and chief else []
         backup_dir = backup_folder(run_dir, output_dir, None if chief else distribute.worker_name(strategy))
         for folder in (run_dir, run_dir / "checkpoints"):
             remove_temporaries(folder)  # left by a killed process; this one holds the folder
@@ -202,15 +208,18 @@ def train(settings: Config) -> float | None:
             )
             callbacks = training_callbacks(
                 run_dir,
+                info,
                 metric,
                 settings.objective.mode,
                 backup_dir,
                 settings.trainer.save_every_steps,
-                samples=None if sample_images is None else (sample_images, data.normalization),
+                samples=sample_images,
+                tensorboard=settings.logger.tensorboard,
+                extra=[*extra_callbacks, *trackers, *labels],
             )
             try:
                 model.fit(
-                    data.train,
+                    distribute.training_input(strategy, data.train, data.train_for_worker),
                     initial_epoch=max(done, phase.start),
                     epochs=phase.end,
                     steps_per_epoch=steps_per_epoch,
@@ -218,6 +227,7 @@ def train(settings: Config) -> float | None:
                     verbose=settings.trainer.verbose if chief else 0,
                     callbacks=callbacks,
                     shuffle=False,  # the pipeline shuffles, seeded
+                    class_weight=class_weight,
                 )
             except Preempted as stop:
                 log.warning(
@@ -232,25 +242,22 @@ def train(settings: Config) -> float | None:
             except DiskError as error:
                 hint = f"Free space or fix permissions, then continue with: python run.py resume={run_dir}"
                 raise DiskError(f"{error}. {hint}") from None
+            if extensions.stopped_early(extra_callbacks):
+                break  # no fine-tuning phase after an early stop
         seconds = time.perf_counter() - started
         history = read_history(run_dir / "history.csv")
         values = history[metric]
         best_epoch = values.index((max if settings.objective.mode == "max" else min)(values))
 
-        test = evaluate_checkpoint(
-            strategy,
-            run_dir / "checkpoints" / "best.keras",
-            data.test,
-            data.class_names,
-            data.input_shape,
-            run_dir,
-            "test",
-        )
+        test = evaluate_checkpoint(strategy, run_dir / "checkpoints" / "best.keras", data, "test", run_dir)
         metrics = {
+            "name": run_name,
+            "tags": tags,
             "objective": float(values[best_epoch]),
             "objective_metric": metric,
             "best_epoch": best_epoch + 1,
             "epochs_completed": len(values),
+            "stopped_early": extensions.stopped_early(extra_callbacks),
             "val_accuracy": float(history["val_accuracy"][best_epoch]),
             "val_loss": float(history["val_loss"][best_epoch]),
             **{f"test_{name}": value for name, value in test.items() if name != "checkpoint"},
@@ -271,4 +278,6 @@ def train(settings: Config) -> float | None:
             seconds,
         )
         log.info("Final weights sha256 %s", metrics["weights_sha256"])  # equal on every worker
+        for tracker in trackers:
+            tracker.finish(metrics, [run_dir / artifact for artifact in extensions.ARTIFACTS], run_dir)
     return metrics["objective"]

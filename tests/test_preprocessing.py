@@ -1,0 +1,117 @@
+"""The model owns its preprocessing: uint8 in, built-in Keras layers for the cast, colour jitter and normalization,
+and a `.keras` file that carries its class names and input spec."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from trainer import checkpoints
+from trainer.errors import DataError
+from trainer.models.preprocessing import ColorJitter, color_layers, normalization_layer, with_preprocessing
+
+RNG = np.random.default_rng(0)
+IMAGES = RNG.integers(0, 256, (16, 24, 24, 3)).astype(np.uint8)
+
+
+def _tiny_network(size: int = 24, classes: int = 3) -> keras.Model:
+    inputs = keras.Input((size, size, 3))
+    x = keras.layers.Conv2D(4, 3, name="conv")(inputs)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    return keras.Model(inputs, keras.layers.Dense(classes, activation="softmax", name="predictions")(x), name="tiny")
+
+
+def test_standardize_layer_matches_per_image_standardization():
+    ours = normalization_layer("standardize")(IMAGES.astype(np.float32))
+    expected = tf.image.per_image_standardization(IMAGES.astype(np.float32))
+    np.testing.assert_allclose(np.asarray(ours), expected.numpy(), atol=1e-5)
+
+
+def test_caffe_layer_matches_keras_preprocess_input():
+    ours = normalization_layer("caffe")(IMAGES.astype(np.float32))
+    expected = keras.applications.vgg19.preprocess_input(IMAGES.astype(np.float32))
+    np.testing.assert_allclose(np.asarray(ours), expected, atol=1e-4)
+
+
+def test_color_jitter_draws_one_factor_per_image_and_is_off_at_evaluation():
+    count = 1024
+    noise = np.clip(RNG.normal(128, 20, (count, 8, 8, 3)), 0, 255).astype(np.float32)
+    (contrast,) = color_layers(ColorJitter(contrast_lower=0.5, contrast_upper=1.5), seed=3)
+    factors = (np.std(np.asarray(contrast(noise, training=True)), axis=(1, 2)) / np.std(noise, axis=(1, 2)))[:, 0]
+    assert 0.5 - 0.02 <= factors.min() and factors.max() <= 1.5 + 0.02
+    assert abs(factors.mean() - 1.0) < 0.05 and abs(factors.std() - 1 / np.sqrt(12)) < 0.03  # uniform(0.5, 1.5)
+    (brightness,) = color_layers(ColorJitter(brightness=40.0), seed=3)
+    gray = np.full((count, 2, 2, 3), 128.0, np.float32)
+    deltas = np.asarray(brightness(gray, training=True))[:, 0, 0, 0] - 128.0
+    assert deltas.min() >= -40.01 and deltas.max() <= 40.01 and abs(deltas.std() - 40 / np.sqrt(3)) < 2.5
+    for layer in (contrast, brightness):
+        np.testing.assert_array_equal(np.asarray(layer(noise, training=False)), noise)
+
+
+def test_the_model_takes_uint8_and_evaluates_without_augmentation():
+    model = with_preprocessing(_tiny_network(), "standardize", ColorJitter(40.0, 0.5, 1.5), seed=1)
+    assert model.input.dtype == "uint8" and model.input_shape == (None, 24, 24, 3)
+    first, second = model.predict(IMAGES, verbose=0), model.predict(IMAGES, verbose=0)
+    np.testing.assert_array_equal(first, second)  # predict runs with training=False: no jitter
+    network_only = model.get_layer("tiny").predict(tf.image.per_image_standardization(IMAGES / 1), verbose=0)
+    np.testing.assert_allclose(first, network_only, atol=1e-5)
+    assert not np.allclose(model(IMAGES, training=True), first, atol=1e-4), "jitter must act in training"
+
+
+def test_a_checkpoint_carries_its_class_names_and_loads_without_project_code(tmp_path):
+    model = with_preprocessing(_tiny_network(), "caffe")
+    info = checkpoints.ModelInfo(("cat", "dog", "bird"), 24, 28, "caffe", "pets")
+    path = tmp_path / "model.keras"
+    checkpoints.save(model, path, info)
+    loaded, loaded_info = checkpoints.load(path)
+    assert loaded_info == info
+    np.testing.assert_allclose(loaded.predict(IMAGES, verbose=0), model.predict(IMAGES, verbose=0), atol=1e-6)
+    np.save(tmp_path / "images.npy", IMAGES)
+    script = (
+        "import sys, numpy as np, keras\n"
+        "assert not any(name.startswith('trainer') for name in sys.modules)\n"
+        f"model = keras.saving.load_model({str(path)!r}, safe_mode=True)\n"
+        f"np.save({str(tmp_path / 'out.npy')!r}, model.predict(np.load({str(tmp_path / 'images.npy')!r}), verbose=0))\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, cwd=tmp_path, capture_output=True)
+    np.testing.assert_allclose(np.load(tmp_path / "out.npy"), model.predict(IMAGES, verbose=0), atol=1e-6)
+
+
+def test_an_old_float_input_checkpoint_is_one_error_and_can_be_upgraded(tmp_path):
+    old = tmp_path / "old.keras"
+    _tiny_network().save(old)
+    with pytest.raises(DataError, match=r"old\.keras was saved by an older vggtrain .* python -m trainer\.checkpoints"):
+        checkpoints.load(old)
+    new = tmp_path / "new.keras"
+    result = subprocess.run(
+        [sys.executable, "-m", "trainer.checkpoints", "upgrade", str(old), str(new), "--classes", "a,b,c",
+         "--normalization", "standardize"],
+        capture_output=True, text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    model, info = checkpoints.load(new)
+    assert info.class_names == ("a", "b", "c") and model.input.dtype == "uint8"
+    expected = keras.saving.load_model(old).predict(tf.image.per_image_standardization(IMAGES / 1), verbose=0)
+    np.testing.assert_allclose(model.predict(IMAGES, verbose=0), expected, atol=1e-5)
+
+
+def test_the_info_entry_is_checked_against_the_model(tmp_path):
+    path = tmp_path / "model.keras"
+    checkpoints.save(with_preprocessing(_tiny_network()), path, checkpoints.ModelInfo(("a", "b"), 24, 24, "none"))
+    with pytest.raises(DataError, match="predicts 3 classes but names 2"):
+        checkpoints.load(path)
+    assert checkpoints.INFO_ENTRY in zipfile.ZipFile(path).namelist()
+
+
+def test_data_with_other_class_names_is_one_error_naming_both_lists():
+    info = checkpoints.ModelInfo(("cat", "dog"), 24, 24, "standardize")
+    with pytest.raises(DataError, match=r"trained on classes \['cat', 'dog'\] but the dataset has \['dog', 'cat'\]"):
+        checkpoints.check_data("m.keras", info, ["dog", "cat"], 24, "the dataset")
+    with pytest.raises(DataError, match="takes 24x24 images but the dataset gives 28x28"):
+        checkpoints.check_data("m.keras", info, ["cat", "dog"], 28, "the dataset")

@@ -1,0 +1,34 @@
+"""name= and tags= make the run folder's name readable; the timestamp before them keeps it unique."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+from omegaconf import OmegaConf
+
+from conftest import ROOT
+from trainer.config import run_label
+
+
+def test_the_label_joins_name_and_tags_with_safe_characters():
+    assert run_label(_root_=OmegaConf.create({"name": "my run", "tags": ["a", "b/c"]})) == "_my-run_a-b-c"
+    assert run_label(_root_=OmegaConf.create({"name": None, "tags": ["x"]})) == "_x"
+    assert run_label(_root_=OmegaConf.create({"name": None, "tags": []})) == ""
+
+
+def test_run_py_puts_name_and_tags_into_the_run_folder(tmp_path):
+    # trainer.epochs=0 stops at the config check, after Hydra made the run folder
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), "name=baseline run", "tags=[cifar,sgd]", "trainer.epochs=0"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        timeout=120,
+    )
+    assert result.returncode == 1 and "trainer.epochs must be >= 1" in result.stderr
+    (folder,) = (tmp_path / "outputs").glob("*/*")
+    assert re.fullmatch(r"\d\d-\d\d-\d\d_baseline-run_cifar-sgd", folder.name), folder.name

@@ -1,0 +1,288 @@
+"""TFRecord input: any TensorFlow file system (ram://), compression, bad records, per-worker shares."""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from test_cats_dogs import SIZE, make_pets
+
+from conftest import compose
+from trainer.convert import ConvertOptions, convert
+from trainer.data import predict_inputs, record_writer, tfrecords
+from trainer.errors import DataError
+from trainer.tasks import run_task
+
+
+def _copy_tree(source: Path, target: str) -> None:
+    tf.io.gfile.makedirs(target)
+    for path in source.iterdir():
+        tf.io.gfile.copy(str(path), f"{target}/{path.name}", overwrite=True)
+
+
+def _train_overrides(data_dir: str, *extra: str) -> list[str]:
+    return [
+        "dataset=cats_dogs",
+        f"dataset.data_dir={data_dir}",
+        f"dataset.stored_size={SIZE}",
+        f"dataset.image_size={SIZE}",
+        "debug=smoke",
+        "trainer.batch_size=4",
+        *extra,
+    ]
+
+
+def _converted(tmp_path: Path, compression: str = "none") -> Path:
+    make_pets(tmp_path / "in", per_class=10)
+    options = ConvertOptions(
+        image_size=SIZE, val_fraction=0.2, test_fraction=0.2, records_per_shard=4, workers=1, compression=compression
+    )
+    convert(tmp_path / "in", tmp_path / "records", options)
+    return tmp_path / "records"
+
+
+def _predict(tmp_path: Path, data_dir: str, checkpoint: Path, pattern: str, *extra: str) -> list[dict]:
+    output = tmp_path / "predictions.csv"
+    overrides = _train_overrides(data_dir, "mode=predict", f"checkpoint={checkpoint}")
+    overrides += [f"predict.input={pattern}", f"predict.output={output}", *extra]
+    run_task(compose(overrides, tmp_path / "predict"))
+    with open(output) as handle:
+        return list(csv.DictReader(handle))
+
+
+@pytest.mark.slow
+def test_ram_filesystem_shards_train_evaluate_and_predict(tmp_path):
+    """ram:// lives in this process, as gs:// would be seen: every path goes through tf.io.gfile."""
+    _copy_tree(_converted(tmp_path), "ram://pets")
+    run_task(compose(_train_overrides("ram://pets"), tmp_path / "run"))
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["num_examples"] == {"train": 12, "val": 4, "test": 4}, "counts from the manifest on ram://"
+    best = tmp_path / "run" / "checkpoints" / "best.keras"
+    overrides = _train_overrides("ram://pets", "mode=evaluate", f"checkpoint={best}")
+    accuracy = run_task(compose(overrides, tmp_path / "evaluate"))
+    assert 0.0 <= accuracy <= 1.0
+    rows = _predict(tmp_path, "ram://pets", best, "ram://pets/test.tfrecords_*")
+    assert len(rows) == 4 and all(row["true_class"] in ("cat", "dog") for row in rows)  # dataset.class_names
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("compression", ["gzip", "zlib"])
+def test_compressed_records_train_and_predict(tmp_path, compression):
+    records = _converted(tmp_path, compression)
+    run_task(compose(_train_overrides(str(records)), tmp_path / "run"))  # dataset.compression=auto
+    best = tmp_path / "run" / "checkpoints" / "best.keras"
+    setting = f"dataset.compression={compression}"
+    rows = _predict(tmp_path, str(records), best, f"{records}/test.tfrecords_*", setting)
+    assert len(rows) == 4 and all(row["error"] == "" for row in rows)
+
+
+@pytest.mark.parametrize("compression, setting", [("gzip", "none"), ("zlib", "gzip"), ("none", "zlib")])
+def test_a_compression_mismatch_names_the_file_and_the_setting(tmp_path, compression, setting):
+    records = _converted(tmp_path, compression)
+    overrides = _train_overrides(str(records), f"dataset.compression={setting}")
+    with pytest.raises(DataError, match=f"dataset.compression={setting}; set dataset.compression={compression}"):
+        run_task(compose(overrides, tmp_path / "run"))
+
+
+def test_detect_compression_from_the_first_bytes(tmp_path):
+    for compression in ("none", "gzip", "zlib"):
+        path = str(tmp_path / f"a.{compression}")
+        with record_writer.RecordFile(path, compression) as shard:
+            for length in (120, 0x9C78, 5):  # a first length whose low bytes look like a ZLIB header
+                shard.write(bytes(length))
+        assert tfrecords.detect_compression(path) == compression
+    (tmp_path / "junk").write_bytes(b"hello, this is not a record file")
+    assert tfrecords.detect_compression(str(tmp_path / "junk")) is None
+
+
+def _write(path: Path, records: list[bytes]) -> None:
+    with record_writer.RecordFile(str(path)) as shard:
+        for record in records:
+            shard.write(record)
+
+
+def _example(label=None, image=None, filename=None, raw_filename: bytes | None = None) -> bytes:
+    features = {"img_raw": record_writer.bytes_feature(bytes(SIZE * SIZE * 3) if image is None else image)}
+    if label is not None:
+        features["label"] = record_writer.int64_feature(label)
+    if filename is not None:
+        features["filename"] = filename
+    return record_writer.encode_example(features)
+
+
+OVERLONG_VARINT = b"\x0a" + b"\xff" * 11 + b"\x01"  # field 1's length: a varint of 12 bytes
+
+
+BAD_RECORDS = [
+    # case, the records of bad.tfrecords, mode, the one line expected
+    ("label_inspect", [_example(1), _example(5)], "inspect", r"record 1 has label 5, expected 0 to 1"),
+    ("label_predict", [_example(1), _example(-2)], "predict", r"record 1 has label -2, expected 0 to 1"),
+    ("varint_first", [OVERLONG_VARINT], "train", r"record 0 is not a tf.train.Example"),
+    ("varint_later", [_example(0), OVERLONG_VARINT], "train", r"record 1 does not parse as an Example"),
+    ("not_example", [b"not an example at all"], "train", r"record 0 is not a tf.train.Example"),
+    ("empty_image", [_example(0, image=b"")], "train", r"record 0 'img_raw' must hold one non-empty byte string"),
+    ("bad_crc", [_example(0), _example(1)], "predict", r"corrupted or truncated TFRecord file after record 0"),
+    (
+        "filename_int64",
+        [_example(filename=record_writer.int64_feature(7))],
+        "predict",
+        r"record 0 does not parse as an Example with \['filename'\]",
+    ),
+    ("folder", [], "train", r"matches the folder .*bad.tfrecords"),
+]
+
+
+@pytest.mark.parametrize("case, records, mode, message", BAD_RECORDS, ids=[case[0] for case in BAD_RECORDS])
+def test_bad_records_give_one_line_naming_the_file(tmp_path, case, records, mode, message):
+    good = tmp_path / "good.tfrecords"
+    _write(good, [_example(index % 2) for index in range(4)])
+    bad = tmp_path / "bad.tfrecords"
+    if case == "folder":
+        bad.mkdir()
+    else:
+        _write(bad, records)
+    if case == "bad_crc":
+        data = bytearray(bad.read_bytes())
+        data[-20] ^= 0xFF  # inside record 1's image
+        bad.write_bytes(bytes(data))
+    overrides = [
+        "dataset=cats_dogs",
+        f"dataset.train_files=[{tmp_path}/*.tfrecords]" if mode == "train" else f"dataset.train_files=[{good}]",
+        f"dataset.val_files=[{bad if mode == 'inspect' else good}]",
+        f"dataset.test_files=[{good}]",
+        f"dataset.stored_size={SIZE}",
+        f"dataset.image_size={SIZE}",
+        "debug=smoke",
+        "trainer.batch_size=2",
+        f"mode={mode}",
+    ]
+    if mode == "inspect":
+        overrides += ["inspect.split=val"]
+    if mode == "predict":
+        overrides += [f"predict.input={bad}", f"predict.output={tmp_path / 'p.csv'}"]
+        overrides += [f"checkpoint={_tiny_checkpoint(tmp_path)}"]
+    with pytest.raises(DataError, match=message) as error:
+        run_task(compose(overrides, tmp_path / "run"))
+    text = str(error.value)
+    assert "\n" not in text and "bad.tfrecords" in text, text
+
+
+def _tiny_checkpoint(folder: Path) -> Path:
+    import keras
+
+    from trainer.models.vgg19 import build_vgg19
+
+    path = folder / "tiny.keras"
+    model = build_vgg19(2, (SIZE, SIZE, 3), width_multiplier=0.125, fc_units=16, dropout=0.0)
+    model.compile("sgd", "sparse_categorical_crossentropy", metrics=["accuracy"])
+    keras.saving.save_model(model, path)
+    return path
+
+
+def test_overlapping_globs_are_read_once_and_the_log_says_so(tmp_path, caplog):
+    for index in range(3):
+        _write(tmp_path / f"train.tfrecords_{index:03d}", [_example(0)])
+    patterns = [f"{tmp_path}/train.tfrecords_*", f"{tmp_path}/train.tfrecords_001"]
+    with caplog.at_level(logging.WARNING):
+        files = tfrecords.expand(patterns, "dataset.train_files")
+    assert files == [str(tmp_path / f"train.tfrecords_{index:03d}") for index in range(3)]
+    assert "1 file(s) matched by more than one glob are read once" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "names, format, kind",
+    [
+        (["a.tfrec", "b.tfrec"], "auto", "tfrecords"),
+        (["a.record"], "auto", "tfrecords"),
+        (["train.tfrecords_000"], "auto", "tfrecords"),
+        (["shard-0", "shard-1"], "tfrecord", "tfrecords"),
+        (["a.bin"], "auto", "records"),
+        (["a.jpg", "b.png"], "auto", "images"),
+    ],
+)
+def test_predict_input_kinds(tmp_path, names, format, kind):
+    for name in names:
+        (tmp_path / name).write_bytes(b"x")
+    found, files, _ = predict_inputs.resolve_inputs(f"{tmp_path}/*", format)
+    assert found == kind and len(files) == len(names)
+
+
+def _indexed_shards(folder: Path, counts: list[int]) -> list[str]:
+    """Raw records whose first pixel holds their global index (as two bytes)."""
+    spec = tfrecords.RecordSpec.for_format("raw", 4)
+    files, index = [], 0
+    for shard, count in enumerate(counts):
+        path = folder / f"part-{shard}.tfrecords"
+        with record_writer.RecordFile(str(path)) as handle:
+            for _ in range(count):
+                pixels = np.zeros((4, 4, 3), np.uint8)
+                pixels[0, 0, :2] = (index % 256, index // 256)
+                handle.write(tfrecords.make_example(spec, pixels.tobytes(), index % 2, None, 4, 4))
+                index += 1
+        files.append(str(path))
+    return files
+
+
+def _indices_read(files_or_shares, spec, total_hint: int) -> list[int]:
+    """One epoch of the training reader: the record indices it yields."""
+    paths = sorted({item if isinstance(item, str) else item[0] for item in files_or_shares})
+    records = tfrecords.shuffled_records(files_or_shares, 3, 8, tfrecords.compression_of(paths, "auto"))
+    shares = [(item, 0, -1) if isinstance(item, str) else item for item in files_or_shares]
+    per_epoch = sum(
+        (length if length >= 0 else sum(1 for _ in tf.data.TFRecordDataset(path))) for path, _, length in shares
+    )
+    images = tfrecords.image_batches(records.take(per_epoch), spec, True, 64)
+    return [int(image[0, 0, 0]) + 256 * int(image[0, 0, 1]) for batch, _ in images for image in batch.numpy()]
+
+
+@pytest.mark.parametrize("counts", [[5, 7, 4, 6, 3], [30], [11, 9]])
+def test_two_workers_each_read_about_half_and_together_every_record_once(tmp_path, counts):
+    """Whole files when there are at least as many files as workers, else record ranges."""
+    files = _indexed_shards(tmp_path, counts)
+    spec = tfrecords.RecordSpec.for_format("raw", 4)
+    total = sum(counts)
+    seen = []
+    for index in range(2):
+        shares = tfrecords.plan_shares(files, counts, index, 2)
+        if len(files) >= 2:
+            assert all(length == -1 for _, _, length in shares), "whole files"
+        read = _indices_read(shares, spec, total)
+        assert 0.3 * total <= len(read) <= 0.7 * total, (index, len(read), total)
+        seen += read
+    assert sorted(seen) == list(range(total)), "every record once over both workers"
+
+
+@pytest.mark.slow
+def test_two_loopback_workers_train_on_their_own_shares(tmp_path):
+    """Two multi_worker processes on 127.0.0.1: each logs its share and both finish with the same weights."""
+    import os
+    import subprocess
+    import sys
+
+    from test_distribute import _free_ports, _tf_config
+
+    from conftest import ROOT
+
+    records = _converted(tmp_path)
+    ports = _free_ports(2)
+    processes = []
+    for index in range(2):
+        command = [sys.executable, str(ROOT / "run.py"), *_train_overrides(str(records)), "strategy=multi_worker"]
+        command += ["trainer.steps_per_epoch=2", f"hydra.run.dir={tmp_path / f'run{index}'}"]
+        env = {**os.environ, "TF_CONFIG": _tf_config(ports, index)}
+        processes.append(
+            subprocess.Popen(
+                command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+        )
+    outputs = [process.communicate(timeout=600)[0] for process in processes]
+    for index, (process, output) in enumerate(zip(processes, outputs, strict=True)):
+        assert process.returncode == 0, output[-3000:]
+        assert f"Input pipeline {index + 1} of 2 reads" in output, output[-3000:]
+    weights = [line for output in outputs for line in output.splitlines() if "Final weights sha256" in line]
+    assert len(weights) == 2 and weights[0].split("sha256")[-1] == weights[1].split("sha256")[-1]

@@ -1,0 +1,235 @@
+"""Experiment trackers against the real thing: an MLflow server, MLflow's SQLite store, W&B offline files,
+a multirun's MLflow parent run and TensorBoard HParams. Needs the [track] extra (in [test])."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, cifar_overrides, compose
+from trainer.config import to_settings
+from trainer.errors import ConfigError
+from trainer.tasks.train import train
+
+mlflow = pytest.importorskip("mlflow")
+from mlflow import MlflowClient  # noqa: E402
+
+ARTIFACTS = {"metrics.json", "curves.png", "confusion_matrix_test.png", "checkpoints/best.keras"}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _train(cifar_dir: Path, run_dir: Path, *extra: str) -> dict:
+    overrides = [*cifar_overrides(cifar_dir), "trainer.epochs=2", "name=tracked", "tags=[smoke,ci]", *extra]
+    train(to_settings(compose(overrides, run_dir)))
+    return json.loads((run_dir / "metrics.json").read_text())
+
+
+def _artifacts(client: MlflowClient, run_id: str, path: str | None = None) -> set[str]:
+    found = set()
+    for item in client.list_artifacts(run_id, path):
+        found |= _artifacts(client, run_id, item.path) if item.is_dir else {item.path}
+    return found
+
+
+def _check_run(client: MlflowClient, metrics: dict) -> None:
+    (run,) = client.search_runs([client.get_experiment_by_name("vggtrain").experiment_id])
+    assert run.info.status == "FINISHED" and run.info.run_name == "tracked"
+    assert run.data.params["trainer.epochs"] == "2" and run.data.params["model._target_"].endswith("build_vgg19")
+    assert run.data.tags["smoke"] == "true" and run.data.tags["tags"] == "smoke,ci"
+    for name in ("loss", "accuracy", "val_loss", "val_accuracy", "learning_rate"):
+        assert [entry.step for entry in client.get_metric_history(run.info.run_id, name)] == [1, 2], name
+    assert run.data.metrics["final/test_accuracy"] == pytest.approx(metrics["test_accuracy"])
+    assert ARTIFACTS <= _artifacts(client, run.info.run_id)
+
+
+@pytest.fixture
+def mlflow_server(tmp_path):
+    port = _free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable, "-m", "mlflow", "server",
+            "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
+            "--artifacts-destination", str(tmp_path / "server-artifacts"),
+            "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2):
+                break
+        except OSError:
+            assert process.poll() is None, "mlflow server exited"
+            assert time.monotonic() < deadline, "mlflow server did not start"
+            time.sleep(0.5)
+    yield url
+    os.killpg(process.pid, 15)
+    process.wait(timeout=30)
+
+
+@pytest.mark.slow  # the server takes ~10-70 s to start on a busy machine
+def test_mlflow_server_gets_one_run_with_params_metrics_and_artifacts(tmp_path, cifar_dir, mlflow_server):
+    metrics = _train(cifar_dir, tmp_path / "run", "logger=mlflow", f"logger.tracking_uri={mlflow_server}")
+    _check_run(MlflowClient(tracking_uri=mlflow_server), metrics)
+    assert metrics["name"] == "tracked" and metrics["tags"] == ["smoke", "ci"]
+
+
+def test_mlflow_default_is_an_embedded_sqlite_database_in_outputs(tmp_path, cifar_dir, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    run_dir = tmp_path / "outputs" / "run"
+    metrics = _train(cifar_dir, run_dir, "logger=[tensorboard,mlflow]")
+    database = tmp_path / "outputs" / "mlflow.db"
+    assert database.is_file()
+    _check_run(MlflowClient(tracking_uri=f"sqlite:///{database}"), metrics)
+    assert json.loads((run_dir / "tracking.json").read_text())["mlflow"]
+    assert _tensorboard_texts(run_dir / "tensorboard" / "train") == {"run/name": "tracked", "run/tags": "smoke, ci"}
+
+
+def _tensorboard_texts(log_dir: Path) -> dict[str, str]:
+    import tensorflow as tf
+
+    texts = {}
+    for events in log_dir.glob("events.out.tfevents.*"):
+        for event in tf.compat.v1.train.summary_iterator(str(events)):
+            for value in event.summary.value:
+                if value.metadata.plugin_data.plugin_name == "text":
+                    texts[value.tag] = tf.make_ndarray(value.tensor).item().decode()
+    return texts
+
+
+def test_an_unreachable_server_is_one_error_before_training(tmp_path, cifar_dir):
+    run_dir = tmp_path / "run"
+    dead = f"http://127.0.0.1:{_free_port()}"
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match=f"logger.tracking_uri={dead}: cannot use the MLflow tracking store"):
+        _train(cifar_dir, run_dir, "logger=mlflow", f"logger.tracking_uri={dead}", "logger.timeout_seconds=3")
+    assert time.monotonic() - started < 60
+    assert not (run_dir / "history.csv").exists() and not (run_dir / "checkpoints").exists()
+
+
+def test_a_resumed_run_logs_into_the_same_tracked_run(tmp_path):
+    from trainer.loggers import MLflowTracker
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    first = MLflowTracker(uri, "vggtrain")
+    first.connect()
+    run_id = first.start(run_dir, "resumable", [], {"seed": 1}, None)
+    first.on_epoch_end(0, {"loss": 2.0})  # then the process dies: no finish
+    second = MLflowTracker(uri, "vggtrain")
+    second.connect()
+    assert second.start(run_dir, "resumable", [], {"seed": 1}, None) == run_id
+    second.on_epoch_end(1, {"loss": 1.0})
+    second.finish({"test_accuracy": 0.5}, [], run_dir)
+    client = MlflowClient(tracking_uri=uri)
+    assert len(client.search_runs([client.get_experiment_by_name("vggtrain").experiment_id])) == 1
+    assert [(entry.step, entry.value) for entry in client.get_metric_history(run_id, "loss")] == [(1, 2.0), (2, 1.0)]
+    assert client.get_run(run_id).info.status == "FINISHED"
+
+
+def _wandb_records(path: Path):
+    """The protobuf records of a .wandb file (a LevelDB-style log: 32 KiB blocks of crc, length, type, bytes)."""
+    from wandb.proto import wandb_internal_pb2
+
+    data, block, position, chunks = path.read_bytes(), 32768, 7, []
+    assert data[:4] == b":W&B"
+    while position + 7 <= len(data):
+        left = block - position % block
+        _crc, length, kind = struct.unpack("<IHB", data[position : position + 7])
+        if left < 7 or (kind == 0 and length == 0):
+            position += left
+            continue
+        chunks.append(data[position + 7 : position + 7 + length])
+        position += 7 + length
+        if kind in (1, 4):  # FULL or LAST
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(b"".join(chunks))
+            chunks = []
+            yield record
+
+
+def test_wandb_offline_files_hold_the_metrics(tmp_path, cifar_dir, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    run_dir = tmp_path / "run"
+    _train(cifar_dir, run_dir, "logger=wandb")
+    (wandb_file,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
+    history, run = [], None
+    for record in _wandb_records(wandb_file):
+        kind = record.WhichOneof("record_type")
+        if kind == "history":
+            history.append(
+                {"/".join(item.nested_key) or item.key: json.loads(item.value_json) for item in record.history.item}
+            )
+        elif kind == "run":
+            run = record.run
+    assert run.display_name == "tracked" and list(run.tags) == ["smoke", "ci"]
+    assert [row["epoch"] for row in history] == [1, 2]
+    rows = (run_dir / "history.csv").read_text().splitlines()[1:]
+    header = (run_dir / "history.csv").read_text().splitlines()[0].split(",")
+    for row, line in zip(history, rows, strict=True):
+        expected = dict(zip(header, line.split(","), strict=True))
+        assert row["val_loss"] == pytest.approx(float(expected["val_loss"]), rel=1e-5)
+    saved = {path.name for path in wandb_file.parent.glob("files/**/*")}
+    assert {"metrics.json", "best.keras"} <= saved
+
+
+@pytest.mark.slow
+def test_an_mlflow_sweep_is_one_parent_with_a_child_per_job_and_tensorboard_hparams(tmp_path, cifar_dir):
+    sweep_dir = tmp_path / "sweep"
+    database = tmp_path / "mlflow.db"
+    result = subprocess.run(
+        [
+            sys.executable, str(ROOT / "run.py"), "-m", *cifar_overrides(cifar_dir), "trainer.verbose=0",
+            "logger=[tensorboard,mlflow]", f"logger.tracking_uri=sqlite:///{database}",
+            "optimizer.lr=0.01,0.02", f"hydra.sweep.dir={sweep_dir}",
+        ],
+        cwd=tmp_path,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    client = MlflowClient(tracking_uri=f"sqlite:///{database}")
+    runs = client.search_runs([client.get_experiment_by_name("vggtrain").experiment_id])
+    parents = [run for run in runs if "mlflow.parentRunId" not in run.data.tags]
+    children = [run for run in runs if "mlflow.parentRunId" in run.data.tags]
+    assert len(parents) == 1 and len(children) == 2
+    assert {run.data.tags["mlflow.parentRunId"] for run in children} == {parents[0].info.run_id}
+    assert sorted(run.data.params["optimizer.lr"] for run in children) == ["0.01", "0.02"]
+    assert parents[0].info.status == "FINISHED" and "best_objective" in parents[0].data.metrics
+
+    import tensorflow as tf
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    sessions = {}
+    for job in ("0", "1"):
+        for events in (sweep_dir / job / "tensorboard").glob("events.out.tfevents.*"):
+            for event in tf.compat.v1.train.summary_iterator(str(events)):
+                for value in event.summary.value:
+                    if value.metadata.plugin_data.plugin_name == "hparams" and value.tag.endswith("session_start_info"):
+                        data = plugin_data_pb2.HParamsPluginData.FromString(value.metadata.plugin_data.content)
+                        sessions[job] = data.session_start_info.hparams["optimizer.lr"].number_value
+    assert sessions == {"0": pytest.approx(0.01), "1": pytest.approx(0.02)}
+    assert list((sweep_dir / "tensorboard").glob("events.out.tfevents.*")), "the experiment's HParams config"

@@ -1,0 +1,327 @@
+"""Experiment trackers: MLflow and Weights & Biases, fed per epoch by Keras and given the run folder's files at the end.
+
+    python run.py logger=mlflow                                      # SQLite store: outputs/mlflow.db
+    python run.py logger=mlflow logger.tracking_uri=http://127.0.0.1:5000
+    python run.py logger=wandb                                       # offline: RUN/wandb/, `wandb sync` later
+    python run.py logger=many name=baseline tags=[cifar,sgd]
+
+Each tracker is a Keras callback. `connect` runs at start-up: a server that
+cannot be reached is one `ConfigError` before any training. `start` opens the
+tracked run (or reopens the one whose id `tracking.json` in the run folder
+holds, when resuming) and logs params, name and tags; `on_epoch_end` logs the
+epoch's metrics and learning rate; `finish` uploads the files and closes the
+run. After start-up a tracker never stops training: a failed call is a warning.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import json
+import logging
+import math
+import os
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import keras
+
+from trainer.errors import ConfigError
+from trainer.reports import write_json
+
+log = logging.getLogger(__name__)
+
+RUN_IDS_FILE = "tracking.json"  # {tracker name: run id}, in the run folder: a resumed run reopens them
+PARENT_FILE = "mlflow_parent.json"  # in a sweep folder: the parent run of the sweep's jobs
+DEFAULT_MLFLOW_DB = "outputs/mlflow.db"  # relative to the launch folder
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested config (dataclasses, namespaces, dicts) as {"a.b.c": leaf}; lists stay whole leaves."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = {field.name: getattr(value, field.name) for field in dataclasses.fields(value)}
+    elif isinstance(value, SimpleNamespace):
+        value = vars(value)
+    if not isinstance(value, dict):
+        return {prefix: value}
+    flat: dict[str, Any] = {}
+    for key, item in value.items():
+        flat.update(flatten(item, f"{prefix}.{key}" if prefix else str(key)))
+    return flat
+
+
+def read_run_ids(run_dir: Path) -> dict[str, str]:
+    try:
+        return json.loads((run_dir / RUN_IDS_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _save_run_id(run_dir: Path, tracker: str, run_id: str) -> None:
+    ids = read_run_ids(run_dir)
+    ids[tracker] = run_id
+    write_json(run_dir / RUN_IDS_FILE, ids)
+
+
+def _numbers(logs: dict | None) -> dict[str, float]:
+    """The finite numeric entries of Keras logs (or metrics.json), as floats."""
+    values = {}
+    for key, value in (logs or {}).items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            with contextlib.suppress(TypeError, ValueError):
+                value = float(value)  # tensors and numpy scalars
+        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+            values[key] = float(value)
+    return values
+
+
+class Tracker(keras.callbacks.Callback):
+    """One experiment tracker; subclasses implement `_start`, `_log`, `_finish`."""
+
+    key = "tracker"
+
+    def connect(self) -> None:
+        """Checks the backend at start-up; raises ConfigError if it cannot be used."""
+
+    def start(self, run_dir: Path, name: str, tags: list[str], params: dict[str, Any], parent: Path | None) -> str:
+        """Opens (or reopens, by the id in `run_dir/tracking.json`) the tracked run; returns its id."""
+        run_id = self._start(run_dir, name, tags, params, read_run_ids(run_dir).get(self.key), parent)
+        _save_run_id(run_dir, self.key, run_id)
+        return run_id
+
+    def on_epoch_end(self, epoch, logs=None):
+        try:
+            self._log(epoch + 1, _numbers(logs))
+        except Exception as error:  # a tracker never stops training
+            log.warning("%s: could not log epoch %d: %s", self.key, epoch + 1, error)
+
+    def finish(self, metrics: dict[str, Any], files: Iterable[Path], run_dir: Path, ok: bool = True) -> None:
+        """Logs the final metrics and `files` (those that exist) and closes the run."""
+        try:
+            self._finish(_numbers(metrics), [path for path in files if path.is_file()], run_dir, ok)
+        except Exception as error:
+            log.warning("%s: could not finish the run: %s", self.key, error)
+
+    def _start(self, run_dir, name, tags, params, run_id, parent) -> str:
+        raise NotImplementedError
+
+    def _log(self, step: int, metrics: dict[str, float]) -> None:
+        raise NotImplementedError
+
+    def _finish(self, metrics: dict[str, float], files: list[Path], run_dir: Path, ok: bool) -> None:
+        raise NotImplementedError
+
+
+def default_tracking_uri() -> str:
+    return f"sqlite:///{Path(DEFAULT_MLFLOW_DB).resolve()}"
+
+
+class MLflowTracker(Tracker):
+    """MLflow through `MlflowClient` (no global active run), to a SQLite file or a tracking server."""
+
+    key = "mlflow"
+
+    def __init__(self, tracking_uri: str | None, experiment: str, timeout_seconds: float = 10.0):
+        super().__init__()
+        self.uri = tracking_uri or default_tracking_uri()
+        self.experiment, self.timeout = experiment, timeout_seconds
+        self.client, self.run_id, self.experiment_id = None, None, None
+
+    def connect(self) -> None:
+        if self.uri.startswith(("http://", "https://")):
+            # A dead server must fail in seconds, at start-up, not after minutes of retries mid-run.
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(int(math.ceil(self.timeout))))
+        elif self.uri.startswith("sqlite:///"):
+            Path(self.uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            import mlflow  # noqa: F401
+        except ImportError:
+            raise ConfigError('logger=mlflow needs the mlflow package: pip install -e ".[track]"') from None
+        from mlflow import MlflowClient
+
+        self.client = MlflowClient(tracking_uri=self.uri)
+        try:
+            self.experiment_id = self._experiment_id(self.experiment)
+        except Exception as error:
+            reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+            raise ConfigError(
+                f"logger.tracking_uri={self.uri}: cannot use the MLflow tracking store ({reason})"
+            ) from None
+        log.info("MLflow: experiment %r at %s <logger.tracking_uri>", self.experiment, self.uri)
+
+    def _experiment_id(self, name: str) -> str:
+        found = self.client.get_experiment_by_name(name)
+        if found is not None:
+            return found.experiment_id
+        location = None
+        if self.uri.startswith("sqlite:///"):  # else artifacts would land in ./mlruns of the launch folder
+            location = (Path(self.uri.removeprefix("sqlite:///")).parent / "mlartifacts").resolve().as_uri()
+        try:
+            return self.client.create_experiment(name, artifact_location=location)
+        except Exception:  # created meanwhile by a parallel job
+            found = self.client.get_experiment_by_name(name)
+            if found is None:
+                raise
+            return found.experiment_id
+
+    def _start(self, run_dir, name, tags, params, run_id, parent) -> str:
+        from mlflow.entities import Param, RunTag
+
+        if run_id:
+            try:
+                self.client.update_run(run_id, status="RUNNING")
+                self.run_id = run_id
+                log.info("MLflow: resuming run %s", run_id)
+                return run_id
+            except Exception as error:
+                log.warning("MLflow: run %s of %s not found (%s); starting a new one", run_id, RUN_IDS_FILE, error)
+        run_tags = {"run_dir": str(run_dir.resolve()), "tags": ",".join(tags), **{tag: "true" for tag in tags}}
+        if parent is not None:
+            run_tags["mlflow.parentRunId"] = self.parent_run(parent)
+        run = self.client.create_run(self.experiment_id, tags=run_tags, run_name=name)
+        self.run_id = run.info.run_id
+        items = [Param(key, str(value)[:6000]) for key, value in sorted(params.items())]
+        for start in range(0, len(items), 100):  # MLflow takes at most 100 params per batch
+            self.client.log_batch(self.run_id, params=items[start : start + 100])
+        self.client.log_batch(self.run_id, tags=[RunTag("vggtrain.name", name)])
+        log.info("MLflow: run %s (%s)", self.run_id, name)
+        return self.run_id
+
+    def parent_run(self, sweep_dir: Path) -> str:
+        """The sweep's parent run id, created by the first job (under a file lock, for parallel launchers)."""
+        path = sweep_dir / PARENT_FILE
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        with open(sweep_dir / f"{PARENT_FILE}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if path.is_file():
+                return json.loads(path.read_text())["run_id"]
+            run = self.client.create_run(
+                self.experiment_id, tags={"sweep_dir": str(sweep_dir.resolve())}, run_name=f"sweep {sweep_dir.name}"
+            )
+            write_json(path, {"run_id": run.info.run_id, "tracking_uri": self.uri})
+            return run.info.run_id
+
+    def _log(self, step, metrics) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        batch = [Metric(key, value, now, step) for key, value in metrics.items()]
+        self.client.log_batch(self.run_id, metrics=batch)
+
+    def _finish(self, metrics, files, run_dir, ok) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        final = [Metric(f"final/{key}", value, now, 0) for key, value in metrics.items()]
+        for start in range(0, len(final), 1000):
+            self.client.log_batch(self.run_id, metrics=final[start : start + 1000])
+        for path in files:
+            relative = path.parent.relative_to(run_dir) if path.is_relative_to(run_dir) else Path()
+            self.client.log_artifact(self.run_id, str(path), None if str(relative) == "." else str(relative))
+        self.client.set_terminated(self.run_id, "FINISHED" if ok else "FAILED")
+
+
+def finish_parent(sweep_dir: Path, best: float | None = None) -> None:
+    """Closes a sweep's MLflow parent run (if its jobs made one), logging the best objective."""
+    path = sweep_dir / PARENT_FILE
+    if not path.is_file():
+        return
+    from mlflow import MlflowClient
+
+    entry = json.loads(path.read_text())
+    client = MlflowClient(tracking_uri=entry["tracking_uri"])
+    if best is not None and math.isfinite(best):
+        client.log_metric(entry["run_id"], "best_objective", best)
+    client.set_terminated(entry["run_id"], "FINISHED")
+
+
+class WandbTracker(Tracker):
+    """Weights & Biases; offline by default, writing RUN/wandb/ (`wandb sync` uploads it later)."""
+
+    key = "wandb"
+
+    def __init__(self, project: str, mode: str = "offline", entity: str | None = None, timeout_seconds: float = 10.0):
+        super().__init__()
+        self.project, self.entity, self.timeout = project, entity, timeout_seconds
+        self.mode = os.environ.get("WANDB_MODE") or mode  # WANDB_MODE=offline wins, as W&B documents
+        self.run = None
+
+    def connect(self) -> None:
+        try:
+            import wandb  # noqa: F401
+        except ImportError:
+            raise ConfigError('logger=wandb needs the wandb package: pip install -e ".[track]"') from None
+
+    def _start(self, run_dir, name, tags, params, run_id, parent) -> str:
+        import wandb
+
+        os.environ.setdefault("WANDB_SILENT", "true")
+        try:
+            self.run = wandb.init(
+                project=self.project,
+                entity=self.entity,
+                dir=str(run_dir),
+                id=run_id,
+                resume="allow" if run_id else None,
+                name=name,
+                tags=list(tags),
+                group=str(parent.resolve()) if parent is not None else None,
+                config=params,
+                mode=self.mode,
+                reinit="create_new",
+                settings=wandb.Settings(init_timeout=max(self.timeout, 30), console="off"),
+            )
+        except Exception as error:
+            reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+            raise ConfigError(f"logger=wandb (logger.wandb_mode={self.mode}): cannot start a run ({reason})") from None
+        log.info("W&B: run %s (%s, %s) in %s", self.run.id, name, self.mode, run_dir / "wandb")
+        return self.run.id
+
+    def _log(self, step, metrics) -> None:
+        self.run.log({**metrics, "epoch": step}, step=step)
+
+    def _finish(self, metrics, files, run_dir, ok) -> None:
+        self.run.summary.update({f"final/{key}": value for key, value in metrics.items()})
+        for path in files:
+            self.run.save(str(path), base_path=str(run_dir), policy="now")
+        self.run.finish(exit_code=0 if ok else 1)
+
+
+def create(
+    mlflow: bool,
+    wandb: bool,
+    experiment: str,
+    tracking_uri: str | None = None,
+    wandb_mode: str = "offline",
+    wandb_entity: str | None = None,
+    timeout_seconds: float = 10.0,
+) -> list[Tracker]:
+    """The enabled trackers, each connected (a server that cannot be reached raises ConfigError now)."""
+    trackers: list[Tracker] = []
+    if mlflow:
+        trackers.append(MLflowTracker(tracking_uri, experiment, timeout_seconds))
+    if wandb:
+        trackers.append(WandbTracker(experiment, wandb_mode, wandb_entity, timeout_seconds))
+    for tracker in trackers:
+        tracker.connect()
+    return trackers
+
+
+@contextlib.contextmanager
+def tracking(
+    trackers: list[Tracker], run_dir: Path, name: str, tags: list[str], params: dict, parent: Path | None
+) -> Iterator[list[Tracker]]:
+    """Starts every tracker; on an exception marks their runs failed (the caller finishes them on success)."""
+    for tracker in trackers:
+        tracker.start(run_dir, name, tags, params, parent)
+    try:
+        yield trackers
+    except BaseException:
+        for tracker in trackers:
+            tracker.finish({}, [], run_dir, ok=False)
+        raise

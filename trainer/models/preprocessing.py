@@ -1,0 +1,126 @@
+"""The model's own input layers: uint8 pixels in, the normalization it was trained with, colour augmentation.
+
+    python run.py                              # the saved model takes uint8 [batch, 32, 32, 3]
+    python run.py model=vgg19_imagenet         # ... with the caffe preprocessing of the ImageNet weights
+
+`with_preprocessing(network, ...)` puts built-in Keras layers in front of any
+network, so a saved `.keras` file carries its preprocessing into evaluation and
+serving and loads in safe mode with none of this project's code:
+- `to_float`: the cast (a `Rescaling` by 1, in float32 whatever the precision policy);
+- `random_brightness`, `random_contrast`: training-only colour augmentation, one random
+  factor per image (Keras draws a `[batch, 1, 1, 1]` factor), identity at evaluation;
+- `standardize`: `LayerNormalization` over height, width and channels without centre or
+  scale, i.e. `tf.image.per_image_standardization` (equal to within 3e-7); or
+- `caffe`: what ImageNet VGG weights expect (`keras.applications.vgg19.preprocess_input`):
+  a frozen 1x1 convolution that reverses RGB to BGR and subtracts the ImageNet means.
+
+Geometric augmentation (crops, flips) stays on the host, where it cuts windows out
+of the stored bytes: see `trainer.data.augment`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import keras
+import numpy as np
+from keras import layers
+
+NORMALIZATIONS = ("standardize", "caffe", "none")
+CAFFE_MEAN_BGR = (103.939, 116.779, 123.68)  # keras.applications.vgg19.preprocess_input
+PIXEL_RANGE = (0.0, 255.0)
+
+
+@dataclass(frozen=True)
+class ColorJitter:
+    """Training-only colour augmentation, on the 0..255 scale; see `conf/dataset/*.yaml`."""
+
+    brightness: float = 0.0  # max brightness delta; 0 disables
+    contrast_lower: float = 1.0  # contrast factor range; 1.0..1.0 disables
+    contrast_upper: float = 1.0
+
+
+def _caffe(name: str) -> layers.Conv2D:
+    """RGB on 0..255 -> BGR minus the ImageNet means, as one frozen 1x1 convolution."""
+    conv = layers.Conv2D(3, 1, name=name, trainable=False, dtype="float32")
+    conv.build((None, None, None, 3))
+    reverse = np.eye(3, dtype=np.float32)[::-1].reshape(1, 1, 3, 3)  # output channel c = input channel 2 - c
+    conv.set_weights([reverse, -np.asarray(CAFFE_MEAN_BGR, np.float32)])
+    return conv
+
+
+def normalization_layer(normalization: str) -> layers.Layer | None:
+    """The Keras layer for `normalization` (None for `none`)."""
+    if normalization == "standardize":
+        return layers.LayerNormalization(
+            axis=[1, 2, 3], center=False, scale=False, epsilon=1e-12, dtype="float32", name="standardize"
+        )
+    if normalization == "caffe":
+        return _caffe("caffe_preprocess")
+    if normalization == "none":
+        return None
+    raise ValueError(f"normalization must be one of {NORMALIZATIONS}. Received: normalization={normalization}")
+
+
+def color_layers(color: ColorJitter, seed: int) -> list[layers.Layer]:
+    """Keras's random brightness and contrast layers for `color` (none when it changes nothing)."""
+    result = []
+    if color.brightness:
+        result.append(
+            layers.RandomBrightness(
+                color.brightness / PIXEL_RANGE[1],
+                value_range=PIXEL_RANGE,
+                seed=seed,
+                dtype="float32",
+                name="random_brightness",
+            )
+        )
+    if (color.contrast_lower, color.contrast_upper) != (1.0, 1.0):
+        result.append(
+            layers.RandomContrast(
+                (1.0 - color.contrast_lower, color.contrast_upper - 1.0),
+                value_range=PIXEL_RANGE,
+                seed=seed + 1,
+                dtype="float32",
+                name="random_contrast",
+            )
+        )
+    return result
+
+
+def with_preprocessing(
+    network: keras.Model,
+    normalization: str = "standardize",
+    color: ColorJitter = ColorJitter(),
+    seed: int = 0,
+) -> keras.Model:
+    """`network` (float inputs of its own input shape) behind uint8 input, colour augmentation and normalization.
+
+    Args:
+        network: A model whose input is float RGB of shape (height, width, 3).
+        normalization: `standardize`, `caffe` or `none`.
+        color: Colour augmentation, active only in training.
+        seed: Seeds the colour augmentation.
+
+    Returns:
+        A model named like `network` that takes uint8 [batch, height, width, 3] pixels.
+    """
+    shape = tuple(network.input_shape[1:])
+    if len(shape) != 3 or shape[-1] != 3:
+        raise ValueError(f"network must take (height, width, 3) images. Received: input_shape={shape}")
+    inputs = keras.Input(shape=shape, dtype="uint8", name="image")
+    x = layers.Rescaling(1.0, dtype="float32", name="to_float")(inputs)
+    for layer in [*color_layers(color, seed), normalization_layer(normalization)]:
+        if layer is not None:
+            x = layer(x)
+    return keras.Model(inputs, network(x), name=network.name)
+
+
+def inner_layers(model: keras.Model) -> list[keras.layers.Layer]:
+    """Every layer of `model`, those of nested models included (depth first)."""
+    result = []
+    for layer in model.layers:
+        result.append(layer)
+        if isinstance(layer, keras.Model):
+            result += inner_layers(layer)
+    return result
