@@ -202,36 +202,29 @@ def case_output_not_writable(world, tmp):
     ], ("predict.output=")
 
 
-def case_predict_onto_a_checkpoint(world, tmp):
+def _predict(world: Path, checkpoint: Path, output: Path) -> list[str]:
     return [
         *cifar_overrides(world / "cifar"),
         "mode=predict",
-        f"checkpoint={world / 'run'}",
+        f"checkpoint={checkpoint}",
         f"predict.input={world / 'cifar'}/test_batch.bin",
-        f"predict.output={world / 'run' / 'checkpoints' / 'best.keras'}",
-    ], "best.keras: predictions are written as CSV; give a path ending in .csv"
+        f"predict.output={output}",
+    ]
+
+
+def case_predict_onto_a_checkpoint(world, tmp):
+    expected = "best.keras: predictions are written as CSV; give a path ending in .csv"
+    return _predict(world, world / "run", world / "run" / "checkpoints" / "best.keras"), expected
 
 
 def case_predict_onto_a_csv_it_did_not_write(world, tmp):
     (tmp / "labels.csv").write_text("name,label\na,1\n")
-    return [
-        *cifar_overrides(world / "cifar"),
-        "mode=predict",
-        f"checkpoint={world / 'run'}",
-        f"predict.input={world / 'cifar'}/test_batch.bin",
-        f"predict.output={tmp / 'labels.csv'}",
-    ], "labels.csv exists and is not a prediction CSV"
+    return _predict(world, world / "run", tmp / "labels.csv"), "labels.csv exists and is not a prediction CSV"
 
 
 def case_predict_output_is_a_folder(world, tmp):
     # The checkpoint does not exist: the output is checked first, before anything is loaded or predicted.
-    return [
-        *cifar_overrides(world / "cifar"),
-        "mode=predict",
-        f"checkpoint={tmp / 'missing.keras'}",
-        f"predict.input={world / 'cifar'}/test_batch.bin",
-        f"predict.output={tmp}",
-    ], f"predict.output={tmp} is a folder; give a .csv file path"
+    return _predict(world, tmp / "missing.keras", tmp), f"predict.output={tmp} is a folder; give a .csv file path"
 
 
 CASES = {name[5:]: function for name, function in dict(globals()).items() if name.startswith("case_")}

@@ -168,6 +168,13 @@ def test_a_run_stopped_in_epoch_1_resumes_from_epoch_1(tmp_path, signum):
     resumed = _resume(tmp_path, run_dir)
     assert "the run finished" not in resumed.stdout + resumed.stderr
     _assert_finished_once(run_dir, 2)
+    events = [json.loads(line) for line in (run_dir / "invocations.jsonl").read_text().splitlines()]
+    first = ["start", "end"] if signum == signal.SIGTERM else ["start"]
+    assert [event["event"] for event in events] == [*first, "start", "end"]
+    assert [event["outcome"] for event in events if event["event"] == "end"] == [
+        *(["preempted"] if signum == signal.SIGTERM else []),
+        "finished",
+    ]
 
 
 def test_a_kill_in_the_test_evaluation_is_resumed_into_the_evaluation(tmp_path):
@@ -180,6 +187,10 @@ def test_a_kill_in_the_test_evaluation_is_resumed_into_the_evaluation(tmp_path):
     output = resumed.stdout + resumed.stderr
     assert "All 2 epochs are done: running the test evaluation" in output and "Epoch 1/2" not in output
     _assert_finished_once(run_dir, 2)
+    from trainer.tasks.train import weights_fingerprint
+
+    final = keras.saving.load_model(run_dir / "checkpoints" / "last.keras")
+    assert json.loads((run_dir / "metrics.json").read_text())["weights_sha256"] == weights_fingerprint(final)
 
 
 def _backup_model() -> keras.Model:
@@ -245,7 +256,7 @@ def test_a_full_disk_is_one_line_and_resume_after_freeing_space_gives_every_epoc
     assert "Traceback" not in full.stdout + full.stderr
     error = full.stderr.strip().splitlines()[-1]
     assert error.startswith(f"error: cannot write {run_dir}/") and "No space left on device" in error
-    assert error.endswith(f"Free space, then continue with: python run.py resume={run_dir}")
+    assert error.endswith(f"Free space or fix permissions, then continue with: python run.py resume={run_dir}")
     assert _epochs(run_dir) == [1] and _backup_epoch(run_dir) == 1
     assert _temporaries(run_dir) == []
     for name in ("last.keras", "best.keras"):
@@ -432,7 +443,7 @@ def test_resume_latest_picks_the_run_whose_backup_was_written_last(tmp_path, mon
 @pytest.mark.slow
 def test_two_trainings_with_one_folder_name_get_two_folders(tmp_path):
     data = write_cifar(tmp_path / "cifar")
-    same_second = "hydra.run.dir=${worker_dir:outputs/same-second,${resume}}"  # what two runs at 12:00:00 resolve
+    same_second = 'hydra.run.dir="${worker_dir:outputs/same-second,${resume}}"'  # two runs at 12:00:00 resolve that
     command = [sys.executable, str(ROOT / "run.py"), *cifar_overrides(data), same_second]
     processes = [
         subprocess.Popen(command, cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -481,4 +492,44 @@ def test_a_second_resume_of_a_running_resume_gets_the_lock_error(tmp_path):
         .splitlines()[-1]
         .startswith(f"error: {run_dir} is in use by process {first.pid} on host {socket.gethostname()} (since ")
     )
+    _assert_finished_once(run_dir, 2)
+
+
+@pytest.fixture
+def unwritable_checkpoints(tmp_path):
+    """RUN/checkpoints that refuses writes: a read-only tmpfs as root (root ignores modes), else mode 0555."""
+    folder = tmp_path / "run" / "checkpoints"
+    folder.mkdir(parents=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64m", "tmpfs", str(folder)]).returncode == 0
+    if not mounted:
+        folder.chmod(0o555)
+    try:
+        (folder / "probe").write_text("x")
+    except OSError:
+        pass
+    else:
+        pytest.skip("cannot make a folder unwritable here")
+    try:
+        yield folder
+    finally:
+        if mounted:
+            subprocess.run(["umount", "-l", str(folder)], check=False)
+        else:
+            folder.chmod(0o755)
+
+
+@pytest.mark.slow
+def test_unwritable_checkpoints_is_one_line_and_resume_once_writable_gives_every_epoch_once(
+    tmp_path, unwritable_checkpoints
+):
+    run_dir = unwritable_checkpoints.parent
+    failed = _run(tmp_path, _train_arguments(tmp_path, run_dir, epochs=2))
+    assert failed.returncode == 1 and "Traceback" not in failed.stderr
+    error = failed.stderr.strip().splitlines()[-1]
+    assert error.startswith(f"error: cannot write {unwritable_checkpoints}/last.keras: ")
+    assert error.endswith(f"Free space or fix permissions, then continue with: python run.py resume={run_dir}")
+    assert _epochs(run_dir) == [] and not (run_dir / "backup" / METADATA).exists()
+    if subprocess.run(["mount", "-o", "remount,rw", str(unwritable_checkpoints)]).returncode != 0:
+        unwritable_checkpoints.chmod(0o755)
+    _resume(tmp_path, run_dir)
     _assert_finished_once(run_dir, 2)

@@ -80,6 +80,25 @@ def remove_backup(backup_dir: Path) -> None:
     shutil.rmtree(backup_dir, ignore_errors=True)
 
 
+def restore(model: keras.Model, backup_dir: Path) -> BackupState | None:
+    """Loads the newest backup's weights (and optimizer state, if `model` is compiled) into `model`.
+
+    Raises:
+        ConfigError: the backup cannot be read or does not fit the model.
+    """
+    state = read_state(backup_dir)
+    if state is None:
+        return None
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is not None and not optimizer.built:  # its variables are in the backup too
+        optimizer.build(model.trainable_variables)
+    try:
+        model.load_weights(state.weights)
+    except Exception as error:  # a foreign or damaged file
+        raise ConfigError(f"{state.weights}: cannot restore the backup ({str(error).splitlines()[0]})") from None
+    return state
+
+
 class RunBackup(keras.callbacks.Callback):
     """Restores the weights at train begin; commits a backup at every epoch end (and every
     `save_every_steps` steps). Put it after every callback that writes the epoch's files."""
@@ -92,16 +111,7 @@ class RunBackup(keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         if self.backup_dir.is_dir():
             remove_temporaries(self.backup_dir)
-        state = read_state(self.backup_dir)
-        if state is None:
-            return
-        optimizer = getattr(self.model, "optimizer", None)
-        if optimizer is not None and not optimizer.built:  # its variables are in the backup too
-            optimizer.build(self.model.trainable_variables)
-        try:
-            self.model.load_weights(state.weights)
-        except Exception as error:  # a foreign or damaged file
-            raise ConfigError(f"{state.weights}: cannot restore the backup ({str(error).splitlines()[0]})") from None
+        restore(self.model, self.backup_dir)
 
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch = epoch

@@ -22,7 +22,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from trainer.errors import ConfigError, UserError
+from trainer.errors import ConfigError, DiskError, UserError
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +137,10 @@ def run_lock(folder: Path) -> Iterator[None]:
         RunLocked: another live process holds the folder.
     """
     path = folder / LOCK
-    descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as error:
+        raise DiskError(f"cannot write {path}: {error.strerror or error}") from None
     try:
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -158,8 +161,11 @@ def run_lock(folder: Path) -> Iterator[None]:
                 previous.get("host"),
             )
         me = {"pid": os.getpid(), "host": socket.gethostname(), "start": _now()}
-        os.ftruncate(descriptor, 0)
-        os.pwrite(descriptor, json.dumps(me).encode(), 0)
+        try:
+            os.ftruncate(descriptor, 0)
+            os.pwrite(descriptor, json.dumps(me).encode(), 0)
+        except OSError as error:  # the lock is held; only naming the holder failed
+            log.warning("could not write the holder into %s: %s", path, error.strerror or error)
         try:
             yield
         finally:

@@ -41,7 +41,7 @@ def resolve_resume(resume: str | None, output_dir: str) -> str:
 
 
 def backup_folder(run_dir: Path, output_dir: str, worker: str | None) -> Path:
-    """Where BackupAndRestore keeps this worker's state: the run folder for the chief (`worker=None`),
+    """Where the backup (trainer.backup) keeps this worker's state: the run folder for the chief (`worker=None`),
     else a temporary folder named after the run and the worker, so a rerun of that worker (with
     resume=PATH) finds it and two workers never share one."""
     if worker is None:
@@ -95,7 +95,10 @@ def read_history(path: Path) -> dict[str, list[float]]:
 
 # Keys a resumed run may change: they do not change what is being trained.
 SAFE_KEYS = ("trainer.verbose", "trainer.threads", "trainer.save_every_steps", "dataset.data_dir")
-SAFE_PREFIXES = ("strategy.workers", "strategy.task_index", "strategy.cluster", "strategy.timeout_seconds")
+SAFE_PREFIXES = (
+    *("strategy.workers", "strategy.task_index", "strategy.cluster", "strategy.timeout_seconds"),
+    *("name", "tags", "logger"),  # labels and trackers: what is trained stays the same
+)
 # Keys of this invocation, taken from the command line. Unlike evaluate (run_config.INVOCATION_KEYS), a
 # resumed run keeps its strategy: another replica count changes the experiment.
 RESUME_KEEPS = tuple(key for key in run_config.INVOCATION_KEYS if key != "strategy")

@@ -23,6 +23,7 @@ import numpy as np
 
 from trainer import distribute, folders, loggers, optim
 from trainer.backup import remove_backup
+from trainer.backup import restore as restore_backup
 from trainer.callbacks import Preempted, RunLabel, training_callbacks
 from trainer.checkpoints import ModelInfo
 from trainer.config import Config, VGG19ImageNetConfig
@@ -178,10 +179,13 @@ def train(settings: Config) -> float | None:
         done = prepare_resume(run_dir, backup_dir, settings.resume)
         if done > settings.trainer.epochs:
             raise ConfigError(f"resume={settings.resume}: {done} epochs are done already; raise trainer.epochs")
-        if done == settings.trainer.epochs:
-            log.info("All %d epochs are done: running the test evaluation the interrupted run missed", done)
         started = time.perf_counter()
         plan = phases(settings)
+        if done == settings.trainer.epochs:  # killed in the test evaluation: the final weights are in the backup
+            log.info("All %d epochs are done: running the test evaluation the interrupted run missed", done)
+            with strategy.scope():
+                _compile(model, settings, lr * plan[-1].lr_scale, steps_per_epoch, plan[-1].end - plan[-1].start)
+                restore_backup(model, backup_dir)  # builds the optimizer's variables: inside the scope
         for phase in plan:
             if done >= phase.end:
                 continue
@@ -236,7 +240,8 @@ def train(settings: Config) -> float | None:
                 invocation["outcome"] = "preempted"
                 return None
             except DiskError as error:
-                raise DiskError(f"{error}. Free space, then continue with: python run.py resume={run_dir}") from None
+                hint = f"Free space or fix permissions, then continue with: python run.py resume={run_dir}"
+                raise DiskError(f"{error}. {hint}") from None
             if extensions.stopped_early(extra_callbacks):
                 break  # no fine-tuning phase after an early stop
         seconds = time.perf_counter() - started
