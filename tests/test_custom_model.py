@@ -49,8 +49,10 @@ def test_a_custom_three_layer_model_trains_with_its_own_keys(tmp_path, cifar_dir
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["epochs_completed"] == 1 and 0 <= metrics["test_accuracy"] <= 1
     saved = keras.saving.load_model(run_dir / "checkpoints" / "best.keras", compile=False)
-    assert saved.get_layer("tiny_hidden").units == 5  # model.units reached the builder
-    assert saved.get_layer("predictions").units == 10
+    assert saved.input.dtype == "uint8", "the model's own preprocessing layers wrap a custom network too"
+    network = saved.get_layer("tiny")
+    assert network.get_layer("tiny_hidden").units == 5  # model.units reached the builder
+    assert network.get_layer("predictions").units == 10
     assert (run_dir / "history.csv").is_file() and not (run_dir / "tensorboard").exists()  # logger=csv
 
 
