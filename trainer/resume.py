@@ -6,6 +6,7 @@ python run.py resume=outputs/2026-11-30/12-00-00     # or resume=latest
 from __future__ import annotations
 
 import csv
+import enum
 import hashlib
 import logging
 import tempfile
@@ -114,6 +115,11 @@ def _leaves(cfg: DictConfig) -> dict[str, Any]:
     return {key: value for key, value in leaves.items() if not _is_under(key, RESUME_KEEPS)}
 
 
+def _shown(value: Any) -> Any:
+    """A config value as the user types it (an enum's value, not its repr)."""
+    return value.value if isinstance(value, enum.Enum) else value
+
+
 def _is_under(key: str, prefixes: Sequence[str]) -> bool:
     """Whether `key` is one of `prefixes` or lies below one (`model` is not below `mode`)."""
     return any(key == prefix or key.startswith(prefix + ".") for prefix in prefixes)
@@ -139,7 +145,7 @@ def bind_to_run(cfg: DictConfig, run_dir: Path, overrides: Sequence[str]) -> Dic
         old, new = saved.get(key), after.get(key)
         raised = key == "trainer.epochs" and isinstance(new, int) and isinstance(old, int) and new >= old
         safe = raised or key in SAFE_KEYS or _is_under(key, SAFE_PREFIXES)
-        (allowed if safe else refused).append(f"{key}: {old!r} -> {new!r}")
+        (allowed if safe else refused).append(f"{key}: {_shown(old)!r} -> {_shown(new)!r}")
     if refused:
         raise ConfigError(
             f"resume={cfg.resume} continues {run_dir} with its own config ({saved_file}); the command line "
