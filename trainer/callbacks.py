@@ -11,6 +11,7 @@ import math
 import shutil
 import signal
 import threading
+import time
 from pathlib import Path
 
 import keras
@@ -47,11 +48,16 @@ class Checkpoints(keras.callbacks.Callback):
 
 
 class EpochLog(keras.callbacks.Callback):
-    """Logs the first step (start-up cost) and one line per epoch to the run's log file."""
+    """Logs the first step (start-up cost) and one line per epoch, the only one on the console and in run.log
+    (`fit` runs with verbose=0)."""
 
     def __init__(self):
         super().__init__()
         self.first_step_logged = False
+        self.started = time.perf_counter()
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.started = time.perf_counter()
 
     def on_train_batch_end(self, batch, logs=None):
         if not self.first_step_logged:
@@ -59,8 +65,38 @@ class EpochLog(keras.callbacks.Callback):
             log.info("First training step done")
 
     def on_epoch_end(self, epoch, logs=None):
-        metrics = " ".join(f"{name}={value:.4f}" for name, value in sorted((logs or {}).items()))
-        log.info("Epoch %d/%d: %s", epoch + 1, self.params.get("epochs", 0), metrics)
+        metrics = " ".join(f"{name}={value:.4g}" for name, value in sorted((logs or {}).items()))
+        seconds = time.perf_counter() - self.started
+        log.info("Epoch %d/%d: %s (%.1f s)", epoch + 1, self.params.get("epochs", 0), metrics, seconds)
+
+
+class ProgressBar(keras.callbacks.Callback):
+    """A progress bar within each epoch, for a terminal: it appears once an epoch has run `delay` seconds
+    and is erased at the epoch end, where EpochLog's line takes its place."""
+
+    def __init__(self, delay: float = 2.0):
+        super().__init__()
+        self.delay, self.bar = delay, None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        from tqdm import tqdm
+
+        description = f"Epoch {epoch + 1}/{self.params.get('epochs', 0)}"
+        self.bar = tqdm(total=self.params.get("steps"), desc=description, unit="step", leave=False, delay=self.delay)
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.bar is not None:
+            self.bar.update(batch + 1 - self.bar.n)  # with steps_per_execution > 1, called every N steps
+            if logs and "loss" in logs:
+                self.bar.set_postfix(loss=f"{float(logs['loss']):.4g}", refresh=False)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.on_train_end()
+
+    def on_train_end(self, logs=None):  # also after a stop within an epoch
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
 
 
 class Preempted(Exception):
@@ -143,9 +179,10 @@ class Curves(keras.callbacks.Callback):
     """Redraws curves.png from history.csv at every epoch end, in a background thread (drawing takes
     ~0.2 s); the last epochs are drawn when training ends."""
 
-    def __init__(self, history_csv: Path, path: Path):
+    def __init__(self, history_csv: Path, path: Path, title: str = "", monitor: str = "val_accuracy", mode="max"):
         super().__init__()
         self.history_csv, self.path = history_csv, path
+        self.title, self.monitor, self.mode = title, monitor, mode
         self.drawing: threading.Thread | None = None
         self.drawn_epochs = 0  # rows handed to the last drawing
 
@@ -172,7 +209,7 @@ class Curves(keras.callbacks.Callback):
         from trainer.visualize import draw_curves
 
         try:
-            draw_curves(rows, self.path)
+            draw_curves(rows, self.path, self.title, self.monitor, self.mode)
         except Exception as error:  # a plot must never stop training
             log.warning("could not draw %s: %s", self.path, error)
 
@@ -193,6 +230,16 @@ class SampleImages(keras.callbacks.Callback):
             tf.summary.image("input_images", to_display(self.images, self.normalization), step=0, max_outputs=8)
 
 
+def rewrite_backup(backup: keras.callbacks.BackupAndRestore, epochs_done: int) -> None:
+    """Backs up the model as it stands, recorded as `epochs_done` epochs done (its `fit` restores from it).
+
+    At a fine-tuning phase switch the old backup holds the previous phase's optimizer, whose
+    variables the new one cannot take ("Skipping variable loading for optimizer").
+    """
+    backup._current_epoch, backup._last_batch_seen = epochs_done, 0
+    backup._save_model()
+
+
 def best_so_far(history_csv: Path, monitor: str, mode: str) -> float | None:
     """The best `monitor` value in an existing history.csv (a resumed run), else None."""
     if not history_csv.is_file():
@@ -210,11 +257,14 @@ def training_callbacks(
     save_every_steps: int | None = None,
     samples: tuple | None = None,
     keep_backup: bool = False,
+    progress: bool = False,
+    title: str = "",
 ) -> list[keras.callbacks.Callback]:
     """The callbacks every run gets, writing into `run_dir`.
 
     `samples` is (a few input images, their normalization) for TensorBoard; with
-    `keep_backup` the backup outlives this `fit` (between fine-tuning phases).
+    `keep_backup` the backup outlives this `fit` (between fine-tuning phases);
+    `progress` adds a progress bar within each epoch (for a terminal); `title` heads curves.png.
 
     Order matters: the backup restores first; the NaN check runs before anything
     saves; the learning rate joins the logs before history.csv and TensorBoard
@@ -234,10 +284,12 @@ def training_callbacks(
         LearningRateLog(),
         Checkpoints(checkpoints, monitor, mode, best=best_so_far(run_dir / "history.csv", monitor, mode)),
         keras.callbacks.CSVLogger(str(run_dir / "history.csv"), append=True),
-        Curves(run_dir / "history.csv", run_dir / "curves.png"),
+        Curves(run_dir / "history.csv", run_dir / "curves.png", title, monitor, mode),
         keras.callbacks.TensorBoard(str(run_dir / "tensorboard"), write_graph=False),
         EpochLog(),
     ]
+    if progress:
+        callbacks.append(ProgressBar())
     if samples is not None:
         callbacks.append(SampleImages(run_dir / "tensorboard", *samples))
     callbacks.append(StopOnSignal(backup))

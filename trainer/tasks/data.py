@@ -55,8 +55,11 @@ def dataset_preprocess(dataset, normalization: str = "standardize") -> Preproces
     )
 
 
-def load_binary(dataset: BinaryDatasetConfig, batch_size: int, seed: int, normalization: str) -> Data:
-    """Finds (or downloads), checks and splits the record files, then builds the pipelines."""
+def load_binary(
+    dataset: BinaryDatasetConfig, batch_size: int, seed: int, normalization: str, check_val: bool = True
+) -> Data:
+    """Finds (or downloads), checks and splits the record files, then builds the pipelines; without
+    `check_val` (the caller never reads the validation split) an unfitting `dataset.val_size` is no error."""
     url = dataset.url if dataset.download else None
     names = list(dataset.train_files) + list(dataset.test_files)
     paths = records.locate(dataset.data_dir, names, list(dataset.search_subdirs), url, dataset.md5)
@@ -69,6 +72,7 @@ def load_binary(dataset: BinaryDatasetConfig, batch_size: int, seed: int, normal
         dataset.num_classes,
         dataset.val_size,
         dataset.val_source,
+        check_val,
     )
     preprocess = dataset_preprocess(dataset, normalization)
     size = preprocess.output_size
@@ -172,6 +176,9 @@ def normalization_for(dataset, model) -> str:
     return "standardize" if dataset.standardize else "none"
 
 
-def load_data(dataset, batch_size: int, seed: int, normalization: str = "standardize") -> Data:
-    """Dispatches on the dataset schema (`conf/dataset/*.yaml` picks it)."""
+def load_data(dataset, batch_size: int, seed: int, normalization: str = "standardize", check_val: bool = True) -> Data:
+    """Dispatches on the dataset schema (`conf/dataset/*.yaml` picks it); `check_val=False` for a caller
+    that never reads the validation split (binary data then skips the `dataset.val_size` check)."""
+    if isinstance(dataset, BinaryDatasetConfig):
+        return load_binary(dataset, batch_size, seed, normalization, check_val)
     return LOADERS[type(dataset)](dataset, batch_size, seed, normalization)

@@ -45,6 +45,7 @@ def evaluate(settings: Config) -> float:
         settings.trainer.batch_size,
         settings.seed,
         normalization_for(settings.dataset, settings.model),
+        check_val=settings.evaluate.split == "val",
     )
     split = settings.evaluate.split
     with run_folder(settings.output_dir, distribute.is_chief(strategy)) as run_dir:

@@ -51,6 +51,7 @@ def inspect(settings: Config) -> None:
         min(options.num_images, 256),
         settings.seed,
         normalization_for(settings.dataset, settings.model),
+        check_val=options.split == "val",
     )
     if options.augmented and options.split != "train":
         log.warning("inspect.augmented=true applies to the train split only; showing %s unaugmented", options.split)

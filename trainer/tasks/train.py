@@ -13,19 +13,22 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import keras
 import numpy as np
+import tensorflow as tf
 
 from trainer import distribute, optim
-from trainer.callbacks import Preempted, training_callbacks
+from trainer.callbacks import Preempted, rewrite_backup, training_callbacks
 from trainer.config import Config, VGG19ImageNetConfig
 from trainer.errors import ConfigError
 from trainer.models.finetune import build_vgg19_imagenet, set_trainable
 from trainer.models.vgg19 import build_vgg19
-from trainer.reports import write_json
+from trainer.reports import run_summary, write_json
 from trainer.resume import backup_folder, prepare_resume, read_history, resolve_resume
 from trainer.tasks.common import evaluate_checkpoint, run_folder, setup_strategy
 from trainer.tasks.data import Data, load_data, normalization_for
@@ -66,7 +69,24 @@ def _build_model(settings: Config, data: Data) -> keras.Model:
         model.dropout,
         model.weight_decay,
         model.batch_norm,
+        model.batch_norm_momentum,
     )
+
+
+def _run_title(settings: Config, output_dir: str) -> str:
+    """The run's name (its folder's last two parts), dataset and model, for the title of curves.png."""
+    name = "/".join(Path(output_dir).parts[-2:])
+    return f"{name}  ·  dataset={settings.dataset.name}  ·  model={settings.model.name}"
+
+
+def _log_xla(model: keras.Model, jit_compile: str) -> None:
+    log.info("XLA %s <trainer.jit_compile=%s>", "on" if model.jit_compile is True else "off", jit_compile)
+    if model.jit_compile is True and not tf.config.list_physical_devices("GPU"):
+        log.warning(
+            "XLA without a GPU: on the CPU it makes VGG19 training 3-7x slower; "
+            "use trainer.jit_compile=auto <trainer.jit_compile=%s>",
+            jit_compile,
+        )
 
 
 def _compile(model: keras.Model, settings: Config, lr: float, steps_per_epoch: int, epochs: int) -> None:
@@ -166,6 +186,7 @@ def train(settings: Config) -> float | None:
             raise ConfigError(f"resume={settings.resume}: {done} epochs are done already; raise trainer.epochs")
         started = time.perf_counter()
         plan = phases(settings)
+        switched_here = False  # a phase ended in this process and the next one starts here
         for phase in plan:
             if done >= phase.end:
                 continue
@@ -181,11 +202,18 @@ def train(settings: Config) -> float | None:
                 )
             with strategy.scope():
                 _compile(model, settings, lr * phase.lr_scale, steps_per_epoch, phase.end - phase.start)
-            log.info(
-                "XLA %s <trainer.jit_compile=%s>",
-                "on" if model.jit_compile is True else "off",
-                settings.trainer.jit_compile,
-            )
+            if len(plan) > 1 and settings.optimizer.schedule.name != "constant":
+                log.info(
+                    "Epochs %d-%d: the %s schedule starts again from lr %g over these %d epochs "
+                    "<optimizer.schedule.name=%s>",
+                    phase.start + 1,
+                    phase.end,
+                    settings.optimizer.schedule.name,
+                    lr * phase.lr_scale,
+                    phase.end - phase.start,
+                    settings.optimizer.schedule.name,
+                )
+            _log_xla(model, settings.trainer.jit_compile)
             callbacks = training_callbacks(
                 run_dir,
                 metric,
@@ -194,7 +222,15 @@ def train(settings: Config) -> float | None:
                 settings.trainer.save_every_steps,
                 samples=None if sample_images is None else (sample_images, data.normalization),
                 keep_backup=phase is not plan[-1],
+                progress=chief and settings.trainer.verbose == 1 and sys.stderr.isatty(),
+                title=_run_title(settings, output_dir),
             )
+            if switched_here:
+                # The backup holds the previous phase's optimizer; restoring it into this one would skip its
+                # variables with a Keras warning. Back up the model as it stands, with this phase's optimizer.
+                with strategy.scope():
+                    model.optimizer.build(model.trainable_variables)
+                rewrite_backup(callbacks[0], phase.start)
             try:
                 model.fit(
                     data.train,
@@ -202,10 +238,11 @@ def train(settings: Config) -> float | None:
                     epochs=phase.end,
                     steps_per_epoch=steps_per_epoch,
                     validation_data=data.val,
-                    verbose=settings.trainer.verbose if chief else 0,
+                    verbose=0,  # EpochLog prints the one line per epoch (and ProgressBar the bar)
                     callbacks=callbacks,
                     shuffle=False,  # the pipeline shuffles, seeded
                 )
+                switched_here = True
             except Preempted as stop:
                 log.warning(
                     "Stopped by SIGTERM: epoch %d will be redone from the backup in %s. To continue, "
@@ -244,13 +281,12 @@ def train(settings: Config) -> float | None:
             "weights_sha256": weights_fingerprint(model),
         }
         write_json(run_dir / "metrics.json", metrics)
-        log.info(
-            "Test accuracy %.4f, test loss %.4f (best epoch %d by %s) in %.0f s",
+        log.info(  # on every worker: the figures and weights must agree across workers
+            "Test accuracy %.4f, test loss %.4f. Final weights sha256 %s",
             metrics["test_accuracy"],
             metrics["test_loss"],
-            best_epoch + 1,
-            metric,
-            seconds,
+            metrics["weights_sha256"],
         )
-        log.info("Final weights sha256 %s", metrics["weights_sha256"])  # equal on every worker
+        if chief:
+            log.info("%s", run_summary(run_dir, metrics))
     return metrics["objective"]
