@@ -179,6 +179,7 @@ def convert(input_dir: Path, output_dir: Path, options: ConvertOptions) -> dict:
                 pair for chunk in pool.imap(partial(encode_chunk, **settings), chunks) for pair in read_chunk(*chunk)
             )
         # Imported only now, so the workers decode while TensorFlow loads (seconds) in this process.
+        quiet.import_tensorflow()
         from trainer.data.tfrecords import RecordSpec
 
         spec = RecordSpec.for_format(options.format, options.image_size)
