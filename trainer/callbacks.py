@@ -230,12 +230,13 @@ class SampleImages(keras.callbacks.Callback):
             tf.summary.image("input_images", to_display(self.images, self.normalization), step=0, max_outputs=8)
 
 
-def rewrite_backup(backup: keras.callbacks.BackupAndRestore, epochs_done: int) -> None:
-    """Backs up the model as it stands, recorded as `epochs_done` epochs done (its `fit` restores from it).
+def rewrite_backup(backup: keras.callbacks.BackupAndRestore, model: keras.Model, epochs_done: int) -> None:
+    """Backs up `model` as it stands, recorded as `epochs_done` epochs done (its `fit` restores from it).
 
     At a fine-tuning phase switch the old backup holds the previous phase's optimizer, whose
     variables the new one cannot take ("Skipping variable loading for optimizer").
     """
+    backup.set_model(model)
     backup._current_epoch, backup._last_batch_seen = epochs_done, 0
     backup._save_model()
 

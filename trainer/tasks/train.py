@@ -230,7 +230,7 @@ def train(settings: Config) -> float | None:
                 # variables with a Keras warning. Back up the model as it stands, with this phase's optimizer.
                 with strategy.scope():
                     model.optimizer.build(model.trainable_variables)
-                rewrite_backup(callbacks[0], phase.start)
+                rewrite_backup(callbacks[0], model, phase.start)
             try:
                 model.fit(
                     data.train,
