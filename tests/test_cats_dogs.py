@@ -350,6 +350,8 @@ def test_raw_records_train_under_mirrored_and_the_process_exits(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["num_examples"]["train"] == 24
+    # TensorFlow's INFO lines of the mirrored strategy stay out of the log and the console.
+    assert "then broadcast" not in (tmp_path / "run" / "run.log").read_text() + result.stdout + result.stderr
 
 
 def test_a_record_corrupted_after_conversion_stops_training_with_its_name(tmp_path):

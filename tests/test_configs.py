@@ -82,7 +82,7 @@ OUT_OF_RANGE = [
     ),
     (["seed=-1"], "seed must be in [0, 2**32)"),
     (["predict.workers=-1"], "predict.workers must be >= 0"),
-    (["model.width_multiplier=1e-9"], "model.width_multiplier must be >= 1/128"),
+    (["model.width_multiplier=1e-9"], "model.width_multiplier must be > 1/128"),
     (["dataset=cifar", "dataset.val_size=10.5"], "dataset.val_size must be a record count or a fraction"),
     (["dataset=cifar", "dataset.val_size=-0.1"], "dataset.val_size must be"),
     (["model.batch_norm_momentum=1.0"], "model.batch_norm_momentum must be in [0, 1)"),
@@ -123,3 +123,19 @@ def test_a_width_below_one_channel_per_eight_warns(caplog):
 def test_values_as_people_type_them(overrides, key, expected):
     value = getattr(to_settings(compose(overrides)).dataset, key)
     assert value == expected and type(value) is type(expected)
+
+
+@pytest.mark.parametrize(
+    "overrides, shown, hidden",
+    [
+        ([], {"dataset", "model", "optimizer", "trainer", "objective"}, {"predict", "inspect", "export", "finetune"}),
+        (["model=vgg19_imagenet", "dataset=cats_dogs"], {"finetune", "optimizer"}, {"predict", "inspect"}),
+        (["mode=predict", "checkpoint=run", "predict.input=x"], {"predict", "dataset"}, {"optimizer", "objective"}),
+        (["mode=inspect"], {"inspect", "dataset"}, {"optimizer", "trainer", "predict", "checkpoint", "resume"}),
+    ],
+)
+def test_the_config_tree_shows_the_sections_the_mode_reads(overrides, shown, hidden, capsys):
+    from trainer.tasks import print_config_tree
+
+    branches = {line.split()[-1] for line in print_config_tree(compose(overrides)).splitlines() if "── " in line}
+    assert shown <= branches and not hidden & branches, branches

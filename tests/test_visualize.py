@@ -143,3 +143,18 @@ def test_drawn_curves_are_a_png(tmp_path):
     path = draw_curves(_history([1.0, 0.9]), tmp_path / "curves.png", "run", "val_loss", "min")
     image = Image.open(path)
     assert image.format == "PNG" and image.size == (1500, 400)
+
+
+def test_the_progress_bar_runs_within_epochs_and_is_gone_at_their_end(capsys):
+    import keras
+
+    from trainer.callbacks import ProgressBar
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, activation="softmax")])
+    model.compile("sgd", "sparse_categorical_crossentropy")
+    bar = ProgressBar(delay=0.0)
+    x, y = np.zeros((40, 4), np.float32), np.zeros((40,), np.int32)
+    model.fit(x, y, batch_size=8, epochs=2, verbose=0, callbacks=[bar])
+    err = capsys.readouterr().err
+    assert "Epoch 1/2" in err and "Epoch 2/2" in err and "5/5" in err, err
+    assert bar.bar is None, "closed at the epoch end (leave=False erases it)"

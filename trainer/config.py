@@ -191,7 +191,7 @@ class VGG19Config:
         _require(
             round(64 * self.width_multiplier) >= 1,
             "model.width_multiplier",
-            ">= 1/128 (block1's 64 channels would round to none)",
+            "> 1/128 (block1's 64 channels would round to none)",
             self.width_multiplier,
         )
         if self.width_multiplier < 0.125:
