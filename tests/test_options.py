@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import keras
 import pytest
+import tensorflow as tf
 
 from conftest import check_run_metrics, compose
 from trainer.tasks import run_task
@@ -31,6 +32,8 @@ def test_option_trains_to_finite_metrics(tmp_path, overrides, caplog):
     assert metrics["epochs_completed"] == 2
     if overrides[0] == "trainer.jit_compile=true":
         assert "XLA on <trainer.jit_compile=true>" in caplog.text
+        if not tf.config.list_physical_devices("GPU"):
+            assert "XLA without a GPU: on the CPU it makes VGG19 training 3-7x slower" in caplog.text
     if "precision" in overrides[0]:
         model = keras.saving.load_model(tmp_path / "checkpoints" / "best.keras")
         assert model.get_layer("block1_conv1").dtype_policy.name == overrides[0].split("=")[1]

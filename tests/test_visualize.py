@@ -156,5 +156,6 @@ def test_the_progress_bar_runs_within_epochs_and_is_gone_at_their_end(capsys):
     x, y = np.zeros((40, 4), np.float32), np.zeros((40,), np.int32)
     model.fit(x, y, batch_size=8, epochs=2, verbose=0, callbacks=[bar])
     err = capsys.readouterr().err
-    assert "Epoch 1/2" in err and "Epoch 2/2" in err and "5/5" in err, err
-    assert bar.bar is None, "closed at the epoch end (leave=False erases it)"
+    assert "Epoch 1/2" in err and "Epoch 2/2" in err and "/5 [" in err, err
+    assert err.endswith("\r") and not err.split("\r")[-2].strip(), "erased at the end: EpochLog's line stands"
+    assert bar.bar is None
