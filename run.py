@@ -11,16 +11,14 @@ HYDRA_FULL_ERROR=1 for the full traceback.
 import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's C++ start-up chatter out of the log
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig
 
-import hydra  # noqa: E402
-from hydra.core.hydra_config import HydraConfig  # noqa: E402
-from hydra.types import RunMode  # noqa: E402
-from omegaconf import DictConfig  # noqa: E402
-
-from trainer.config import register  # noqa: E402
-from trainer.errors import UserError  # noqa: E402
-from trainer.folders import check_resume_argument  # noqa: E402
+from trainer.config import register
+from trainer.errors import UserError
+from trainer.folders import check_resume_argument
 
 register()
 
@@ -48,6 +46,10 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
+    from trainer.hints import missing_extra
+
+    if hint := missing_extra(sys.argv[1:]):
+        sys.exit(f"error: {hint}")
     try:
         check_resume_argument(sys.argv[1:])  # Hydra makes the run folder from it before main() runs
     except UserError as error:

@@ -15,6 +15,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAINING_ROUNDS = 3  # alternating rounds of the training rows (best of each); 2 still let noise through
+# Targets, not measurements: the memory row compares the measured peak with this budget, not with a baseline run.
+MEMORY_BUDGET_MIB = 1536.0  # the CIFAR pipeline must fit in 1.5 GiB (ImageNet-size shuffle buffers are out of scope)
 
 
 @dataclass
@@ -436,7 +438,9 @@ def input_bound(folder: Path, quick: bool) -> list[Row]:
     from trainer.models.preprocessing import with_preprocessing
 
     fmt = records.RecordFormat(8, 8, 1)
-    source = records.RecordSlice((str(Path(bundled_data("digits")) / "train.bin"),), 0, 1238)
+    path = Path(bundled_data("digits")) / "train.bin"
+    # The demo's training split: the file's records less the 200 that conf/dataset/digits.yaml holds out for val.
+    source = records.RecordSlice((str(path),), 0, path.stat().st_size // fmt.record_bytes - 200)
     real = pipeline.train_dataset(
         source, fmt, Preprocess(32, Augmentation(crop="pad", padding=2)), 64, 0, 2000, cache=True
     )
@@ -498,7 +502,14 @@ def memory(folder: Path, quick: bool) -> list[Row]:
     output = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True).stdout
     peak, after_epoch = ast.literal_eval(output.strip().splitlines()[-1])
     return [
-        Row("Memory: peak RSS, 5 epochs CIFAR pipeline (vs 1.5 GiB)", peak, 1536.0, "MiB", 1.0, higher_is_better=False),
+        Row(
+            "Memory: peak RSS, 5 epochs CIFAR pipeline (baseline column = the 1.5 GiB budget, a target)",
+            peak,
+            MEMORY_BUDGET_MIB,
+            "MiB",
+            1.0,
+            higher_is_better=False,
+        ),
         Row(
             "Memory: RSS after epoch 5 vs after epoch 2",
             after_epoch[4],

@@ -82,3 +82,30 @@ def run_py(args: list[str], cwd: Path = ROOT, timeout: int = 600):
     return subprocess.run(
         [sys.executable, str(ROOT / "run.py"), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
     )
+
+
+def check_run_metrics(run_dir: Path, mode: str = "max") -> dict:
+    """Cross-checks a finished run's files, so that a run writing wrong figures fails where a bare
+    `0 <= accuracy <= 1` would pass: the objective is the best `objective.metric` of history.csv and
+    the val figures are that epoch's; test accuracy is the confusion matrix's diagonal over its total;
+    the losses are finite. Returns metrics.json."""
+    import csv
+    import json
+    import math
+
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    with open(run_dir / "history.csv", newline="") as handle:
+        history = list(csv.DictReader(handle))
+    values = [float(row[metrics["objective_metric"]]) for row in history]
+    best = (max if mode == "max" else min)(values)
+    assert metrics["objective"] == pytest.approx(best, abs=1e-6)
+    assert len(history) == metrics["epochs_completed"]
+    best_row = history[metrics["best_epoch"] - 1]
+    assert float(best_row[metrics["objective_metric"]]) == pytest.approx(best, abs=1e-6)
+    assert metrics["val_accuracy"] == pytest.approx(float(best_row["val_accuracy"]), abs=1e-6)
+    with open(run_dir / "confusion_matrix_test.csv", newline="") as handle:
+        counts = np.array([[int(cell) for cell in row[1:]] for row in list(csv.reader(handle))[1:]])
+    assert counts.sum() == metrics["num_examples"]["test"]
+    assert metrics["test_accuracy"] == pytest.approx(np.trace(counts) / counts.sum(), abs=1e-6)
+    assert math.isfinite(metrics["test_loss"]) and math.isfinite(metrics["val_loss"])
+    return metrics

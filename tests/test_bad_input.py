@@ -270,6 +270,8 @@ def test_converter_skips_bad_images_and_rejects_bad_folders(tmp_path):
         (["dataset=cifar", "dataset.data_dir=/nonexistent/cifar"], "error: dataset files data_batch_1.bin"),
         (["mode=evaluate", "checkpoint=/nonexistent/run"], "error: checkpoint=/nonexistent/run: no such file"),
         (["trainer.batch_size=0"], "error: trainer.batch_size must be >= 1; got 0"),
+        (["seed=-1"], "error: seed must be in [0, 2**32); got -1"),
+        (["dataset.image_size=8"], "error: dataset.image_size must be >= 16 for VGG19's five poolings"),
         (
             ["strategy=mirrored", "strategy.cpu_devices=2", "trainer.batch_size=15"],
             "error: trainer.batch_size=15 must be divisible by the 2 replicas of the strategy",

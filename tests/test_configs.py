@@ -29,6 +29,7 @@ def test_default_is_digits_with_the_tuned_model():
     assert isinstance(settings.dataset, BinaryDatasetConfig)
     assert settings.dataset.name == "digits"
     assert settings.model.width_multiplier == 0.25  # from conf/dataset_model/digits_vgg19.yaml
+    assert settings.model.batch_norm and settings.model.batch_norm_momentum == 0.9
     assert settings.objective.metric == "val_accuracy"
 
 
@@ -64,3 +65,78 @@ def test_bad_values_fail_naming_the_key(override, error, key):
         to_settings(compose([override]))
     message = str(raised.value) + str(raised.value.__cause__ or "")
     assert key in message
+
+
+# The bad-input matrix of values people type: each fails at start-up, before TensorFlow, with one line naming the key.
+OUT_OF_RANGE = [
+    (["dataset.image_size=1"], "dataset.image_size must be >= 16"),
+    (["dataset.image_size=8"], "dataset.image_size must be >= 16"),
+    (
+        ["dataset=cifar", "dataset.image_size=0", "dataset.augment.crop=none", "dataset.height=8", "dataset.width=8"],
+        "dataset.image_size must be >= 16",
+    ),
+    (["dataset=cats_dogs", "dataset.image_size=8"], "dataset.image_size must be >= 16"),
+    (["dataset=cifar", "dataset.image_size=16"], "dataset.augment.crop_size must be <= the 16-pixel image"),
+    (
+        ["dataset=cats_dogs", "dataset.image_size=32", "dataset.augment.crop=random", "dataset.augment.crop_size=40"],
+        "dataset.augment.crop_size must be <=",
+    ),
+    (["seed=-1"], "seed must be in [0, 2**32)"),
+    (["predict.workers=-1"], "predict.workers must be >= 0"),
+    (["model.width_multiplier=1e-9"], "model.width_multiplier must be > 1/128"),
+    (["dataset=cifar", "dataset.val_size=10.5"], "dataset.val_size must be a record count or a fraction"),
+    (["dataset=cifar", "dataset.val_size=-0.1"], "dataset.val_size must be"),
+    (["model.batch_norm_momentum=1.0"], "model.batch_norm_momentum must be in [0, 1)"),
+    (["dataset=cifar", "dataset.train_files=[]"], "dataset.train_files must be a glob or a non-empty list"),
+]
+
+
+@pytest.mark.parametrize("overrides, message", OUT_OF_RANGE, ids=[" ".join(o) for o, _ in OUT_OF_RANGE])
+def test_out_of_range_values_fail_at_startup_with_one_line(overrides, message):
+    with pytest.raises(ConfigError) as raised:
+        to_settings(compose(overrides))
+    assert str(raised.value).startswith(message) and "\n" not in str(raised.value)
+
+
+def test_a_width_below_one_channel_per_eight_warns(caplog):
+    settings = to_settings(compose(["model.width_multiplier=0.05"]))
+    assert settings.model.width_multiplier == 0.05
+    assert "model.width_multiplier=0.05 leaves block1 3 channel(s)" in caplog.text
+    caplog.clear()
+    to_settings(compose(["model.width_multiplier=0.125"]))
+    assert "model.width_multiplier" not in caplog.text
+
+
+@pytest.mark.parametrize(
+    "overrides, key, expected",
+    [
+        (
+            ["dataset=cats_dogs", "dataset.train_files=/data/trpetdata.tfrecords_*"],
+            "train_files",
+            ["/data/trpetdata.tfrecords_*"],
+        ),
+        (["dataset=cats_dogs", "dataset.test_files=[a_*, b_*]"], "test_files", ["a_*", "b_*"]),
+        (["dataset=cifar", "dataset.train_files=all.bin"], "train_files", ["all.bin"]),
+        (["dataset=cifar", "dataset.val_size=0.1"], "val_size", 0.1),
+        (["dataset=cifar", "dataset.val_size=500"], "val_size", 500),
+    ],
+)
+def test_values_as_people_type_them(overrides, key, expected):
+    value = getattr(to_settings(compose(overrides)).dataset, key)
+    assert value == expected and type(value) is type(expected)
+
+
+@pytest.mark.parametrize(
+    "overrides, shown, hidden",
+    [
+        ([], {"dataset", "model", "optimizer", "trainer", "objective"}, {"predict", "inspect", "export", "finetune"}),
+        (["model=vgg19_imagenet", "dataset=cats_dogs"], {"finetune", "optimizer"}, {"predict", "inspect"}),
+        (["mode=predict", "checkpoint=run", "predict.input=x"], {"predict", "dataset"}, {"optimizer", "objective"}),
+        (["mode=inspect"], {"inspect", "dataset"}, {"optimizer", "trainer", "predict", "checkpoint", "resume"}),
+    ],
+)
+def test_the_config_tree_shows_the_sections_the_mode_reads(overrides, shown, hidden, capsys):
+    from trainer.tasks import print_config_tree
+
+    branches = {line.split()[-1] for line in print_config_tree(compose(overrides)).splitlines() if "── " in line}
+    assert shown <= branches and not hidden & branches, branches

@@ -1,4 +1,5 @@
-"""The README's promise: `python run.py` on the bundled digits reaches at least 97% test accuracy.
+"""The README's promise: `python run.py` on the bundled digits reaches at least 99% test accuracy,
+and validation tracks training (batch norm's statistics do not lag behind the weights).
 
 Slow (about a minute on 2 cores): `pytest -m slow`. The wall time is printed, not asserted
 (timing targets live in benchmarks, not tests).
@@ -6,6 +7,7 @@ Slow (about a minute on 2 cores): `pytest -m slow`. The wall time is printed, no
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
@@ -18,7 +20,7 @@ from conftest import ROOT
 
 
 @pytest.mark.slow
-def test_default_run_reaches_97_percent_on_the_digits(tmp_path):
+def test_default_run_reaches_99_percent_on_the_digits(tmp_path):
     started = time.monotonic()
     result = subprocess.run(
         [sys.executable, str(ROOT / "run.py"), f"hydra.run.dir={tmp_path / 'run'}"],
@@ -32,5 +34,12 @@ def test_default_run_reaches_97_percent_on_the_digits(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     print(f"digits demo: test accuracy {metrics['test_accuracy']:.4f} in {seconds:.0f} s wall")
-    assert metrics["test_accuracy"] >= 0.97
-    assert metrics["epochs_completed"] == 20
+    assert metrics["test_accuracy"] >= 0.99
+    assert metrics["epochs_completed"] == 8
+    with open(tmp_path / "run" / "history.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    # From the epoch after warm-up on, val_accuracy is within 0.15 of the training accuracy (at BN momentum 0.99
+    # it read 0.11 against 0.74 at epoch 3), and the last epoch's val_loss is of the order of the training loss.
+    for row in rows[2:]:
+        assert float(row["val_accuracy"]) > float(row["accuracy"]) - 0.15, row
+    assert float(rows[-1]["val_loss"]) < 2 * float(rows[-1]["loss"]), rows[-1]

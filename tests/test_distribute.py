@@ -104,7 +104,9 @@ def _start_workers(tmp_path: Path, data: Path, *overrides: str) -> list[subproce
 
 def test_two_workers_train_identical_weights_and_only_the_chief_writes(tmp_path):
     data = write_cifar(tmp_path / "cifar")
-    workers = _start_workers(tmp_path, data, "trainer.epochs=2")
+    # Batch norm's moving statistics are each worker's own (Keras's BatchNormalization is not synchronized):
+    # identical weights bit for bit need it off.
+    workers = _start_workers(tmp_path, data, "trainer.epochs=2", "model.batch_norm=false")
     outputs = [worker.communicate(timeout=300)[0] for worker in workers]
     assert [worker.returncode for worker in workers] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
 

@@ -94,17 +94,12 @@ def test_predict_on_records_keeps_input_order(trained, tmp_path):
     rows = _read_csv(output)
     assert [row["id"] for row in rows] == [str(index) for index in range(24)]
     assert [int(row["true_index"]) for row in rows] == labels.tolist()
-    probabilities = np.array(
-        [
-            [
-                float(row[f"prob_{name}"])
-                for name in ("airplane", "cat", "truck", "ship", "automobile", "bird", "deer", "dog", "frog", "horse")
-            ]
-            for row in rows
-        ]
-    )
+    settings = to_settings(compose(cifar_overrides(data), tmp_path / "unused"))
+    names = list(settings.dataset.class_names)
+    probabilities = np.array([[float(row[f"prob_{name}"]) for name in names] for row in rows])
     np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, atol=1e-5)
     predicted = [int(row["predicted_index"]) for row in rows]
+    assert predicted == probabilities.argmax(axis=1).tolist()
     assert accuracy == pytest.approx(np.mean(np.array(predicted) == labels))
     # The CSV agrees with the saved model applied, in a process that imports nothing of this project, to the
     # same records as uint8 pixels (channel-first planes to HWC, then the evaluation centre crop 32 -> 28).
@@ -186,9 +181,12 @@ def test_bad_input_is_a_clear_error(trained, tmp_path, case, message):
     overrides = [*cifar_overrides(data), f"mode={mode}", *extra]
     if case != "no_checkpoint_given":
         overrides.append(f"checkpoint={checkpoint}")
+    before = {path: path.read_bytes() for path in (run_dir / "checkpoints").iterdir()}
     with pytest.raises((DataError, ConfigError), match=message):
         run_task(compose(overrides, tmp_path / "run"))
-    assert (run_dir / "checkpoints" / "best.keras").is_file(), "nothing already written is lost"
+    # Nothing already written is lost: the run's checkpoints are untouched, and no partial CSV is left behind.
+    assert {path: path.read_bytes() for path in (run_dir / "checkpoints").iterdir()} == before
+    assert not (run_dir / "predictions.csv").exists() and not list(tmp_path.rglob("*.csv"))
 
 
 def test_mode_must_be_known():
@@ -197,3 +195,21 @@ def test_mode_must_be_known():
     with pytest.raises(ConfigCompositionException) as raised:  # an enum: refused when the config is composed
         to_settings(compose(["mode=serve"]))
     assert "expected one of [train, evaluate, predict, inspect, export]" in str(raised.value.__cause__)
+
+
+def test_the_validation_split_is_checked_only_where_it_is_read(trained, tmp_path):
+    """dataset.val_size=5000 (CIFAR's default) on an 80-record folder: only a mode reading val stops on it."""
+    data, run_dir = trained
+    too_big = "dataset.val_size=5000"
+    metrics = _evaluate(data, run_dir, tmp_path / "test", too_big)
+    assert metrics["split"] == "test" and metrics["num_examples"] == 24
+    run_task(compose([*cifar_overrides(data), too_big, "mode=inspect", "inspect.num_images=4"], tmp_path / "inspect"))
+    assert json.loads((tmp_path / "inspect" / "inspect.json").read_text())["num_examples"] == 80
+    with pytest.raises(DataError, match=r"dataset.val_size=5000 must be between 1 and the 80 training records"):
+        _evaluate(data, run_dir, tmp_path / "val", too_big, "evaluate.split=val")
+
+
+def test_val_size_as_a_fraction(trained, tmp_path):
+    data, run_dir = trained
+    metrics = _evaluate(data, run_dir, tmp_path / "val", "dataset.val_size=0.25", "evaluate.split=val")
+    assert metrics["num_examples"] == 20, "a quarter of the 80 training records"

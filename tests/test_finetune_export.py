@@ -49,6 +49,7 @@ def _overrides(root, weights, *extra):
         "trainer.batch_size=6",
         "trainer.steps_per_epoch=2",
         "trainer.verbose=0",
+        "optimizer=sgd",
         "optimizer.lr=0.05",
         *extra,
     ]
@@ -75,7 +76,8 @@ def test_phase_one_keeps_the_base_bit_for_bit(setup, tmp_path):
     assert head.trainable
 
 
-def test_phase_two_trains_from_unfreeze_from_only(setup, tmp_path):
+def test_phase_two_trains_from_unfreeze_from_only(setup, tmp_path, recwarn, caplog):
+    caplog.set_level("INFO", logger="trainer.tasks.train")
     root, weights, initial = setup
     run_task(
         compose(
@@ -93,6 +95,9 @@ def test_phase_two_trains_from_unfreeze_from_only(setup, tmp_path):
         assert same == (not layer.startswith("block5")), layer
     history = (tmp_path / "run" / "history.csv").read_text().splitlines()
     assert len(history) == 3, "two epochs, each once, across the two phases"
+    # The switch restores no stale optimizer state, and the schedule's restart is said.
+    assert not [str(w.message) for w in recwarn if "Skipping variable loading" in str(w.message)]
+    assert "Epochs 2-2: the cosine schedule starts again from lr 0.005 over these 1 epochs" in caplog.text
 
 
 def test_the_model_applies_the_preprocessing_the_weights_expect(setup, tmp_path):

@@ -81,3 +81,31 @@ def test_optuna_search_runs_trials_and_optimises_the_returned_float(tmp_path):
         "Best parameters" in result.stdout + result.stderr
         or (tmp_path / "sweep" / "optimization_results.yaml").is_file()
     )
+
+
+def test_best_table_rounds_the_figures():
+    from trainer.sweep import best_table
+
+    rows = [
+        {
+            "job": "0",
+            "status": "ok",
+            "objective": "0.11999999731779099",
+            "val_accuracy": "0.11999999731779099",
+            "test_accuracy": "0.1",
+            "overrides": "optimizer.lr=0.1",
+        },
+        {
+            "job": "1",
+            "status": "ok",
+            "objective": "0.5",
+            "val_accuracy": "0.5",
+            "test_accuracy": "",
+            "overrides": "optimizer.lr=0.01",
+        },
+        {"job": "2", "status": "failed", "objective": "", "val_accuracy": "", "test_accuracy": "", "overrides": "x"},
+    ]
+    lines = best_table(rows, "max").splitlines()
+    assert lines[1].split()[:3] == ["1", "0.5000", "0.5000"]
+    assert lines[2].split() == ["0", "0.1200", "0.1200", "0.1000", "optimizer.lr=0.1"]
+    assert len(lines) == 3, "the failed job is not ranked"

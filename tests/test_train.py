@@ -5,13 +5,15 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 
 import keras
 
-from conftest import ROOT, cifar_overrides, compose
+from conftest import ROOT, check_run_metrics, cifar_overrides, compose
 from trainer.config import to_settings
+from trainer.quiet import NOISE
 from trainer.tasks.train import train
 
 METRIC_KEYS = {"val_accuracy", "val_loss", "test_accuracy", "test_loss", "epochs_completed"}
@@ -41,9 +43,12 @@ def test_train_returns_the_best_objective_and_writes_metrics(tmp_path, cifar_dir
     assert model.get_layer("vgg19").get_layer("block1_conv1").filters == 8
 
 
+TF_NOISE = ("cuInit", "absl::InitializeLog", "cudart_stub", "oneDNN", "cpu_feature_guard", "then broadcast")
+
+
 def test_run_py_writes_every_output(tmp_path, cifar_dir):
     run_dir = tmp_path / "run"
-    result = _run([*cifar_overrides(cifar_dir), f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    result = _run([*cifar_overrides(cifar_dir), "trainer.epochs=2", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     for name in (
         ".hydra/config.yaml",
@@ -56,9 +61,35 @@ def test_run_py_writes_every_output(tmp_path, cifar_dir):
     ):
         assert (run_dir / name).is_file(), name
     assert list((run_dir / "tensorboard").rglob("events.out.tfevents.*"))
-    metrics = json.loads((run_dir / "metrics.json").read_text())
-    assert METRIC_KEYS <= set(metrics) and 0.0 <= metrics["test_accuracy"] <= 1.0
-    assert "Test accuracy" in (run_dir / "run.log").read_text()
+    metrics = check_run_metrics(run_dir)
+    assert METRIC_KEYS <= set(metrics)
+    console, log = result.stdout + result.stderr, (run_dir / "run.log").read_text()
+    # TensorFlow's start-up noise stays out of the console and the log.
+    for text in (console, log):
+        assert not [noise for noise in TF_NOISE if noise in text], text[:3000]
+    # One line per epoch, ours: no Keras progress line beside it.
+    assert re.findall(r"\] - (Epoch \d+/\d+): ", log) == ["Epoch 1/2", "Epoch 2/2"]
+    assert re.findall(r"\] - (Epoch \d+/\d+): ", console) == ["Epoch 1/2", "Epoch 2/2"]
+    assert "step - " not in console and "/step" not in console
+    # The config tree shows the sections training reads, not predict/inspect/export.
+    tree = (run_dir / "config_tree.txt").read_text()
+    assert "optimizer" in tree and not {"predict", "inspect", "export", "finetune"} & set(tree.split())
+    # One summary at the end: the folder, the best epoch, val and test accuracy, the files to open.
+    summary = log[log.index("Run finished: ") :]
+    assert str(run_dir.resolve()) in summary.splitlines()[0]
+    assert f"best epoch {metrics['best_epoch']} of 2 by val_accuracy" in summary
+    assert f"val_accuracy {metrics['val_accuracy']:.4f}, test_accuracy {metrics['test_accuracy']:.4f}" in summary
+    assert "open: curves.png, confusion_matrix_test.png, metrics.json, history.csv, run.log" in summary
+
+
+def test_tf_logs_brings_tensorflow_s_own_lines_back(tmp_path, cifar_dir):
+    run_dir = tmp_path / "run"
+    result = _run(
+        [*cifar_overrides(cifar_dir), "trainer.tf_logs=true", "mode=inspect", f"hydra.run.dir={run_dir}"],
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert any(NOISE.match(line) for line in result.stderr.splitlines()), result.stderr[-3000:]
 
 
 def test_bad_input_is_one_line_and_a_non_zero_exit(tmp_path):

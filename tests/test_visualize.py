@@ -13,7 +13,7 @@ from test_cats_dogs import make_pets
 from conftest import cifar_overrides, compose, write_cifar
 from trainer.convert import ConvertOptions, convert
 from trainer.tasks import run_task
-from trainer.visualize import sheet_layout, tile_origin
+from trainer.visualize import draw_curves, sheet_layout, tile_origin
 
 
 def test_contact_sheet_tiles_are_the_records_in_order(tmp_path):
@@ -92,10 +92,11 @@ def test_training_draws_curves_logs_the_learning_rate_and_sample_images(tmp_path
     run_dir = tmp_path / "run"
     run_task(compose(["debug=smoke", "trainer.epochs=2"], run_dir), show_config=True)
     curves = Image.open(run_dir / "curves.png")
-    assert curves.format == "PNG" and curves.size == (1000, 400)
+    assert curves.format == "PNG" and curves.size == (1500, 400), "loss, accuracy and learning-rate panels"
     header = (run_dir / "history.csv").read_text().splitlines()[0]
     assert "learning_rate" in header
     assert "dataset" in (run_dir / "config_tree.txt").read_text()
+    assert "predict" not in (run_dir / "config_tree.txt").read_text(), "only the sections training reads"
     tags = set()
     for event_file in (run_dir / "tensorboard" / "train").glob("events.*"):
         for event in tf.compat.v1.train.summary_iterator(str(event_file)):
@@ -110,3 +111,54 @@ def test_inspect_runs_on_the_bundled_dataset(tmp_path, dataset):
         compose([f"dataset={dataset}", "mode=inspect", "inspect.split=val", "inspect.num_images=4"], tmp_path / "out")
     )
     assert json.loads((tmp_path / "out" / "inspect.json").read_text())["num_examples"] == 200
+
+
+def _history(val_loss: list[float]) -> list[dict[str, str]]:
+    return [
+        {
+            "epoch": str(index),
+            "loss": str(1.0 / (index + 1)),
+            "accuracy": str(0.5 + index / 20),
+            "val_loss": str(value),
+            "val_accuracy": str([0.1, 0.6, 0.9, 0.8][index]),
+            "learning_rate": str(0.01 * (1 - index / 4)),
+        }
+        for index, value in enumerate(val_loss)
+    ]
+
+
+def test_curves_have_a_log_loss_integer_epochs_a_title_the_best_epoch_and_the_learning_rate(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
+    figures = []
+    monkeypatch.setattr(Figure, "savefig", lambda self, *args, **kwargs: figures.append(self))
+    draw_curves(_history([2843.0, 0.9, 0.5, 0.6]), tmp_path / "curves.png", "day/run  ·  dataset=cifar", "val_accuracy")
+    loss, accuracy, learning_rate = figures[0].axes
+    assert loss.get_yscale() == "log", "a first-epoch val_loss of 2843 must not flatten the rest"
+    assert learning_rate.get_title() == "learning rate" and learning_rate.lines[0].get_ydata()[0] == 0.01
+    assert all(tick == int(tick) for tick in accuracy.get_xticks())
+    assert figures[0].get_suptitle() == "day/run  ·  dataset=cifar, best epoch 3 by val_accuracy"
+    best = [line for line in accuracy.lines if line.get_label() == "best: val_accuracy"][0]
+    assert (list(best.get_xdata()), list(best.get_ydata())) == ([3], [0.9])
+
+
+def test_drawn_curves_are_a_png(tmp_path):
+    path = draw_curves(_history([1.0, 0.9]), tmp_path / "curves.png", "run", "val_loss", "min")
+    image = Image.open(path)
+    assert image.format == "PNG" and image.size == (1500, 400)
+
+
+def test_the_progress_bar_runs_within_epochs_and_is_gone_at_their_end(capsys):
+    import keras
+
+    from trainer.callbacks import ProgressBar
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, activation="softmax")])
+    model.compile("sgd", "sparse_categorical_crossentropy")
+    bar = ProgressBar(delay=0.0)
+    x, y = np.zeros((40, 4), np.float32), np.zeros((40,), np.int32)
+    model.fit(x, y, batch_size=8, epochs=2, verbose=0, callbacks=[bar])
+    err = capsys.readouterr().err
+    assert "Epoch 1/2" in err and "Epoch 2/2" in err and "/5 [" in err, err
+    assert err.endswith("\r") and not err.split("\r")[-2].strip(), "erased at the end: EpochLog's line stands"
+    assert bar.bar is None

@@ -11,6 +11,7 @@ import math
 import shutil
 import signal
 import threading
+import time
 from pathlib import Path
 
 import keras
@@ -52,11 +53,16 @@ class Checkpoints(keras.callbacks.Callback):
 
 
 class EpochLog(keras.callbacks.Callback):
-    """Logs the first step (start-up cost) and one line per epoch to the run's log file."""
+    """Logs the first step (start-up cost) and one line per epoch, the only one on the console and in run.log
+    (`fit` runs with verbose=0)."""
 
     def __init__(self):
         super().__init__()
         self.first_step_logged = False
+        self.started = time.perf_counter()
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.started = time.perf_counter()
 
     def on_train_batch_end(self, batch, logs=None):
         if not self.first_step_logged:
@@ -64,8 +70,38 @@ class EpochLog(keras.callbacks.Callback):
             log.info("First training step done")
 
     def on_epoch_end(self, epoch, logs=None):
-        metrics = " ".join(f"{name}={value:.4f}" for name, value in sorted((logs or {}).items()))
-        log.info("Epoch %d/%d: %s", epoch + 1, self.params.get("epochs", 0), metrics)
+        metrics = " ".join(f"{name}={value:.4g}" for name, value in sorted((logs or {}).items()))
+        seconds = time.perf_counter() - self.started
+        log.info("Epoch %d/%d: %s (%.1f s)", epoch + 1, self.params.get("epochs", 0), metrics, seconds)
+
+
+class ProgressBar(keras.callbacks.Callback):
+    """A progress bar within each epoch, for a terminal: it appears once an epoch has run `delay` seconds
+    and is erased at the epoch end, where EpochLog's line takes its place."""
+
+    def __init__(self, delay: float = 2.0):
+        super().__init__()
+        self.delay, self.bar = delay, None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        from tqdm import tqdm
+
+        description = f"Epoch {epoch + 1}/{self.params.get('epochs', 0)}"
+        self.bar = tqdm(total=self.params.get("steps"), desc=description, unit="step", leave=False, delay=self.delay)
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.bar is not None:
+            self.bar.update(batch + 1 - self.bar.n)  # with steps_per_execution > 1, called every N steps
+            if logs and "loss" in logs:
+                self.bar.set_postfix(loss=f"{float(logs['loss']):.4g}", refresh=False)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.on_train_end()
+
+    def on_train_end(self, logs=None):  # also after a stop within an epoch
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
 
 
 class Preempted(Exception):
@@ -180,9 +216,10 @@ class Curves(keras.callbacks.Callback):
     """Redraws curves.png from history.csv at every epoch end, in a background thread (drawing takes
     ~0.2 s); the last epochs are drawn when training ends."""
 
-    def __init__(self, history_csv: Path, path: Path):
+    def __init__(self, history_csv: Path, path: Path, title: str = "", monitor: str = "val_accuracy", mode="max"):
         super().__init__()
         self.history_csv, self.path = history_csv, path
+        self.title, self.monitor, self.mode = title, monitor, mode
         self.drawing: threading.Thread | None = None
         self.drawn_epochs = 0  # rows handed to the last drawing
 
@@ -209,7 +246,7 @@ class Curves(keras.callbacks.Callback):
         from trainer.visualize import draw_curves
 
         try:
-            draw_curves(rows, self.path)
+            draw_curves(rows, self.path, self.title, self.monitor, self.mode)
         except Exception as error:  # a plot must never stop training
             log.warning("could not draw %s: %s", self.path, error)
 
@@ -243,6 +280,17 @@ class SampleImages(keras.callbacks.Callback):
             tf.summary.image("input_images", self.images, step=0, max_outputs=8)
 
 
+def rewrite_backup(backup: keras.callbacks.BackupAndRestore, model: keras.Model, epochs_done: int) -> None:
+    """Backs up `model` as it stands, recorded as `epochs_done` epochs done (its `fit` restores from it).
+
+    At a fine-tuning phase switch the old backup holds the previous phase's optimizer, whose
+    variables the new one cannot take ("Skipping variable loading for optimizer").
+    """
+    backup.set_model(model)
+    backup._current_epoch, backup._last_batch_seen = epochs_done, 0
+    backup._save_model()
+
+
 def best_so_far(history_csv: Path, monitor: str, mode: str) -> float | None:
     """The best `monitor` value in an existing history.csv (a resumed run), else None."""
     if not history_csv.is_file():
@@ -262,12 +310,15 @@ def training_callbacks(
     samples=None,
     tensorboard: bool = True,
     extra: list[keras.callbacks.Callback] | None = None,
+    progress: bool = False,
+    title: str = "",
 ) -> list[keras.callbacks.Callback]:
     """The callbacks every run gets, writing into `run_dir`; checkpoints carry `info`.
 
     `samples` is a few uint8 input images for TensorBoard. `extra` (early stopping,
     LR on plateau, experiment trackers) run after the epoch's files are written,
     with the learning rate in the logs, before the backup commits the epoch.
+    `progress` adds a progress bar within each epoch (for a terminal); `title` heads curves.png.
 
     Order matters: the NaN check runs before anything saves; the learning rate
     joins the logs before history.csv and TensorBoard write them; the backup
@@ -283,9 +334,11 @@ def training_callbacks(
         LearningRateLog(),
         Checkpoints(folder, info, monitor, mode, best=best_so_far(run_dir / "history.csv", monitor, mode)),
         HistoryLog(run_dir / "history.csv"),
-        Curves(run_dir / "history.csv", run_dir / "curves.png"),
+        Curves(run_dir / "history.csv", run_dir / "curves.png", title, monitor, mode),
         EpochLog(),
     ]
+    if progress:
+        callbacks.append(ProgressBar())
     if tensorboard:
         callbacks.append(keras.callbacks.TensorBoard(str(run_dir / "tensorboard"), write_graph=False))
     if tensorboard and samples is not None:

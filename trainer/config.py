@@ -11,6 +11,7 @@ runs when `to_settings` turns the composed config into these dataclasses.
 from __future__ import annotations
 
 import functools
+import logging
 import re
 import tempfile
 from dataclasses import dataclass, field
@@ -24,6 +25,10 @@ from omegaconf import MISSING, DictConfig, MissingMandatoryValue, OmegaConf
 
 from trainer import cluster, folders
 from trainer.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+MIN_VGG_INPUT = 16  # five 2x2 poolings take 16 pixels down to 1 (trainer.models.vgg19.MIN_INPUT_SIZE)
 
 
 class Choice(str, Enum):
@@ -49,6 +54,24 @@ Mode = Choice("Mode", {name: name for name in ("train", "evaluate", "predict", "
 def _require(condition: bool, key: str, expected: str, value: Any) -> None:
     if not condition:
         raise ConfigError(f"{key} must be {expected}; got {value!r}")
+
+
+def _file_list(value: Any, key: str) -> list[str]:
+    """A list of paths or globs from a list or from one string (`dataset.train_files=/data/x_*`)."""
+    files = [value] if isinstance(value, str) else list(value or [])
+    _require(bool(files) and all(isinstance(f, str) and f for f in files), key, "a glob or a non-empty list", value)
+    return files
+
+
+def _check_crop(augment: AugmentConfig, image_size: int) -> None:
+    """A random crop must fit in the (resized) image it is cut from."""
+    if augment.crop == "random" and augment.crop_size:
+        _require(
+            augment.crop_size <= image_size,
+            "dataset.augment.crop_size",
+            f"<= the {image_size}-pixel image it is cut from (dataset.image_size)",
+            augment.crop_size,
+        )
 
 
 @dataclass
@@ -81,8 +104,8 @@ class BinaryDatasetConfig:
 
     name: str = MISSING
     data_dir: str = MISSING  # folder holding the files (relative paths resolve against the launch folder)
-    train_files: list[str] = MISSING
-    test_files: list[str] = MISSING
+    train_files: Any = MISSING  # a file name or a list of them
+    test_files: Any = MISSING
     search_subdirs: list[str] = field(default_factory=list)  # also look in these folders below data_dir
     height: int = MISSING  # stored image height
     width: int = MISSING
@@ -92,7 +115,7 @@ class BinaryDatasetConfig:
     num_classes: int = MISSING
     class_names: list[str] = MISSING
     image_size: int = 0  # resize stored images to this before augmentation (0 = stored size)
-    val_size: int = 5000  # validation records held out from the end of the training files
+    val_size: float = 5000  # validation records held out from the end of the training files; < 1: a fraction
     val_source: ValSource = ValSource.train  # train: hold out val_size records; test: validate on the test files
     shuffle_buffer: int = 10000  # records; >= the training set size gives a full shuffle
     cache: bool = False  # keep the decoded images in memory after the first epoch (small datasets)
@@ -120,10 +143,18 @@ class BinaryDatasetConfig:
             list(self.class_names),
         )
         _require(self.image_size >= 0, "dataset.image_size", ">= 0", self.image_size)
-        _require(self.val_size >= 0, "dataset.val_size", ">= 0", self.val_size)
+        _check_crop(self.augment, self.image_size or self.height)
+        _require(
+            self.val_size >= 0 and (self.val_size < 1 or float(self.val_size).is_integer()),
+            "dataset.val_size",
+            "a record count or a fraction in (0, 1)",
+            self.val_size,
+        )
+        if self.val_size >= 1:
+            self.val_size = int(self.val_size)
         _require(self.shuffle_buffer >= 1, "dataset.shuffle_buffer", ">= 1", self.shuffle_buffer)
-        _require(bool(self.train_files), "dataset.train_files", "a non-empty list", self.train_files)
-        _require(bool(self.test_files), "dataset.test_files", "a non-empty list", self.test_files)
+        self.train_files = _file_list(self.train_files, "dataset.train_files")
+        self.test_files = _file_list(self.test_files, "dataset.test_files")
         if self.download:
             _require(bool(self.url), "dataset.url", "set when dataset.download=true", self.url)
 
@@ -134,9 +165,9 @@ class TFRecordDatasetConfig:
 
     name: str = MISSING
     data_dir: str = "."  # the converter's OUTPUT_DIR; the globs below usually start with it
-    train_files: list[str] = MISSING  # globs, e.g. ["${dataset.data_dir}/train.tfrecords_*"]
-    val_files: list[str] = MISSING
-    test_files: list[str] = MISSING
+    train_files: Any = MISSING  # a glob or a list of globs, e.g. ["${dataset.data_dir}/train.tfrecords_*"]
+    val_files: Any = MISSING
+    test_files: Any = MISSING
     format: RecordFormat = RecordFormat.raw  # raw (label + img_raw pixels) | jpeg (image/encoded ...)
     stored_size: int = 224  # raw: side of the stored images
     image_key: str | None = None  # feature keys; null: the format's defaults
@@ -167,7 +198,8 @@ class TFRecordDatasetConfig:
             list(self.class_names),
         )
         for key in ("train_files", "val_files", "test_files"):
-            _require(bool(getattr(self, key)), f"dataset.{key}", "a non-empty glob or list", getattr(self, key))
+            setattr(self, key, _file_list(getattr(self, key), f"dataset.{key}"))
+        _check_crop(self.augment, self.image_size)
 
 
 def _check_head(model: Any) -> None:
@@ -185,11 +217,26 @@ class VGG19Config:
     fc_units: int = 512  # units of fc1 and fc2 before width scaling
     dropout: float = 0.5  # after fc1 and fc2; 0 disables
     weight_decay: float = 5e-4  # L2 on every conv and dense kernel
-    batch_norm: bool = False  # batch normalization after each convolution
+    batch_norm: bool = True  # batch normalization after each convolution (VGG19 from scratch barely learns without)
+    batch_norm_momentum: float = 0.9  # moving statistics; Keras's 0.99 lags behind in short runs
 
     def __post_init__(self) -> None:
         _require(0 < self.width_multiplier <= 4, "model.width_multiplier", "in (0, 4]", self.width_multiplier)
         _check_head(self)
+        _require(
+            round(64 * self.width_multiplier) >= 1,
+            "model.width_multiplier",
+            "> 1/128 (block1's 64 channels would round to none)",
+            self.width_multiplier,
+        )
+        if self.width_multiplier < 0.125:
+            log.warning(
+                "model.width_multiplier=%g leaves block1 %d channel(s), fewer than one per 8 of VGG19's 64; "
+                "0.125 is the smallest width tested",
+                self.width_multiplier,
+                round(64 * self.width_multiplier),
+            )
+        _require(0 <= self.batch_norm_momentum < 1, "model.batch_norm_momentum", "in [0, 1)", self.batch_norm_momentum)
 
 
 @dataclass
@@ -313,7 +360,7 @@ class TrainerConfig:
     epochs: int = 30  # passes over the training split
     batch_size: int = 128  # global batch size, summed over replicas
     steps_per_epoch: int | None = None  # default: training records // batch_size
-    verbose: int = 2  # Keras fit verbosity: 0 silent, 1 progress bar, 2 one line per epoch
+    verbose: int = 1  # one line per epoch; 1: plus a progress bar within epochs on a terminal (0, 2: none)
     threads: int = 0  # TensorFlow intra-op threads; 0: TensorFlow's default (all cores)
     save_every_steps: int | None = None  # also back up every N steps, not only at epoch ends
     deterministic: bool = False  # TensorFlow op determinism: identical weights run to run, slower
@@ -322,6 +369,7 @@ class TrainerConfig:
     steps_per_execution: int = 1  # training steps run per call into TensorFlow
     label_smoothing: float = 0.0  # targets become (1 - s) one-hot + s / num_classes
     class_weight: Any = None  # null | balanced (n / (classes x n_class), from the training split) | {0: w, ...}
+    tf_logs: bool = False  # true: TensorFlow's own start-up and INFO logs too (cuInit, oneDNN, absl, ...)
 
     def __post_init__(self) -> None:
         _require(self.epochs >= 1, "trainer.epochs", ">= 1", self.epochs)
@@ -428,6 +476,7 @@ class PredictConfig:
     def __post_init__(self) -> None:
         formats = ("auto", "images", "records", "tfrecord")
         _require(self.format in formats, "predict.format", "auto, images, records or tfrecord", self.format)
+        _require(self.workers >= 0, "predict.workers", ">= 0 (0: one per core)", self.workers)
 
 
 @dataclass
@@ -464,6 +513,15 @@ class Config:
     output_dir: str = MISSING  # the run folder (Hydra's runtime.output_dir)
 
     def __post_init__(self) -> None:
+        _require(0 <= self.seed < 2**32, "seed", "in [0, 2**32)", self.seed)
+        if getattr(self.model, "name", None) in ("vgg19", "vgg19_imagenet"):
+            _require(
+                model_input_size(self.dataset) >= MIN_VGG_INPUT,
+                "dataset.image_size",
+                f">= {MIN_VGG_INPUT} for VGG19's five poolings (0 = the stored size; with the crop, "
+                f"the model would see {model_input_size(self.dataset)} pixels)",
+                self.dataset.image_size,
+            )
         if self.mode in ("evaluate", "predict", "export"):
             _require(
                 bool(self.checkpoint),
@@ -489,6 +547,16 @@ CUSTOM_MODEL = {"_target_": MISSING, "name": "custom", "preprocessing": None}
 # `- /hydra/schema/<group>/<name>@_here_`: Hydra's --help lists only groups outside hydra/,
 # so `dataset=binary_schema` is no longer offered as a choice.
 SCHEMA_GROUP = "hydra/schema"
+
+
+def model_input_size(dataset: BinaryDatasetConfig | TFRecordDatasetConfig) -> int:
+    """Side of the square images the model sees: the crop if any, else the resized (or stored) size."""
+    augment = dataset.augment
+    if augment.crop == "random" and augment.crop_size:
+        return augment.crop_size
+    return dataset.image_size or getattr(dataset, "height", 0)
+
+
 SCHEMAS = {
     "dataset": {"binary_schema": BinaryDatasetConfig, "tfrecord_schema": TFRecordDatasetConfig},
     "model": {"vgg19_schema": VGG19Config, "vgg19_imagenet_schema": VGG19ImageNetConfig},

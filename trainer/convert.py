@@ -35,6 +35,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from trainer import quiet
 from trainer.data import record_writer
 from trainer.data.images import RESIZE_MODES, encode_file
 from trainer.errors import UserError
@@ -326,11 +327,20 @@ def _positive(text: str) -> int:
     return value
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends `(default: X)` only where X says something: not for an empty default or a flag."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False or action.default == "":
+            return action.help
+        return super()._get_help_string(action)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m trainer.convert",
         description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_HelpFormatter,
     )
     parser.add_argument("input_dir", type=Path, help="folder with one subfolder per class, or unlabeled images")
     parser.add_argument("output_dir", type=Path, help="where the shards and manifest.json go (new or empty)")
@@ -366,6 +376,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="",
         help="comma-separated class subfolders, in label order (default: all subfolders, sorted)",
     )
+    parser.add_argument("--tf-logs", action="store_true", help="show TensorFlow's own start-up and INFO logs")
     args = parser.parse_args(argv)
     if args.val_fraction + args.test_fraction >= 1:
         parser.error("--val-fraction plus --test-fraction must be below 1")
@@ -375,6 +386,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
     args = parse_args(argv)
+    quiet.configure(args.tf_logs)
     options = ConvertOptions(
         image_size=args.image_size,
         format=args.format,

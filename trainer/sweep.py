@@ -69,12 +69,21 @@ def read_rows(summary: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
+def _rounded(text: str, digits: int = 4) -> str:
+    """A float cell to `digits` decimals (0.11999999731779099 -> 0.1200); other cells unchanged."""
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    return text if text.lstrip("-").isdigit() or not math.isfinite(value) else f"{value:.{digits}f}"
+
+
 def best_table(rows: list[dict[str, str]], mode: str, limit: int = 5) -> str:
     """The best finished jobs by objective, as aligned text."""
     finished = [row for row in rows if row["status"] == "ok" and row["objective"] not in ("", "nan")]
     finished.sort(key=lambda row: float(row["objective"]), reverse=(mode == "max"))
     columns = ["job", "objective", "val_accuracy", "test_accuracy", "overrides"]
-    lines = [columns] + [[row[name] for name in columns] for row in finished[:limit]]
+    lines = [columns] + [[_rounded(row[name]) for name in columns] for row in finished[:limit]]
     widths = [max(len(line[index]) for line in lines) for index in range(len(columns))]
     return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)) for line in lines)
 

@@ -58,25 +58,58 @@ def read_history(history_csv: str | os.PathLike) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
-def draw_curves(rows: list[dict[str, str]], path: str | os.PathLike) -> Path | None:
-    """Loss and accuracy per epoch, train and validation; None before the first epoch. No pyplot, so
-    it is safe outside the main thread."""
+def draw_curves(
+    rows: list[dict[str, str]],
+    path: str | os.PathLike,
+    title: str = "",
+    monitor: str = "val_accuracy",
+    mode: str = "max",
+) -> Path | None:
+    """Loss (log scale), accuracy and learning rate per epoch, train and validation, with the best epoch by
+    `monitor` marked; None before the first epoch. No pyplot, so it is safe outside the main thread.
+
+    Epochs are numbered from 1 by row, whatever history.csv's own epoch column counts from.
+    """
     if not rows:
         return None
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
-    epochs = [int(row["epoch"]) for row in rows]  # history.csv counts from 1
-    figure = Figure(figsize=(10, 4), dpi=100)
-    axes = figure.subplots(1, 2)
-    for axis, metric in zip(axes, ("loss", "accuracy"), strict=True):
-        for prefix, style in (("", "-o"), ("val_", "--s")):
-            name = prefix + metric
-            if name in rows[0]:
-                axis.plot(epochs, [float(row[name]) for row in rows], style, label=name, markersize=3)
+    epochs = list(range(1, len(rows) + 1))
+
+    def column(name: str) -> list[float] | None:
+        return [float(row[name]) for row in rows] if name in rows[0] else None
+
+    panels = [("loss", ("loss", "val_loss")), ("accuracy", ("accuracy", "val_accuracy"))]
+    if column("learning_rate") is not None:
+        panels.append(("learning rate", ("learning_rate",)))
+    best = None
+    if (values := column(monitor)) is not None:
+        best = values.index((max if mode == "max" else min)(values))
+    figure = Figure(figsize=(5 * len(panels), 4), dpi=100)
+    axes = figure.subplots(1, len(panels), squeeze=False)[0]
+    for axis, (label, names) in zip(axes, panels, strict=True):
+        for name in names:
+            values = column(name)
+            if values is None:
+                continue
+            style = "--s" if name.startswith("val_") else "-o"
+            axis.plot(epochs, values, style, label=name, markersize=3)
+            if best is not None and name == monitor:
+                axis.plot(epochs[best], values[best], "*", color="crimson", markersize=14, label=f"best: {monitor}")
+        if label == "loss":
+            shown = [float(row[name]) for name in names if name in rows[0] for row in rows]
+            if shown and min(shown) > 0:
+                axis.set_yscale("log")  # a first-epoch val_loss in the thousands would flatten the rest
+        if best is not None:
+            axis.axvline(epochs[best], color="crimson", alpha=0.3, linestyle=":")
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         axis.set_xlabel("epoch")
-        axis.set_title(metric)
+        axis.set_title(label)
         axis.grid(alpha=0.3)
-        axis.legend()
+        axis.legend(fontsize="small")
+    best_text = f", best epoch {epochs[best]} by {monitor}" if best is not None else ""
+    figure.suptitle(f"{title}{best_text}" if title else best_text.lstrip(", "))
     figure.tight_layout()
     write_atomic(path, lambda temporary: figure.savefig(temporary, format="png"))
     return Path(path)

@@ -151,13 +151,17 @@ def make_splits(
     test_paths: list[Path],
     fmt: RecordFormat,
     num_classes: int,
-    val_size: int,
+    val_size: float,
     val_source: str,
+    check_val: bool = True,
 ) -> dict[str, RecordSlice]:
     """Checks every file and returns the train, val and test record slices.
 
     With `val_source="train"` the last `val_size` training records are held
-    out for validation; with `"test"` the test files double as validation.
+    out for validation (a `val_size` below 1 is a fraction of them); with
+    `"test"` the test files double as validation. Without `check_val` (a mode
+    that never reads the validation split) a `val_size` the files cannot hold
+    is not an error: the test files stand in for validation.
 
     Raises:
         DataError: a file is malformed, or the training files hold too few records.
@@ -169,7 +173,10 @@ def make_splits(
     num_train = sum(count_records(path, fmt) for path in train_paths)
     num_test = sum(count_records(path, fmt) for path in test_paths)
     test = RecordSlice(test_files, 0, num_test)
-    if val_source == "test":
+    if 0 < val_size < 1:
+        val_size = max(1, round(val_size * num_train))
+    val_size = int(val_size)
+    if val_source == "test" or (not check_val and not 0 < val_size < num_train):
         return {"train": RecordSlice(train_files, 0, num_train), "val": test, "test": test}
     if not 0 < val_size < num_train:
         raise DataError(

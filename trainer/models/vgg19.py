@@ -44,6 +44,7 @@ def build_vgg19(
     dropout: float = 0.5,
     weight_decay: float = 5e-4,
     batch_norm: bool = False,
+    batch_norm_momentum: float = 0.9,
 ) -> keras.Model:
     """Builds VGG19: 16 3x3 convolutions in blocks of 2-2-4-4-4, then the classifier.
 
@@ -57,12 +58,16 @@ def build_vgg19(
         fc_units: Units in each of the two fully connected layers, before scaling.
         dropout: Dropout rate after `fc1` and `fc2`; 0 disables it.
         weight_decay: L2 factor on every conv and dense kernel.
-        batch_norm: Adds batch normalization after each convolution.
+        batch_norm: Adds batch normalization after each convolution and fully connected layer.
+        batch_norm_momentum: Momentum of batch norm's moving statistics; Keras's 0.99 lags behind the
+            weights for hundreds of steps, so short runs validate on stale statistics.
 
     Returns:
         An uncompiled `keras.Model` named `vgg19` whose output is softmax probabilities.
     """
     _check_args(num_classes, input_shape, width_multiplier, fc_units, dropout, weight_decay)
+    if not 0 <= batch_norm_momentum < 1:
+        raise ValueError(f"batch_norm_momentum must be in [0, 1). Received: batch_norm_momentum={batch_norm_momentum}")
     regularizer = keras.regularizers.L2(weight_decay) if weight_decay else None
 
     def width(channels: int) -> int:
@@ -83,7 +88,7 @@ def build_vgg19(
                 name=name,
             )(x)
             if batch_norm:
-                x = layers.BatchNormalization(name=f"{name}_bn")(x)
+                x = layers.BatchNormalization(momentum=batch_norm_momentum, name=f"{name}_bn")(x)
             x = layers.Activation("relu", name=f"{name}_relu")(x)
         # "same" padding keeps odd sizes (a 28x28 crop) from shrinking to zero.
         x = layers.MaxPooling2D(2, strides=2, padding="same", name=f"block{block}_pool")(x)
@@ -98,7 +103,7 @@ def build_vgg19(
             name=f"fc{index}",
         )(x)
         if batch_norm:
-            x = layers.BatchNormalization(name=f"fc{index}_bn")(x)
+            x = layers.BatchNormalization(momentum=batch_norm_momentum, name=f"fc{index}_bn")(x)
         x = layers.Activation("relu", name=f"fc{index}_relu")(x)
         if dropout:
             x = layers.Dropout(dropout, name=f"fc{index}_dropout")(x)

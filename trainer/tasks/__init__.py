@@ -18,15 +18,30 @@ from trainer.config import to_settings
 log = logging.getLogger(__name__)
 # Modes that read a trained run: with checkpoint=RUN they start from the run's own config.
 REUSING_MODES = ("evaluate", "predict", "export", "inspect")
+# The sections each mode reads; the others are left out of the printed tree (.hydra/config.yaml keeps them all).
+MODE_SECTIONS = {
+    "train": {"dataset", "model", "optimizer", "strategy", "trainer", "objective", "finetune"},
+    "evaluate": {"dataset", "model", "strategy", "trainer", "evaluate"},
+    "predict": {"dataset", "model", "strategy", "trainer", "predict"},
+    "inspect": {"dataset", "model", "inspect"},
+    "export": {"dataset", "model", "export"},
+}
 
 
 def print_config_tree(cfg: DictConfig, path: Path | None = None) -> str:
-    """Prints the composed config as a tree (one branch per group) and saves it as text."""
+    """Prints the composed config as a tree (one branch per section the mode reads) and saves it as text."""
     from rich.console import Console
     from rich.tree import Tree
 
-    tree = Tree("config", guide_style="dim")
+    sections = MODE_SECTIONS.get(str(cfg.get("mode")))
+    tree = Tree(f"config <mode={cfg.get('mode')}>", guide_style="dim")
     for key, value in cfg.items():
+        if sections is not None and OmegaConf.is_dict(value) and key not in sections:
+            continue
+        if value is None:  # checkpoint or resume, when not given
+            continue
+        if key == "finetune" and cfg.get("model", {}).get("name") != "vgg19_imagenet":
+            continue  # only the ImageNet model trains in phases
         branch = tree.add(f"[bold]{key}[/bold]")
         text = OmegaConf.to_yaml(value, resolve=True) if OmegaConf.is_config(value) else str(value)
         branch.add(text.rstrip())
@@ -73,6 +88,10 @@ def run_task(cfg: DictConfig, show_config: bool = False, overrides: Sequence[str
     settings = to_settings(cfg)
     if show_config:
         print_config_tree(cfg, Path(settings.output_dir) / "config_tree.txt")
+    from trainer import quiet
+
+    quiet.configure(settings.trainer.tf_logs)
+    quiet.import_tensorflow()  # before any other module imports it
     from trainer.tasks.evaluate import evaluate, predict  # deferred: imports TensorFlow
     from trainer.tasks.export import export
     from trainer.tasks.inspect import inspect

@@ -64,8 +64,9 @@ def color_jitter(dataset) -> ColorJitter:
     return ColorJitter(**{key: getattr(dataset.augment, key) for key in MODEL_AUGMENTATION})
 
 
-def load_binary(dataset: BinaryDatasetConfig, batch_size: int, seed: int) -> Data:
-    """Finds (or downloads), checks and splits the record files, then builds the pipelines."""
+def load_binary(dataset: BinaryDatasetConfig, batch_size: int, seed: int, check_val: bool = True) -> Data:
+    """Finds (or downloads), checks and splits the record files, then builds the pipelines; without
+    `check_val` (the caller never reads the validation split) an unfitting `dataset.val_size` is no error."""
     url = dataset.url if dataset.download else None
     names = list(dataset.train_files) + list(dataset.test_files)
     paths = records.locate(dataset.data_dir, names, list(dataset.search_subdirs), url, dataset.md5)
@@ -78,6 +79,7 @@ def load_binary(dataset: BinaryDatasetConfig, batch_size: int, seed: int) -> Dat
         dataset.num_classes,
         dataset.val_size,
         dataset.val_source,
+        check_val,
     )
     preprocess = dataset_preprocess(dataset)
     size = preprocess.output_size
@@ -210,6 +212,9 @@ def normalization_for(dataset, model) -> str:
     return "standardize" if dataset.standardize else "none"
 
 
-def load_data(dataset, batch_size: int, seed: int) -> Data:
-    """Dispatches on the dataset schema (`conf/dataset/*.yaml` picks it)."""
+def load_data(dataset, batch_size: int, seed: int, check_val: bool = True) -> Data:
+    """Dispatches on the dataset schema (`conf/dataset/*.yaml` picks it); `check_val=False` for a caller
+    that never reads the validation split (binary data then skips the `dataset.val_size` check)."""
+    if isinstance(dataset, BinaryDatasetConfig):
+        return load_binary(dataset, batch_size, seed, check_val)
     return LOADERS[type(dataset)](dataset, batch_size, seed)

@@ -35,7 +35,9 @@ def evaluate(settings: Config) -> float:
         The accuracy, as a plain float.
     """
     strategy = setup_strategy(settings)
-    data = load_data(settings.dataset, settings.trainer.batch_size, settings.seed)
+    data = load_data(
+        settings.dataset, settings.trainer.batch_size, settings.seed, check_val=settings.evaluate.split == "val"
+    )
     split = settings.evaluate.split
     with run_folder(settings.output_dir, distribute.is_chief(strategy)) as run_dir:
         with distribute.collective_errors(strategy):

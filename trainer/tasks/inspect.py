@@ -58,7 +58,7 @@ def _count(dataset, total: int, class_names: list[str]) -> dict[str, int]:
 def inspect(settings: Config) -> None:
     """Writes the contact sheet and prints the split's statistics."""
     options = settings.inspect
-    data = load_data(settings.dataset, min(options.num_images, 256), settings.seed)
+    data = load_data(settings.dataset, min(options.num_images, 256), settings.seed, check_val=options.split == "val")
     if options.augmented and options.split != "train":
         log.warning("inspect.augmented=true applies to the train split only; showing %s unaugmented", options.split)
     dataset = {"train": data.train if options.augmented else data.train_plain, "val": data.val, "test": data.test}[

@@ -14,15 +14,17 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import keras
 import numpy as np
+import tensorflow as tf
 
 from trainer import distribute, folders, loggers, optim
-from trainer.backup import remove_backup
+from trainer.backup import RunBackup, remove_backup
 from trainer.backup import restore as restore_backup
 from trainer.callbacks import Preempted, RunLabel, training_callbacks
 from trainer.checkpoints import ModelInfo
@@ -32,7 +34,7 @@ from trainer.loss_options import build_loss
 from trainer.models.finetune import set_trainable
 from trainer.models.preprocessing import with_preprocessing
 from trainer.models.registry import build_model
-from trainer.reports import remove_temporaries, write_json
+from trainer.reports import remove_temporaries, run_summary, write_json
 from trainer.resume import backup_folder, prepare_resume, read_history, resolve_resume
 from trainer.tasks import extensions
 from trainer.tasks.common import evaluate_checkpoint, run_folder, setup_strategy
@@ -62,6 +64,22 @@ def _objective_metric(settings: Config) -> str:
 def _build_network(settings: Config, data: Data) -> keras.Model:
     """The configured network (float input of `data.input_shape`), uncompiled; call inside `strategy.scope()`."""
     return build_model(vars(settings.model), len(data.class_names), data.input_shape)
+
+
+def _run_title(settings: Config, output_dir: str) -> str:
+    """The run's name (its folder's last two parts), dataset and model, for the title of curves.png."""
+    name = "/".join(Path(output_dir).parts[-2:])
+    return f"{name}  ·  dataset={settings.dataset.name}  ·  model={settings.model.name}"
+
+
+def _log_xla(model: keras.Model, jit_compile: str) -> None:
+    log.info("XLA %s <trainer.jit_compile=%s>", "on" if model.jit_compile is True else "off", jit_compile)
+    if model.jit_compile is True and not tf.config.list_physical_devices("GPU"):
+        log.warning(
+            "XLA without a GPU: on the CPU it makes VGG19 training 3-7x slower; "
+            "use trainer.jit_compile=auto <trainer.jit_compile=%s>",
+            jit_compile,
+        )
 
 
 def _compile(model: keras.Model, settings: Config, lr: float, steps_per_epoch: int, epochs: int) -> None:
@@ -186,6 +204,7 @@ def train(settings: Config) -> float | None:
             with strategy.scope():
                 _compile(model, settings, lr * plan[-1].lr_scale, steps_per_epoch, plan[-1].end - plan[-1].start)
                 restore_backup(model, backup_dir)  # builds the optimizer's variables: inside the scope
+        switched_here = False  # a phase ended in this process and the next one starts here
         for phase in plan:
             if done >= phase.end:
                 continue
@@ -201,11 +220,18 @@ def train(settings: Config) -> float | None:
                 )
             with strategy.scope():
                 _compile(model, settings, lr * phase.lr_scale, steps_per_epoch, phase.end - phase.start)
-            log.info(
-                "XLA %s <trainer.jit_compile=%s>",
-                "on" if model.jit_compile is True else "off",
-                settings.trainer.jit_compile,
-            )
+            if len(plan) > 1 and settings.optimizer.schedule.name != "constant":
+                log.info(
+                    "Epochs %d-%d: the %s schedule starts again from lr %g over these %d epochs "
+                    "<optimizer.schedule.name=%s>",
+                    phase.start + 1,
+                    phase.end,
+                    settings.optimizer.schedule.name,
+                    lr * phase.lr_scale,
+                    phase.end - phase.start,
+                    settings.optimizer.schedule.name,
+                )
+            _log_xla(model, settings.trainer.jit_compile)
             callbacks = training_callbacks(
                 run_dir,
                 info,
@@ -216,7 +242,17 @@ def train(settings: Config) -> float | None:
                 samples=sample_images,
                 tensorboard=settings.logger.tensorboard,
                 extra=[*extra_callbacks, *trackers, *labels],
+                progress=chief and settings.trainer.verbose == 1 and sys.stderr.isatty(),
+                title=_run_title(settings, output_dir),
             )
+            if switched_here:
+                # The backup holds the previous phase's optimizer; restoring it into this one would skip its
+                # variables with a Keras warning. Back up the model as it stands, with this phase's optimizer.
+                with strategy.scope():
+                    model.optimizer.build(model.trainable_variables)
+                backup = next(callback for callback in callbacks if isinstance(callback, RunBackup))
+                backup.set_model(model)
+                backup.save(phase.start)
             try:
                 model.fit(
                     distribute.training_input(strategy, data.train, data.train_for_worker),
@@ -224,11 +260,12 @@ def train(settings: Config) -> float | None:
                     epochs=phase.end,
                     steps_per_epoch=steps_per_epoch,
                     validation_data=data.val,
-                    verbose=settings.trainer.verbose if chief else 0,
+                    verbose=0,  # EpochLog prints the one line per epoch (and ProgressBar the bar)
                     callbacks=callbacks,
                     shuffle=False,  # the pipeline shuffles, seeded
                     class_weight=class_weight,
                 )
+                switched_here = True
             except Preempted as stop:
                 log.warning(
                     "Stopped by SIGTERM: epoch %d will be redone from the backup in %s. To continue, "
@@ -269,15 +306,14 @@ def train(settings: Config) -> float | None:
         }
         write_json(run_dir / "metrics.json", metrics)
         remove_backup(backup_dir)  # only now: a kill before this resumes into the evaluation
-        log.info(
-            "Test accuracy %.4f, test loss %.4f (best epoch %d by %s) in %.0f s",
+        log.info(  # on every worker: the figures and weights must agree across workers
+            "Test accuracy %.4f, test loss %.4f. Final weights sha256 %s",
             metrics["test_accuracy"],
             metrics["test_loss"],
-            best_epoch + 1,
-            metric,
-            seconds,
+            metrics["weights_sha256"],
         )
-        log.info("Final weights sha256 %s", metrics["weights_sha256"])  # equal on every worker
         for tracker in trackers:
             tracker.finish(metrics, [run_dir / artifact for artifact in extensions.ARTIFACTS], run_dir)
+        if chief:
+            log.info("%s", run_summary(run_dir, metrics))
     return metrics["objective"]

@@ -1,0 +1,42 @@
+"""TensorFlow's start-up noise stays out of the console (`trainer.quiet`); the converter is quiet too."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from test_cats_dogs import make_pets
+
+from conftest import ROOT
+from trainer.quiet import NOISE, drop_noise, filtered_stderr
+
+NOISY = (
+    "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
+    "I0000 00:00:1796069454.731711   28459 cudart_stub.cc:31] Could not find cuda drivers on your machine.\n"
+    "I0000 00:00:1796069454.957184   28459 cpu_feature_guard.cc:227] This TensorFlow binary is optimized.\n"
+    "To enable the following instructions: AVX2 FMA, in other operations, rebuild TensorFlow with the "
+    "appropriate compiler flags.\n"
+    "E0000 00:00:1796068541.575825    5267 cuda_platform.cc:52] failed call to cuInit: UNKNOWN ERROR (303)\n"
+)
+
+
+def test_noise_lines_go_and_other_lines_stay():
+    assert drop_noise(NOISY + "a real problem\n") == "a real problem\n"
+    assert drop_noise("F0000 00:00:1.5   1 check.cc:1] Check failed\n") != "", "fatal lines stay"
+
+
+def test_what_cpp_writes_to_stderr_is_filtered(capfd):
+    with filtered_stderr():
+        os.write(2, (NOISY + "kept line\n").encode())
+    assert capfd.readouterr().err == "kept line\n"
+
+
+def test_the_converter_prints_no_tensorflow_noise(tmp_path):
+    make_pets(tmp_path / "in", per_class=2)
+    command = [sys.executable, "-m", "trainer.convert", str(tmp_path / "in"), str(tmp_path / "out"), "--image-size=16"]
+    env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert not [line for line in result.stderr.splitlines() if NOISE.match(line) or "cuInit" in line], result.stderr
+    assert "Wrote {'train': " in result.stderr
