@@ -65,3 +65,16 @@ def test_a_damaged_saved_config_is_one_error_naming_the_file(tmp_path):
     typed = ["mode=evaluate", f"checkpoint={run}"]
     with pytest.raises(ConfigError, match=r"config\.yaml: its `dataset` section fits no dataset schema"):
         with_run_config(compose(typed, output_dir=tmp_path / "eval"), typed)
+
+
+@pytest.mark.parametrize("preset", ["debug=smoke", "experiment=cifar_vgg19"])
+def test_a_preset_on_top_of_a_saved_run_is_one_error_not_ignored(tmp_path, preset):
+    run = _save_run(tmp_path / "run", ["dataset=cifar"])
+    choices = "hydra:\n  runtime:\n    choices:\n"
+    (run / ".hydra" / "hydra.yaml").write_text(choices + "      debug: null\n      experiment: null\n")
+    typed = ["mode=evaluate", f"checkpoint={run}", preset]
+    key, value = preset.split("=")
+    with pytest.raises(ConfigError, match=rf"{preset}: .* was made with {key}=None, and a preset cannot be laid over"):
+        with_run_config(compose(typed, output_dir=tmp_path / "eval"), typed)
+    (run / ".hydra" / "hydra.yaml").write_text(choices + f"      {key}: {value}\n")
+    assert with_run_config(compose(typed, output_dir=tmp_path / "eval"), typed).mode == "evaluate"  # the same one

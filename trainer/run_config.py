@@ -99,6 +99,37 @@ def override_keys(overrides: Iterable[str]) -> list[str]:
 _ABSENT = object()
 
 
+def _saved_choices(run_dir: Path) -> dict:
+    """The config-group options a run was composed with (`RUN/.hydra/hydra.yaml`), {} if unknown."""
+    try:
+        return dict(OmegaConf.load(run_dir / ".hydra" / "hydra.yaml").hydra.runtime.choices)
+    except Exception:  # no such file (a run folder made by hand), or an unreadable one: compare with nothing
+        return {}
+
+
+def _check_presets(cfg: DictConfig, run_dir: Path, overrides: Sequence[str]) -> None:
+    """Presets of the global package (`experiment=`, `debug=`) have no key of their own to lay over the
+    run's saved config: the same choice the run was made with is fine (a repeated command), another is an
+    error, never silently ignored.
+
+    Raises:
+        ConfigError: a preset differs from the run's; names both choices.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    choices = _saved_choices(run_dir)
+    for item in OverridesParser.create().parse_overrides(list(overrides)):
+        key = item.key_or_group
+        if key.startswith("hydra") or OmegaConf.select(cfg, key, default=_ABSENT) is not _ABSENT:
+            continue
+        typed = None if item.is_delete() else item.get_value_element_as_str()
+        if str(choices.get(key)) != str(typed):
+            raise ConfigError(
+                f"{key}={typed}: {run_dir} was made with {key}={choices.get(key)}, and a preset cannot be laid "
+                f"over a run's saved config; type the keys it would change instead (e.g. model.width_multiplier=0.25)"
+            )
+
+
 def reuse(
     cfg: DictConfig, run_dir: Path, overrides: Sequence[str], keep: Sequence[str] = INVOCATION_KEYS
 ) -> tuple[DictConfig, list[str]]:
@@ -112,9 +143,14 @@ def reuse(
 
     Returns:
         (the merged config, the keys the command line set besides `mode` and `checkpoint`).
+
+    Raises:
+        ConfigError: an override picks a preset of the global package (`experiment=`, `debug=`), which has
+            no key of its own to apply: silently ignoring it would be a wrong answer.
     """
     merged = load_saved(run_dir)
     typed_keys = override_keys(overrides)
+    _check_presets(cfg, run_dir, overrides)
     for key in [*keep, *typed_keys]:
         value = OmegaConf.select(cfg, key, default=_ABSENT)  # a whole node for a group, typed as composed now
         if value is not _ABSENT:
