@@ -233,3 +233,17 @@ def test_an_mlflow_sweep_is_one_parent_with_a_child_per_job_and_tensorboard_hpar
                         sessions[job] = data.session_start_info.hparams["optimizer.lr"].number_value
     assert sessions == {"0": pytest.approx(0.01), "1": pytest.approx(0.02)}
     assert list((sweep_dir / "tensorboard").glob("events.out.tfevents.*")), "the experiment's HParams config"
+
+
+def test_only_the_chief_logs(tmp_path, cifar_dir, monkeypatch):
+    """A worker that is not the chief trains (and writes to a temporary folder) but creates no tracked run."""
+    from trainer import distribute
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(distribute, "is_chief", lambda strategy: False)
+    uri = f"sqlite:///{tmp_path / 'worker.db'}"
+    settings = to_settings(compose([*cifar_overrides(cifar_dir), "logger=mlflow", f"logger.tracking_uri={uri}"]))
+    settings.output_dir = str(tmp_path / "run")
+    train(settings)
+    assert not (tmp_path / "worker.db").exists(), "a non-chief worker must not open the tracking store"
+    assert not (tmp_path / "run" / "tracking.json").exists()
