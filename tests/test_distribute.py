@@ -63,8 +63,8 @@ def test_mirrored_on_two_devices_trains_the_same_weights_as_single(tmp_path):
         if name == "mirrored":
             assert "Global batch 16 = 2 replica(s) x 8" in result.stdout + result.stderr
     assert _max_difference(runs["single"], runs["mirrored"]) < 1e-5
-    # The tolerance is far below what one training step changes.
-    assert _max_difference(runs["single"], runs["fewer_steps"]) > 1e-3
+    # The tolerance is far below what one training step changes (1e-3 with SGD; Adam's first steps ~1e-3 too).
+    assert _max_difference(runs["single"], runs["fewer_steps"]) > 1e-4
 
 
 def _free_ports(count: int) -> list[int]:
