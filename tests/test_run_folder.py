@@ -374,7 +374,7 @@ def saved_run(tmp_path) -> Path:
 
 CHANGED_EXPERIMENTS = [
     (["dataset=digits"], "dataset.name: 'cifar' -> 'digits'"),
-    (["optimizer=adam"], "optimizer.name: 'sgd' -> 'adam'"),
+    (["optimizer=sgd"], "optimizer.name: 'adam' -> 'sgd'"),
     (["model.width_multiplier=0.25"], "model.width_multiplier: 0.125 -> 0.25"),
     (["trainer.batch_size=16", "seed=1"], "seed: 42 -> 1; trainer.batch_size: 8 -> 16"),
     (["trainer.precision=mixed_bfloat16"], "trainer.precision: 'float32' -> 'mixed_bfloat16'"),
@@ -409,11 +409,11 @@ def test_resume_alone_takes_the_run_config_and_allows_safe_changes(saved_run, ca
 
 
 def test_run_py_resume_with_another_optimizer_is_one_line(tmp_path, saved_run):
-    result = _run(tmp_path, [f"resume={saved_run}", "optimizer=adam"])
+    result = _run(tmp_path, [f"resume={saved_run}", "optimizer=sgd"])
     assert result.returncode == 1 and "Traceback" not in result.stderr
     error = result.stderr.strip().splitlines()[-1]
     assert error.startswith(f"error: resume={saved_run} continues {saved_run} with its own config")
-    assert "optimizer.name: 'sgd' -> 'adam'" in error and error.endswith("Drop these overrides, or start a new run")
+    assert "optimizer.name: 'adam' -> 'sgd'" in error and error.endswith("Drop these overrides, or start a new run")
 
 
 def test_resume_of_a_folder_that_is_no_run_is_one_line_and_makes_no_folder(tmp_path):

@@ -173,14 +173,14 @@ def test_bad_records_give_one_line_naming_the_file(tmp_path, case, records, mode
 
 
 def _tiny_checkpoint(folder: Path) -> Path:
-    import keras
-
+    """A checkpoint as training saves it: uint8 input, its preprocessing and its class names inside."""
+    from trainer import checkpoints
+    from trainer.models.preprocessing import with_preprocessing
     from trainer.models.vgg19 import build_vgg19
 
     path = folder / "tiny.keras"
-    model = build_vgg19(2, (SIZE, SIZE, 3), width_multiplier=0.125, fc_units=16, dropout=0.0)
-    model.compile("sgd", "sparse_categorical_crossentropy", metrics=["accuracy"])
-    keras.saving.save_model(model, path)
+    model = with_preprocessing(build_vgg19(2, (SIZE, SIZE, 3), width_multiplier=0.125, fc_units=16, dropout=0.0))
+    checkpoints.save(model, path, checkpoints.ModelInfo(("cat", "dog"), SIZE, SIZE, "standardize"))
     return path
 
 
