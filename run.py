@@ -8,6 +8,7 @@ A bad file or config value ends the run with one line naming it; set
 HYDRA_FULL_ERROR=1 for the full traceback.
 """
 
+import logging
 import os
 import sys
 
@@ -17,7 +18,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from trainer.config import register
-from trainer.errors import UserError
+from trainer.errors import DiskError, UserError
 from trainer.folders import check_resume_argument
 
 register()
@@ -42,6 +43,12 @@ def main(cfg: DictConfig) -> float | None:
     except UserError as error:
         if os.environ.get("HYDRA_FULL_ERROR") == "1" or HydraConfig.get().mode == RunMode.MULTIRUN:
             raise  # a sweep records the failure and goes on with the other jobs
+        if isinstance(error, DiskError):
+            # HDF5 keeps the half-written file's handle and would flush it at interpreter exit, which on a
+            # full disk crashes the process (SIGSEGV) after this line; everything written is consistent.
+            print(f"error: {error}", file=sys.stderr, flush=True)
+            logging.shutdown()
+            os._exit(1)
         sys.exit(f"error: {error}")
 
 

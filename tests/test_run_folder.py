@@ -237,10 +237,11 @@ def test_the_backup_keeps_only_the_weights_its_two_metadata_files_name(tmp_path)
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A 9 MiB tmpfs: room for epoch 1's checkpoints and backup, not for epoch 2's."""
+    """A 13 MiB tmpfs: room for epoch 1's checkpoints (2 x 4 MB with Adam's state) and backup (4 MB), not for
+    epoch 2's."""
     mount = tmp_path / "disk"
     mount.mkdir()
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=9m", "tmpfs", str(mount)], capture_output=True)
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=13m", "tmpfs", str(mount)], capture_output=True)
     if result.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {result.stderr.decode().strip()}")
     try:

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import gc
 import json
 import os
+import re
 import secrets
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -57,9 +60,11 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 
 
 def _reason(error: BaseException) -> str:
-    if isinstance(error, OSError) and error.strerror:
-        return error.strerror
-    text = str(error).splitlines()[0] if str(error) else type(error).__name__
+    text = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+    text = " ".join(text.split()) or type(error).__name__  # one line: HDF5's messages span several
+    match = re.search(r"error message = '([^']+)'", text)  # HDF5: "... errno = 28, error message = 'No space ..."
+    if match:
+        return match.group(1)
     return text if len(text) < 200 else text[:200] + "..."
 
 
@@ -126,8 +131,27 @@ def write_atomic(path: str | os.PathLike, write: Callable[[Path], Any]) -> Path:
         try:
             write(temporary)
         except OSError as error:
+            _release_hdf5(temporary)
             raise DiskError(f"cannot write {path}: {_reason(error)}; the previous file is unchanged") from None
     return Path(path)
+
+
+def _release_hdf5(temporary: Path) -> None:
+    """Closes the HDF5 handles a failed `save_weights` left open on `temporary`. Left to the garbage
+    collector, h5py flushes them again at interpreter exit, prints a traceback and, on a full disk,
+    crashes the process (SIGSEGV) after the one-line error."""
+    h5py = sys.modules.get("h5py")
+    if h5py is None:
+        return
+    previous, sys.unraisablehook = sys.unraisablehook, lambda unraisable: None  # the flush fails again: expected
+    try:
+        for handle in h5py.h5f.get_obj_ids(types=h5py.h5f.OBJ_FILE):
+            if Path(os.fsdecode(handle.name)).name == temporary.name:
+                with contextlib.suppress(Exception):
+                    handle.close()
+        gc.collect()
+    finally:
+        sys.unraisablehook = previous
 
 
 def write_json(path: str | os.PathLike, data: dict[str, Any]) -> Path:
