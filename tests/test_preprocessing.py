@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from trainer import checkpoints
 from trainer.errors import DataError
-from trainer.models.preprocessing import ColorJitter, color_layers, normalization_layer, with_preprocessing
+from trainer.models.preprocessing import ModelAugmentation, augmentation_layers, normalization_layer, with_preprocessing
 
 RNG = np.random.default_rng(0)
 IMAGES = RNG.integers(0, 256, (16, 24, 24, 3)).astype(np.uint8)
@@ -42,11 +42,11 @@ def test_caffe_layer_matches_keras_preprocess_input():
 def test_color_jitter_draws_one_factor_per_image_and_is_off_at_evaluation():
     count = 1024
     noise = np.clip(RNG.normal(128, 20, (count, 8, 8, 3)), 0, 255).astype(np.float32)
-    (contrast,) = color_layers(ColorJitter(contrast_lower=0.5, contrast_upper=1.5), seed=3)
+    (contrast,) = augmentation_layers(ModelAugmentation(contrast_lower=0.5, contrast_upper=1.5), seed=3)
     factors = (np.std(np.asarray(contrast(noise, training=True)), axis=(1, 2)) / np.std(noise, axis=(1, 2)))[:, 0]
     assert 0.5 - 0.02 <= factors.min() and factors.max() <= 1.5 + 0.02
     assert abs(factors.mean() - 1.0) < 0.05 and abs(factors.std() - 1 / np.sqrt(12)) < 0.03  # uniform(0.5, 1.5)
-    (brightness,) = color_layers(ColorJitter(brightness=40.0), seed=3)
+    (brightness,) = augmentation_layers(ModelAugmentation(brightness=40.0), seed=3)
     gray = np.full((count, 2, 2, 3), 128.0, np.float32)
     deltas = np.asarray(brightness(gray, training=True))[:, 0, 0, 0] - 128.0
     assert deltas.min() >= -40.01 and deltas.max() <= 40.01 and abs(deltas.std() - 40 / np.sqrt(3)) < 2.5
@@ -54,8 +54,19 @@ def test_color_jitter_draws_one_factor_per_image_and_is_off_at_evaluation():
         np.testing.assert_array_equal(np.asarray(layer(noise, training=False)), noise)
 
 
+def test_the_flip_mirrors_about_half_the_images_each_whole_and_is_off_at_evaluation():
+    grid = np.arange(16, dtype=np.float32)[None, None, :, None] * np.ones((512, 4, 1, 3), np.float32)
+    (flip,) = augmentation_layers(ModelAugmentation(flip=True), seed=5)
+    flipped = np.asarray(flip(grid, training=True))
+    mirrored = flipped[:, 0, 0, 0] == 15
+    np.testing.assert_array_equal(flipped[mirrored], grid[mirrored][:, :, ::-1])  # whole images, left-right
+    np.testing.assert_array_equal(flipped[~mirrored], grid[~mirrored])
+    assert 0.4 < mirrored.mean() < 0.6, "one draw per image, not per batch"
+    np.testing.assert_array_equal(np.asarray(flip(grid, training=False)), grid)
+
+
 def test_the_model_takes_uint8_and_evaluates_without_augmentation():
-    model = with_preprocessing(_tiny_network(), "standardize", ColorJitter(40.0, 0.5, 1.5), seed=1)
+    model = with_preprocessing(_tiny_network(), "standardize", ModelAugmentation(True, 40.0, 0.5, 1.5), seed=1)
     assert model.input.dtype == "uint8" and model.input_shape == (None, 24, 24, 3)
     first, second = model.predict(IMAGES, verbose=0), model.predict(IMAGES, verbose=0)
     np.testing.assert_array_equal(first, second)  # predict runs with training=False: no jitter

@@ -80,7 +80,7 @@ class AugmentConfig:
     crop_size: int = 0  # random: output size of the crop (0 = image_size)
     padding: int = 4  # pad: pixels added on each side before the random crop
     min_area: float = 0.25  # random_resized: smallest crop as a fraction of the image area
-    flip: bool = False  # random horizontal flip
+    flip: bool = False  # random horizontal flip (a layer of the model, like the colour jitter)
     brightness: float = 0.0  # max brightness delta on the 0..255 scale; 0 disables
     contrast_lower: float = 1.0  # contrast factor range; 1.0..1.0 disables
     contrast_upper: float = 1.0

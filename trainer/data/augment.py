@@ -1,8 +1,8 @@
 """Decode and augment whole batches of images on the host, drawing every random parameter per image.
 
-The host's job ends at uint8 pixels of the model's input size: resize, then crops
-and flips, which cut windows out of the stored bytes. Everything that needs floats
-(colour augmentation, normalization) runs inside the model, on the accelerator
+The host's job ends at uint8 pixels of the model's input size: resize, then crops,
+which cut windows out of the stored bytes. Flips, colour augmentation and
+normalization run inside the model, on the accelerator
 (`trainer.models.preprocessing`), so the pipeline moves a quarter of the bytes of
 float32 and the saved model owns its preprocessing.
 
@@ -27,18 +27,17 @@ import tensorflow as tf
 from trainer.data.records import RecordFormat
 
 # One stateless stream per random operation, derived from the batch seed.
-_CROP_Y, _CROP_X, _FLIP, _AREA, _RATIO = range(5)
+_CROP_Y, _CROP_X, _AREA, _RATIO = 0, 1, 3, 4
 
 
 @dataclass(frozen=True)
 class Augmentation:
-    """The host's training augmentation (geometry); see `conf/dataset/*.yaml` for each field."""
+    """The host's training augmentation (crops); see `conf/dataset/*.yaml` for each field."""
 
     crop: str = "none"  # random | pad | random_resized | none
     crop_size: int = 0
     padding: int = 4
     min_area: float = 0.25  # random_resized: smallest crop, as a fraction of the image area
-    flip: bool = False
 
 
 @dataclass(frozen=True)
@@ -116,24 +115,13 @@ def draw_parameters(images: tf.Tensor, augment: Augmentation, seed: tf.Tensor) -
         for name, stream, extent in (("top", _CROP_Y, images.shape[1]), ("left", _CROP_X, images.shape[2])):
             high = extent + 2 * pad - size + 1
             params[name] = tf.random.stateless_uniform([batch], _seed(seed, stream), 0, high, dtype=tf.int32)
-    if augment.flip:
-        params["flip"] = _uniform(batch, seed, _FLIP, 0.0, 1.0) < 0.5
     return params
 
 
-def _window(images, top, left, height: int, width: int, flip):
-    """Crops a window at per-image offsets, mirrored where `flip`: two gathers (rows, then columns), any dtype."""
-    rows = top[:, None] + tf.range(height)
-    columns = tf.range(width)
-    if flip is not None:
-        columns = tf.where(flip[:, None], width - 1 - columns, columns)
-    images = tf.gather(images, rows, axis=1, batch_dims=1)
-    return tf.gather(images, left[:, None] + columns, axis=2, batch_dims=1)
-
-
-def flip(images: tf.Tensor, flips: tf.Tensor) -> tf.Tensor:
-    """Mirrors left-right the images where `flips` is true (any dtype)."""
-    return tf.where(flips[:, None, None, None], tf.reverse(images, [2]), images)
+def _window(images, top, left, height: int, width: int):
+    """Crops a window at per-image offsets: two gathers (rows, then columns), any dtype."""
+    images = tf.gather(images, top[:, None] + tf.range(height), axis=1, batch_dims=1)
+    return tf.gather(images, left[:, None] + tf.range(width), axis=2, batch_dims=1)
 
 
 def random_resized_crop(images: tf.Tensor, min_area: float, seed: tf.Tensor) -> tf.Tensor:
@@ -166,16 +154,16 @@ def center_crop(images: tf.Tensor, size: int) -> tf.Tensor:
 
 
 def augment_geometry(images: tf.Tensor, augment: Augmentation, params: dict[str, tf.Tensor]) -> tf.Tensor:
-    """Crop and flip with drawn parameters, on the input dtype (uint8 moves 4x fewer bytes than float32)."""
+    """Crop with drawn parameters, on the input dtype (uint8 moves 4x fewer bytes than float32)."""
     pad, size = _crop_window(images, augment)
-    if size:
-        images = tf.pad(images, [[0, 0], [pad, pad], [pad, pad], [0, 0]]) if pad else images
-        return _window(images, params["top"], params["left"], size, size, params.get("flip"))
-    return flip(images, params["flip"]) if "flip" in params else images
+    if not size:
+        return images
+    images = tf.pad(images, [[0, 0], [pad, pad], [pad, pad], [0, 0]]) if pad else images
+    return _window(images, params["top"], params["left"], size, size)
 
 
 def augment_batch(images: tf.Tensor, augment: Augmentation, seed: tf.Tensor) -> tf.Tensor:
-    """The host's training augmentation of uint8 images: a random-resized crop, or a random/padded crop, and flips."""
+    """The host's training augmentation of uint8 images: a random-resized crop, or a random/padded crop."""
     images, augment = _resized_crop(images, augment, seed)
     return augment_geometry(images, augment, draw_parameters(images, augment, seed))
 
@@ -195,7 +183,7 @@ def prepare_images(images: tf.Tensor, preprocess: Preprocess, seed: tf.Tensor | 
     """uint8 NHWC images (any size, 1 or 3 channels) to the model's uint8 inputs; augments when a seed is given.
 
     Evaluation resizes to `image_size` and centre-crops to the output size; training
-    crops at random instead and flips, every parameter drawn per image.
+    crops at random instead, every parameter drawn per image.
     """
     images = to_model_size(images, preprocess.image_size)
     if seed is None:

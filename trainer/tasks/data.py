@@ -16,7 +16,7 @@ from trainer.config import BinaryDatasetConfig, TFRecordDatasetConfig
 from trainer.data import pipeline, records, tfrecords
 from trainer.data.augment import Augmentation, Preprocess
 from trainer.errors import DataError
-from trainer.models.preprocessing import ColorJitter
+from trainer.models.preprocessing import ModelAugmentation
 
 log = logging.getLogger(__name__)
 
@@ -49,19 +49,19 @@ def binary_format(dataset: BinaryDatasetConfig) -> records.RecordFormat:
 
 
 HOST_AUGMENTATION = tuple(field.name for field in dataclasses.fields(Augmentation))
-MODEL_AUGMENTATION = tuple(field.name for field in dataclasses.fields(ColorJitter))
+MODEL_AUGMENTATION = tuple(field.name for field in dataclasses.fields(ModelAugmentation))
 
 
 def dataset_preprocess(dataset) -> Preprocess:
-    """The host's part of a dataset config: resize and geometric augmentation (binary data at image_size 0
+    """The host's part of a dataset config: resize and crops (binary data at image_size 0
     keeps its size)."""
     augment = {key: getattr(dataset.augment, key) for key in HOST_AUGMENTATION}
     return Preprocess(image_size=dataset.image_size or dataset.height, augment=Augmentation(**augment))
 
 
-def color_jitter(dataset) -> ColorJitter:
-    """The model's part of the dataset's augmentation: brightness and contrast (training only)."""
-    return ColorJitter(**{key: getattr(dataset.augment, key) for key in MODEL_AUGMENTATION})
+def model_augmentation(dataset) -> ModelAugmentation:
+    """The model's part of the dataset's augmentation: flip, brightness and contrast (training only)."""
+    return ModelAugmentation(**{key: getattr(dataset.augment, key) for key in MODEL_AUGMENTATION})
 
 
 def load_binary(dataset: BinaryDatasetConfig, batch_size: int, seed: int, check_val: bool = True) -> Data:

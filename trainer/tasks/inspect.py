@@ -5,7 +5,7 @@
 Writes contact_sheet.png (each tile captioned with its label's class name) and
 inspect.json (per-class counts, shape, dtype, value range) into the run folder.
 The images are the uint8 pixels the model takes; with `inspect.augmented=true` they
-also get the model's own training-time colour augmentation, as the network sees them
+also get the model's own training-time flip and colour jitter, as the network sees them
 before its normalization layer.
 """
 
@@ -19,9 +19,9 @@ import numpy as np
 from tqdm import tqdm
 
 from trainer.config import Config
-from trainer.models.preprocessing import ColorJitter, color_layers
+from trainer.models.preprocessing import ModelAugmentation, augmentation_layers
 from trainer.reports import write_json
-from trainer.tasks.data import color_jitter, load_data
+from trainer.tasks.data import load_data, model_augmentation
 from trainer.visualize import contact_sheet, save_png
 
 log = logging.getLogger(__name__)
@@ -38,10 +38,10 @@ def _first_images(dataset, count: int) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(images)[:count], np.concatenate(labels)[:count]
 
 
-def _with_color_jitter(images: np.ndarray, color: ColorJitter, seed: int) -> np.ndarray:
-    """The model's training-time colour augmentation applied to the host's uint8 images, for display."""
+def _with_model_augmentation(images: np.ndarray, augment: ModelAugmentation, seed: int) -> np.ndarray:
+    """The model's training-time flip and colour jitter applied to the host's uint8 images, for display."""
     pixels = images.astype(np.float32)
-    for layer in color_layers(color, seed):
+    for layer in augmentation_layers(augment, seed):
         pixels = np.asarray(layer(pixels, training=True))
     return np.clip(np.rint(pixels), 0, 255).astype(np.uint8)
 
@@ -66,7 +66,7 @@ def inspect(settings: Config) -> None:
     ]
     images, labels = _first_images(dataset, options.num_images)
     if options.augmented and options.split == "train":
-        images = _with_color_jitter(images, color_jitter(settings.dataset), settings.seed)
+        images = _with_model_augmentation(images, model_augmentation(settings.dataset), settings.seed)
     captions = [data.class_names[label] if 0 <= label < len(data.class_names) else "?" for label in labels]
     run_dir = Path(settings.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -38,7 +38,7 @@ from trainer.reports import remove_temporaries, run_summary, write_json
 from trainer.resume import backup_folder, prepare_resume, read_history, resolve_resume
 from trainer.tasks import extensions
 from trainer.tasks.common import evaluate_checkpoint, run_folder, setup_strategy
-from trainer.tasks.data import Data, color_jitter, load_data, normalization_for
+from trainer.tasks.data import Data, load_data, model_augmentation, normalization_for
 
 log = logging.getLogger(__name__)
 
@@ -160,9 +160,9 @@ def train(settings: Config) -> float | None:
     lr = settings.optimizer.lr * (replicas if settings.optimizer.scale_with_replicas else 1)
     keras.mixed_precision.set_global_policy(settings.trainer.precision)  # before any layer is built
     normalization = normalization_for(settings.dataset, settings.model)
-    with strategy.scope():  # uint8 in; the model owns its cast, colour augmentation and normalization
+    with strategy.scope():  # uint8 in; the model owns its cast, flip, colour jitter and normalization
         model = with_preprocessing(
-            _build_network(settings, data), normalization, color_jitter(settings.dataset), settings.seed
+            _build_network(settings, data), normalization, model_augmentation(settings.dataset), settings.seed
         )
     info = ModelInfo(
         tuple(data.class_names), data.input_shape[0], data.resize_to, normalization, settings.dataset.name
