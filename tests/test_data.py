@@ -100,7 +100,6 @@ def test_random_parameters_are_drawn_per_image():
         np.testing.assert_array_equal(image[..., 0], grid[top : top + 28, left : left + 28])
 
 
-
 def test_preprocess_is_the_same_eagerly_and_inside_dataset_map(tmp_path):
     folder = write_cifar(tmp_path)
     raw = tf.constant([(folder / "test_batch.bin").read_bytes()[i * 3073 : (i + 1) * 3073] for i in range(8)])

@@ -101,9 +101,20 @@ def test_an_old_float_input_checkpoint_is_one_error_and_can_be_upgraded(tmp_path
         checkpoints.load(old)
     new = tmp_path / "new.keras"
     result = subprocess.run(
-        [sys.executable, "-m", "trainer.checkpoints", "upgrade", str(old), str(new), "--classes", "a,b,c",
-         "--normalization", "standardize"],
-        capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "trainer.checkpoints",
+            "upgrade",
+            str(old),
+            str(new),
+            "--classes",
+            "a,b,c",
+            "--normalization",
+            "standardize",
+        ],
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 0, result.stderr
     model, info = checkpoints.load(new)

@@ -75,9 +75,7 @@ def _chunks(settings: Config, info: checkpoints.ModelInfo, kind: str, files: lis
         return predict_inputs.record_chunks(files, binary_format(dataset), preprocess, num_classes, batch)
     if kind == "tfrecords":
         return predict_inputs.tfrecord_chunks(files, record_spec(dataset), preprocess, num_classes, batch)
-    return predict_inputs.image_chunks(
-        files, root, preprocess, list(info.class_names), batch, settings.predict.workers
-    )
+    return predict_inputs.image_chunks(files, root, preprocess, list(info.class_names), batch, settings.predict.workers)
 
 
 def predict(settings: Config) -> float | None:

@@ -164,9 +164,7 @@ def train(settings: Config) -> float | None:
         model = with_preprocessing(
             _build_network(settings, data), normalization, model_augmentation(settings.dataset), settings.seed
         )
-    info = ModelInfo(
-        tuple(data.class_names), data.input_shape[0], data.resize_to, normalization, settings.dataset.name
-    )
+    info = ModelInfo(tuple(data.class_names), data.input_shape[0], data.resize_to, normalization, settings.dataset.name)
     log.info(
         "Model %s: %s parameters, input %s, lr %g <model=%s optimizer=%s>",
         model.name,
