@@ -583,6 +583,35 @@ def _photos(folder: Path, count: int) -> Path:
     return root
 
 
+def _encode_files(files: list[str]) -> int:
+    """Decodes and resizes `files` as the converter's workers do, writing nothing (a pool task)."""
+    from trainer.data.images import encode_file
+
+    for file in files:
+        encode_file(file, 224, "resize", "raw", 95)
+    return len(files)
+
+
+def _decode_ceiling(photos: Path, workers: int, rounds: int) -> tuple[float, float]:
+    """(workers, 1) images/s of bare `encode_file` calls: `workers` pre-started processes against one. What the
+    cores give this work with no converter around it (no scan, no writing, no process start-up)."""
+    import multiprocessing
+
+    files = sorted(str(path) for path in photos.rglob("*.jpg"))
+    chunks = [files[start : start + 50] for start in range(0, len(files), 50)]
+    rates = {1: [], workers: []}
+    with multiprocessing.get_context("spawn").Pool(workers) as pool:
+        pool.map(_encode_files, [files[:2]] * workers)  # started and imported
+        for _ in range(rounds):
+            started = time.perf_counter()
+            _encode_files(files[: len(files) // 2])
+            rates[1].append(len(files) // 2 / (time.perf_counter() - started))
+            started = time.perf_counter()
+            pool.map(_encode_files, chunks)
+            rates[workers].append(len(files) / (time.perf_counter() - started))
+    return max(rates[workers]), max(rates[1])
+
+
 def converter(folder: Path, quick: bool) -> list[Row]:
     from trainer.convert import ConvertOptions, convert
 
@@ -600,8 +629,10 @@ def converter(folder: Path, quick: bool) -> list[Row]:
             convert(photos, output, ConvertOptions(image_size=224, workers=workers, records_per_shard=100))
             rates[workers].append(count / (time.perf_counter() - started))
             shutil.rmtree(output)
+    ceiling = _decode_ceiling(photos, many, 1 if quick else TRAINING_ROUNDS)
     return [
-        Row(f"Converter: {many} workers vs 1 (500x375 JPEG -> 224 raw)", max(rates[many]), max(rates[1]), "img/s", 1.7)
+        Row(f"Converter: {many} workers vs 1 (500x375 JPEG -> 224 raw)", max(rates[many]), max(rates[1]), "img/s", 1.7),
+        Row(f"  ceiling: bare decode+resize, {many} processes vs 1 (no converter)", *ceiling, "img/s", None),
     ]
 
 
