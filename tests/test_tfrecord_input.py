@@ -14,7 +14,7 @@ from test_cats_dogs import SIZE, make_pets
 
 from conftest import compose
 from trainer.convert import ConvertOptions, convert
-from trainer.data import predict_inputs, record_writer, tfrecords
+from trainer.data import predict_inputs, record_writer, shares, tfrecords
 from trainer.errors import DataError
 from trainer.tasks import run_task
 
@@ -240,19 +240,21 @@ def _indices_read(files_or_shares, spec, total_hint: int) -> list[int]:
     return [int(image[0, 0, 0]) + 256 * int(image[0, 0, 1]) for batch, _ in images for image in batch.numpy()]
 
 
-@pytest.mark.parametrize("counts", [[5, 7, 4, 6, 3], [30], [11, 9]])
-def test_two_workers_each_read_about_half_and_together_every_record_once(tmp_path, counts):
-    """Whole files when there are at least as many files as workers, else record ranges."""
+@pytest.mark.parametrize(
+    "counts, whole_files", [([5, 7, 4, 6, 3], True), ([30], False), ([11, 9], False), ([10, 9], True)]
+)
+def test_two_workers_each_read_about_half_and_together_every_record_once(tmp_path, counts, whole_files):
+    """Whole files when there are at least as many files as workers and their shares are within one step
+    of each other, else record ranges."""
     files = _indexed_shards(tmp_path, counts)
     spec = tfrecords.RecordSpec.for_format("raw", 4)
     total = sum(counts)
     seen = []
-    for index in range(2):
-        shares = tfrecords.plan_shares(files, counts, index, 2)
-        if len(files) >= 2:
-            assert all(length == -1 for _, _, length in shares), "whole files"
-        read = _indices_read(shares, spec, total)
-        assert 0.3 * total <= len(read) <= 0.7 * total, (index, len(read), total)
+    plan = shares.plan(files, counts, 2, 1)
+    assert plan.whole_files == whole_files
+    for worker in plan.workers:
+        read = _indices_read(list(worker.ranges), spec, total)
+        assert 0.3 * total <= len(read) <= 0.7 * total, (len(read), total)
         seen += read
     assert sorted(seen) == list(range(total)), "every record once over both workers"
 

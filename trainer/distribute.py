@@ -161,6 +161,12 @@ def in_multi_worker_mode(strategy: tf.distribute.Strategy) -> bool:
     return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) and strategy.extended._in_multi_worker_mode()
 
 
+def num_input_pipelines(strategy: tf.distribute.Strategy) -> int:
+    """The input pipelines `distribute_datasets_from_function` builds: one per worker under multi-worker
+    training, else 1 (one pipeline feeds every replica of this machine)."""
+    return strategy.extended._num_workers if in_multi_worker_mode(strategy) else 1
+
+
 def training_input(
     strategy: tf.distribute.Strategy,
     dataset: tf.data.Dataset,
