@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import re
 from pathlib import Path
 
 import numpy as np
@@ -126,7 +127,7 @@ BAD_RECORDS = [
     ("varint_later", [_example(0), OVERLONG_VARINT], "train", r"record 1 does not parse as an Example"),
     ("not_example", [b"not an example at all"], "train", r"record 0 is not a tf.train.Example"),
     ("empty_image", [_example(0, image=b"")], "train", r"record 0 'img_raw' must hold one non-empty byte string"),
-    ("bad_crc", [_example(0), _example(1)], "predict", r"corrupted or truncated TFRecord file after record 0"),
+    ("bad_crc", [_example(0), _example(1)], "predict", r"corrupted or truncated TFRecord file at record 1"),
     (
         "filename_int64",
         [_example(filename=record_writer.int64_feature(7))],
@@ -172,7 +173,55 @@ def test_bad_records_give_one_line_naming_the_file(tmp_path, case, records, mode
     assert "\n" not in text and "bad.tfrecords" in text, text
 
 
-def _tiny_checkpoint(folder: Path) -> Path:
+def _spoil_record(path: Path, index: int) -> None:
+    """Flips a byte inside the data of record `index` (its checksum then fails)."""
+    data, offset = bytearray(path.read_bytes()), 0
+    for _ in range(index):
+        offset += 16 + int.from_bytes(data[offset : offset + 8], "little")
+    data[offset + 12 + int.from_bytes(data[offset : offset + 8], "little") // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+AFTER_START_UP = [
+    # case, mode, the file spoiled, the one line expected: with a manifest, no file is read whole at start-up
+    (
+        "corrupt_train",
+        "train",
+        "train.tfrecords_001",
+        r"train.tfrecords_001: corrupted or truncated TFRecord file at record 2",
+    ),
+    (
+        "corrupt_evaluate",
+        "evaluate",
+        "test.tfrecords_000",
+        r"test.tfrecords_000: corrupted or truncated TFRecord file at record 1",
+    ),
+    ("label_train", "train", "train.tfrecords_002", r"train.tfrecords_002: record 3 has label 5, expected 0 to 1"),
+    ("label_inspect", "inspect", "val.tfrecords_000", r"val.tfrecords_000: record 1 has label 5, expected 0 to 1"),
+]
+
+
+@pytest.mark.parametrize("case, mode, name, message", AFTER_START_UP, ids=[case[0] for case in AFTER_START_UP])
+def test_bad_records_behind_a_manifest_give_one_line_naming_the_file_and_record(tmp_path, case, mode, name, message):
+    records = _converted(tmp_path)
+    assert (records / "manifest.json").exists()
+    if case.startswith("label"):
+        bad_index = int(re.search(r"record (\d+)", message).group(1))
+        _write(records / name, [_example(5 if index == bad_index else index % 2) for index in range(4)])
+    else:
+        _spoil_record(records / name, int(re.search(r"record (\d+)", message).group(1)))
+    overrides = _train_overrides(str(records), f"mode={mode}")
+    if mode == "evaluate":
+        classes = json.loads((records / "manifest.json").read_text())["class_names"]
+        overrides += [f"checkpoint={_tiny_checkpoint(tmp_path, tuple(classes))}"]
+    if mode == "inspect":
+        overrides += ["inspect.split=val", "inspect.num_images=4"]
+    with pytest.raises(DataError, match=message) as error:
+        run_task(compose(overrides, tmp_path / "run"))
+    assert "\n" not in str(error.value)
+
+
+def _tiny_checkpoint(folder: Path, class_names: tuple[str, ...] = ("cat", "dog")) -> Path:
     """A checkpoint as training saves it: uint8 input, its preprocessing and its class names inside."""
     from trainer import checkpoints
     from trainer.models.preprocessing import with_preprocessing
@@ -180,7 +229,7 @@ def _tiny_checkpoint(folder: Path) -> Path:
 
     path = folder / "tiny.keras"
     model = with_preprocessing(build_vgg19(2, (SIZE, SIZE, 3), width_multiplier=0.125, fc_units=16, dropout=0.0))
-    checkpoints.save(model, path, checkpoints.ModelInfo(("cat", "dog"), SIZE, SIZE, "standardize"))
+    checkpoints.save(model, path, checkpoints.ModelInfo(class_names, SIZE, SIZE, "standardize"))
     return path
 
 

@@ -123,7 +123,7 @@ def worker_name(strategy: tf.distribute.Strategy) -> str:
     return f"{resolver.task_type}{resolver.task_id}"
 
 
-def _reason(error: tf.errors.OpError) -> str:
+def error_reason(error: tf.errors.OpError) -> str:
     """The useful part of a TensorFlow error: the text of our pipeline's assertions or of the ValueError
     of a Python step, else the first 300 characters."""
     match = re.search(r"assertion failed: \[([^\]]+)\]", error.message) or re.search(
@@ -145,7 +145,7 @@ def collective_errors(strategy: tf.distribute.Strategy) -> Iterator[None]:
     try:
         yield
     except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as error:
-        raise DataError(f"bad input data: {_reason(error)}") from None
+        raise DataError(f"bad input data: {error_reason(error)}") from None
     except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.CancelledError) as error:
         if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
             raise

@@ -267,8 +267,9 @@ def scan_file(path: str, spec: RecordSpec, num_classes: int | None = None, filen
         try:
             batch = next(batches, None)
         except tf.errors.OpError as error:
+            bad = count + _readable_records(path, compression, count)
             raise DataError(
-                f"{path}: corrupted or truncated TFRecord file after record {count} ({_first_line(error)})"
+                f"{path}: corrupted or truncated TFRecord file at record {bad} ({_first_line(error)})"
             ) from None
         if batch is None:
             return FileScan(count, names)
@@ -284,6 +285,17 @@ def scan_file(path: str, spec: RecordSpec, num_classes: int | None = None, filen
         if filenames:
             names += [_decode_name(name) for name in parsed[spec.filename_key].numpy()]
         count += int(batch.shape[0])
+
+
+def _readable_records(path: str, compression: str, start: int) -> int:
+    """How many records after the first `start` read before the error (only run once a read has failed)."""
+    count = 0
+    try:
+        for _ in tf.data.TFRecordDataset(path, compression_type=compression).skip(start):
+            count += 1
+    except tf.errors.OpError:
+        pass
+    return count
 
 
 def _parse_checked(path: str, batch: tf.Tensor, description: dict, first: int) -> dict:

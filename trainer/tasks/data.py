@@ -5,13 +5,15 @@ python run.py mode=train dataset=cifar dataset.data_dir=/data/cifar10
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import tensorflow as tf
 
+from trainer import distribute
 from trainer.config import BinaryDatasetConfig, TFRecordDatasetConfig
 from trainer.data import pipeline, records, shares, tfrecords
 from trainer.data.augment import Augmentation, Preprocess
@@ -37,6 +39,19 @@ class Data:
     # Under multi-worker training, the train pipeline of one worker's share (`distribute.training_input`).
     train_for_worker: Callable[[tf.distribute.InputContext], tf.data.Dataset] | None = None
     train_steps: int | None = None  # multi-worker: the steps per epoch that every worker's share holds
+    # Reads the files again to name the one holding a bad record (raises a DataError); None: checked at start-up.
+    find_bad_record: Callable[[], None] | None = None
+
+    @contextlib.contextmanager
+    def named_bad_records(self) -> Iterator[None]:
+        """A bad record met inside a pipeline (TensorFlow's error names no file) as one line naming its file
+        and record, found by `find_bad_record`; any other failed check of the pipeline as one line too."""
+        try:
+            yield
+        except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as error:
+            if self.find_bad_record is not None:
+                self.find_bad_record()
+            raise DataError(f"bad input data: {distribute.error_reason(error)}") from None
 
 
 def binary_format(dataset: BinaryDatasetConfig) -> records.RecordFormat:
@@ -167,6 +182,19 @@ def _counts(files: list[str], manifest: dict | None, split: str, spec, num_class
     return sum(tfrecords.count_records(file, spec, num_classes) for file in files)
 
 
+def _bad_record_finder(files: dict[str, list[str]], spec: tfrecords.RecordSpec, num_classes: int):
+    """`Data.find_bad_record` for TFRecords (with a manifest, no file was read whole at start-up): every
+    file of every split is read once, checksums and labels checked, until one fails."""
+    paths = list(dict.fromkeys(path for split in files.values() for path in split))
+
+    def find() -> None:
+        log.warning("A bad record stopped the input pipeline; reading the %d record files to name it", len(paths))
+        for path in paths:
+            tfrecords.scan_file(path, spec, num_classes)  # raises a DataError naming the file and record
+
+    return find
+
+
 def load_tfrecords(dataset: TFRecordDatasetConfig, batch_size: int, seed: int, num_workers: int = 1) -> Data:
     """Expands the globs, checks each file's first record, counts the records and builds the pipelines.
     With `num_workers` > 1 (multi-worker training) each worker also gets a pipeline of its own share, planned
@@ -227,6 +255,7 @@ def load_tfrecords(dataset: TFRecordDatasetConfig, batch_size: int, seed: int, n
         class_counts={split: entry["per_class"] for split, entry in (manifest or {}).get("splits", {}).items()},
         train_for_worker=train_for_worker,
         train_steps=train_steps,
+        find_bad_record=_bad_record_finder(files, spec, num_classes),
     )
 
 

@@ -186,6 +186,7 @@ def train(settings: Config) -> float | None:
         run_folder(output_dir, chief) as run_dir,
         folders.hold(run_dir) if chief else contextlib.nullcontext({}) as invocation,  # one writer per folder
         distribute.collective_errors(strategy),
+        data.named_bad_records(),
         loggers.tracking(trackers, run_dir, run_name, tags, params, extensions.sweep_folder()),
     ):
         # A few training images for TensorBoard, read in order: no shuffle buffer to fill at start-up.
