@@ -286,7 +286,7 @@ def _binary_records_read(share, fmt) -> int:
     """Records one input pipeline's binary reader yields over one epoch of its share."""
     from trainer.data import pipeline
 
-    return int(pipeline._records(share, fmt).reduce(0, lambda total, _: total + 1))
+    return int(pipeline.read_records(share, fmt).reduce(0, lambda total, _: total + 1))
 
 
 def worker_shares(folder: Path, quick: bool) -> list[Row]:

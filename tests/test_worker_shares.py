@@ -36,7 +36,7 @@ def _binary_files(folder, counts: list[int]) -> list[str]:
 
 def _share_indices(share: shares.WorkerShare) -> list[int]:
     """Every record of a share, in reading order, through the binary reader the training pipeline uses."""
-    records = pipeline._records(share, CIFAR).batch(1000)
+    records = pipeline.read_records(share, CIFAR).batch(1000)
     return [index for raw in records for index in _indices(pipeline.decode_records(raw, CIFAR)[0].numpy())]
 
 
@@ -77,6 +77,7 @@ def test_binary_loader_plans_the_shares_of_the_train_split_only(tmp_path):
     assert single.train_for_worker is None and single.train_steps is None
 
 
+@pytest.mark.parametrize("cache", [False, True], ids=["read", "cached"])
 @pytest.mark.parametrize(
     "counts, records_per_step, whole_files, steps",
     [
@@ -87,7 +88,7 @@ def test_binary_loader_plans_the_shares_of_the_train_split_only(tmp_path):
     ],
 )
 def test_unequal_files_every_worker_runs_the_same_steps_and_reads_each_record_at_most_once_per_epoch(
-    tmp_path, counts, records_per_step, whole_files, steps
+    tmp_path, counts, records_per_step, whole_files, steps, cache
 ):
     files = _binary_files(tmp_path, counts)
     plan = shares.plan(files, counts, 2, records_per_step)
@@ -96,7 +97,7 @@ def test_unequal_files_every_worker_runs_the_same_steps_and_reads_each_record_at
     for worker in plan.workers:
         assert worker.per_epoch == steps * records_per_step
         share = set(_share_indices(worker))
-        dataset = pipeline.train_dataset(worker, CIFAR, PLAIN, records_per_step, seed=1, shuffle_buffer=1000)
+        dataset = pipeline.train_dataset(worker, CIFAR, PLAIN, records_per_step, 1, 1000, cache)
         batches = [images.numpy() for images, _ in dataset.take(3 * steps)]
         for epoch in range(3):
             read = [index for images in batches[epoch * steps : (epoch + 1) * steps] for index in _indices(images)]
@@ -119,6 +120,17 @@ def test_a_batch_larger_than_the_smallest_share_is_a_config_error(tmp_path):
 
     with pytest.raises(ConfigError, match="trainer.batch_size: each of the 2 workers needs 8 records per step"):
         shares.plan(["a", "b"], [5, 5], 2, 8)
+
+
+def test_mirrored_on_one_machine_keeps_one_pipeline_for_every_replica():
+    import tensorflow as tf
+
+    from trainer import distribute
+
+    strategy = distribute.mirrored(["/cpu:0"])
+    dataset = tf.data.Dataset.range(4)
+    assert distribute.num_input_pipelines(strategy) == 1
+    assert distribute.training_input(strategy, dataset, lambda context: tf.data.Dataset.range(1)) is dataset
 
 
 def _share_lines(output: str) -> list[str]:

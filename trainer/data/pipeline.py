@@ -35,7 +35,7 @@ def _decoded(source: RecordSlice | WorkerShare, fmt: RecordFormat, preprocess: P
 
     For small datasets (digits, CIFAR) this leaves only the augmentation to run every epoch.
     """
-    records = _records(source, fmt).batch(1024)
+    records = read_records(source, fmt).batch(1024)
 
     def decode(raw):
         images, labels = decode_records(raw, fmt)
@@ -61,7 +61,8 @@ def _share_records(share: WorkerShare, fmt: RecordFormat) -> tf.data.Dataset:
     return records.apply(tf.data.experimental.assert_cardinality(share.count))
 
 
-def _records(source: RecordSlice | WorkerShare, fmt: RecordFormat) -> tf.data.Dataset:
+def read_records(source: RecordSlice | WorkerShare, fmt: RecordFormat) -> tf.data.Dataset:
+    """The raw records of a split or of one worker's share, in file order."""
     if isinstance(source, WorkerShare):
         return _share_records(source, fmt)
     records = tf.data.FixedLengthRecordDataset(list(source.files), fmt.record_bytes)
@@ -94,7 +95,7 @@ def train_dataset(
     Returns:
         A dataset of (float32 images [batch, size, size, 3], int32 labels [batch]).
     """
-    records = _decoded(source, fmt, preprocess) if cache else _records(source, fmt)
+    records = _decoded(source, fmt, preprocess) if cache else read_records(source, fmt)
     # Shuffle, then repeat: one epoch's records are all seen before the next
     # epoch starts, and each pass gets a new (seeded) order.
     records = records.shuffle(min(shuffle_buffer, source.count), seed=seed, reshuffle_each_iteration=True)
@@ -134,7 +135,7 @@ def eval_dataset(
         )
     else:
         batches = (
-            _records(source, fmt)
+            read_records(source, fmt)
             .batch(batch_size)
             .map(
                 lambda raw: preprocess_batch(raw, fmt, preprocess),
