@@ -338,3 +338,29 @@ def test_two_loopback_workers_train_on_their_own_shares(tmp_path):
         assert f"Input pipeline {index + 1} of 2 reads" in output, output[-3000:]
     weights = [line for output in outputs for line in output.splitlines() if "Final weights sha256" in line]
     assert len(weights) == 2 and weights[0].split("sha256")[-1] == weights[1].split("sha256")[-1]
+
+
+def test_unequal_converter_shards_are_shared_by_record_ranges_from_the_manifest_counts(tmp_path, monkeypatch, caplog):
+    """The converter's shards of 5, 5 and 2 train records over 2 workers: whole files would give one worker 7
+    records and the other 5, so each gets 6 in record ranges, counted from the manifest without reading a file."""
+    from trainer.config import to_settings
+    from trainer.tasks.data import load_data
+
+    make_pets(tmp_path / "in", per_class=10)
+    options = ConvertOptions(image_size=SIZE, val_fraction=0.2, test_fraction=0.2, records_per_shard=5, workers=1)
+    manifest = convert(tmp_path / "in", tmp_path / "records", options)
+    assert manifest["splits"]["train"]["file_counts"] == [5, 5, 2]
+
+    def no_counting(*args, **kwargs):
+        raise AssertionError("the manifest lists every file's count")
+
+    monkeypatch.setattr(tfrecords, "count_records", no_counting)
+    settings = to_settings(compose(_train_overrides(str(tmp_path / "records"))))
+    data = load_data(settings.dataset, 2, 0, num_workers=2)
+    assert data.train_steps == 6  # 6 records per worker, 1 per step
+    with caplog.at_level(logging.INFO):
+        for index in range(2):
+            data.train_for_worker(tf.distribute.InputContext(2, index, 2))
+    lines = [record.getMessage() for record in caplog.records if "Input pipeline" in record.getMessage()]
+    assert "records 0-4 of" in lines[0] and "0-0 of" in lines[0] and "(6 records, 6 per epoch)" in lines[0], lines
+    assert "records 1-4 of" in lines[1] and "0-1 of" in lines[1] and "(6 records, 6 per epoch)" in lines[1], lines

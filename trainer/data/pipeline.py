@@ -47,7 +47,8 @@ def _decoded(source: RecordSlice | WorkerShare, fmt: RecordFormat, preprocess: P
 
 def _share_records(share: WorkerShare, fmt: RecordFormat) -> tf.data.Dataset:
     """The records of one worker's ranges, in file order: each range is a byte range of its file, so the
-    records around it are never yielded, decoded or augmented (TensorFlow skips the bytes before it)."""
+    records around it are never yielded, decoded or augmented (the bytes before it pass through TensorFlow's
+    read buffer, those after it are not read)."""
     paths, headers, footers = [], [], []
     for path, start, length in share.ranges:
         count = count_records(path, fmt)

@@ -182,6 +182,17 @@ def _counts(files: list[str], manifest: dict | None, split: str, spec, num_class
     return sum(tfrecords.count_records(file, spec, num_classes) for file in files)
 
 
+def _file_counts(files: list[str], manifest: dict | None, split: str, spec) -> list[int]:
+    """Records per file: from the converter's manifest when it lists them for exactly these files, else counted."""
+    entry = (manifest or {}).get("splits", {}).get(split) or {}
+    listed = dict(zip(entry.get("files", []), entry.get("file_counts", []), strict=False))
+    names = [file.rsplit("/", 1)[-1] for file in files]
+    if len(listed) == len(entry.get("files", [])) and sorted(listed) == sorted(names):
+        return [int(listed[name]) for name in names]
+    log.info("Counting the records of %d %s file(s) for the worker shares <strategy=multi_worker>", len(files), split)
+    return [tfrecords.count_records(file, spec) for file in files]
+
+
 def _bad_record_finder(files: dict[str, list[str]], spec: tfrecords.RecordSpec, num_classes: int):
     """`Data.find_bad_record` for TFRecords (with a manifest, no file was read whole at start-up): every
     file of every split is read once, checksums and labels checked, until one fails."""
@@ -227,7 +238,7 @@ def load_tfrecords(dataset: TFRecordDatasetConfig, batch_size: int, seed: int, n
                 share, spec, preprocess, dataset.num_classes, per_replica, seed, dataset.shuffle_buffer
             )
 
-        file_counts = [tfrecords.count_records(path, spec) for path in files["train"]]
+        file_counts = _file_counts(files["train"], manifest, "train", spec)
         train_for_worker, train_steps = _worker_input(files["train"], file_counts, num_workers, batch_size, build)
     log.info(
         "Dataset %s (%s, %d shards): %s records, classes %s <dataset=%s>",
