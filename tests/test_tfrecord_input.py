@@ -364,3 +364,24 @@ def test_unequal_converter_shards_are_shared_by_record_ranges_from_the_manifest_
     lines = [record.getMessage() for record in caplog.records if "Input pipeline" in record.getMessage()]
     assert "records 0-4 of" in lines[0] and "0-0 of" in lines[0] and "(6 records, 6 per epoch)" in lines[0], lines
     assert "records 1-4 of" in lines[1] and "0-1 of" in lines[1] and "(6 records, 6 per epoch)" in lines[1], lines
+
+
+@pytest.mark.parametrize("counts, records_per_step, whole_files", [([7, 5], 1, False), ([7, 5], 2, True)])
+def test_each_worker_reads_its_steps_per_epoch_and_no_record_twice_in_an_epoch(
+    tmp_path, counts, records_per_step, whole_files
+):
+    files = _indexed_shards(tmp_path, counts)
+    spec = tfrecords.RecordSpec.for_format("raw", 4)
+    plan = shares.plan(files, counts, 2, records_per_step)
+    assert plan.whole_files == whole_files
+    steps = plan.steps_per_epoch
+    for worker in plan.workers:
+        reader = tfrecords.read_batches(worker, spec, records_per_step, 3, 8)
+        batches = [images.numpy() for images, _ in reader.take(10 * steps)]
+        for epoch in range(10):
+            read = [
+                int(image[0, 0, 0]) + 256 * int(image[0, 0, 1])
+                for batch in batches[epoch * steps : (epoch + 1) * steps]
+                for image in batch
+            ]
+            assert len(read) == len(set(read)) == worker.per_epoch == steps * records_per_step
