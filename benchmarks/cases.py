@@ -289,21 +289,42 @@ def _records_read(shares) -> int:
     )
 
 
+def _binary_records_read(share, fmt) -> int:
+    """Records one input pipeline's binary reader yields over one epoch of its share."""
+    from trainer.data import pipeline
+
+    return int(pipeline.read_records(share, fmt).reduce(0, lambda total, _: total + 1))
+
+
 def worker_shares(folder: Path, quick: bool) -> list[Row]:
     """Two workers: the records each one's pipeline reads per epoch against the dataset size. The shares are
-    what `distribute_datasets_from_function` gives each worker's InputContext (tests/test_tfrecord_input.py
-    trains two loopback workers on them)."""
-    from trainer.data import tfrecords
+    what `distribute_datasets_from_function` gives each worker's InputContext (tests/test_tfrecord_input.py and
+    tests/test_worker_shares.py train two loopback workers on them)."""
+    from trainer.data import shares
+    from trainer.data.records import RecordFormat, count_records
 
     count = 256 if quick else 1024
     rows = []
-    for shards, label in ((8, "whole files, 8 shards"), (1, "record ranges, 1 shard")):
-        files = _pet_records(folder, "raw", count, shards=shards)
+    for num_files, label in ((8, "whole files, 8 shards"), (1, "record ranges, 1 shard")):
+        files = _pet_records(folder, "raw", count, shards=num_files)
         counts = [_records_read([(path, 0, -1)]) for path in files]
-        most = max(_records_read(tfrecords.plan_shares(files, counts, index, 2)) for index in range(2))
+        plan = shares.plan(files, counts, 2, 16)
+        most = max(_records_read(worker.ranges) for worker in plan.workers)
         rows.append(
             Row(f"2 workers: records read by the busiest / dataset ({label})", most, count, "records", 0.55, False)
         )
+    # CIFAR-format .bin: 5 train files, the last 10% held out for validation (record ranges over the rest).
+    fmt, per_file = RecordFormat(32, 32, 3), _cifar_count(quick) // 5
+    for index in range(5):
+        (folder / f"part{index}").mkdir(exist_ok=True)
+    files = [_cifar_files(folder / f"part{index}", per_file)[0] for index in range(5)]
+    train = 5 * per_file - per_file // 2
+    plan = shares.plan(files, [count_records(path, fmt) for path in files], 2, 64, limit=train)
+    most = max(_binary_records_read(worker, fmt) for worker in plan.workers)
+    label = "CIFAR .bin, 5 files, validation held out"
+    rows.append(
+        Row(f"2 workers: records read by the busiest / train split ({label})", most, train, "records", 0.55, False)
+    )
     return rows
 
 

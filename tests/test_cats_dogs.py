@@ -355,7 +355,7 @@ def test_raw_records_train_under_mirrored_and_the_process_exits(tmp_path):
 
 def test_a_record_corrupted_after_conversion_stops_training_with_its_name(tmp_path):
     """With the converter's manifest the records are not counted (nor checked) at start-up; the reader
-    checks each record's checksum as it reads it."""
+    checks each record's checksum as it reads it, and the files are then read again to name the bad one."""
     make_pets(tmp_path / "in", per_class=12)
     options = ConvertOptions(image_size=SIZE, format="raw", val_fraction=0.2, test_fraction=0.2, records_per_shard=8)
     convert(tmp_path / "in", tmp_path / "records", options)
@@ -368,5 +368,5 @@ def test_a_record_corrupted_after_conversion_stops_training_with_its_name(tmp_pa
     shard.write_bytes(bytes(data))
     overrides = ["dataset=cats_dogs", f"dataset.data_dir={tmp_path / 'records'}", f"dataset.stored_size={SIZE}"]
     overrides += [f"dataset.image_size={SIZE}", "debug=smoke", "trainer.batch_size=4"]
-    with pytest.raises(DataError, match="bad input data: corrupted record at"):
+    with pytest.raises(DataError, match=f"{shard.name}: corrupted or truncated TFRecord file at record 3"):
         run_task(compose(overrides, tmp_path / "run"))

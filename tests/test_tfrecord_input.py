@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import re
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,7 @@ from test_cats_dogs import SIZE, make_pets
 
 from conftest import compose
 from trainer.convert import ConvertOptions, convert
-from trainer.data import predict_inputs, record_writer, tfrecords
+from trainer.data import predict_inputs, record_writer, shares, tfrecords
 from trainer.errors import DataError
 from trainer.tasks import run_task
 
@@ -126,7 +127,7 @@ BAD_RECORDS = [
     ("varint_later", [_example(0), OVERLONG_VARINT], "train", r"record 1 does not parse as an Example"),
     ("not_example", [b"not an example at all"], "train", r"record 0 is not a tf.train.Example"),
     ("empty_image", [_example(0, image=b"")], "train", r"record 0 'img_raw' must hold one non-empty byte string"),
-    ("bad_crc", [_example(0), _example(1)], "predict", r"corrupted or truncated TFRecord file after record 0"),
+    ("bad_crc", [_example(0), _example(1)], "predict", r"corrupted or truncated TFRecord file at record 1"),
     (
         "filename_int64",
         [_example(filename=record_writer.int64_feature(7))],
@@ -172,7 +173,55 @@ def test_bad_records_give_one_line_naming_the_file(tmp_path, case, records, mode
     assert "\n" not in text and "bad.tfrecords" in text, text
 
 
-def _tiny_checkpoint(folder: Path) -> Path:
+def _spoil_record(path: Path, index: int) -> None:
+    """Flips a byte inside the data of record `index` (its checksum then fails)."""
+    data, offset = bytearray(path.read_bytes()), 0
+    for _ in range(index):
+        offset += 16 + int.from_bytes(data[offset : offset + 8], "little")
+    data[offset + 12 + int.from_bytes(data[offset : offset + 8], "little") // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+AFTER_START_UP = [
+    # case, mode, the file spoiled, the one line expected: with a manifest, no file is read whole at start-up
+    (
+        "corrupt_train",
+        "train",
+        "train.tfrecords_001",
+        r"train.tfrecords_001: corrupted or truncated TFRecord file at record 2",
+    ),
+    (
+        "corrupt_evaluate",
+        "evaluate",
+        "test.tfrecords_000",
+        r"test.tfrecords_000: corrupted or truncated TFRecord file at record 1",
+    ),
+    ("label_train", "train", "train.tfrecords_002", r"train.tfrecords_002: record 3 has label 5, expected 0 to 1"),
+    ("label_inspect", "inspect", "val.tfrecords_000", r"val.tfrecords_000: record 1 has label 5, expected 0 to 1"),
+]
+
+
+@pytest.mark.parametrize("case, mode, name, message", AFTER_START_UP, ids=[case[0] for case in AFTER_START_UP])
+def test_bad_records_behind_a_manifest_give_one_line_naming_the_file_and_record(tmp_path, case, mode, name, message):
+    records = _converted(tmp_path)
+    assert (records / "manifest.json").exists()
+    if case.startswith("label"):
+        bad_index = int(re.search(r"record (\d+)", message).group(1))
+        _write(records / name, [_example(5 if index == bad_index else index % 2) for index in range(4)])
+    else:
+        _spoil_record(records / name, int(re.search(r"record (\d+)", message).group(1)))
+    overrides = _train_overrides(str(records), f"mode={mode}")
+    if mode == "evaluate":
+        classes = json.loads((records / "manifest.json").read_text())["class_names"]
+        overrides += [f"checkpoint={_tiny_checkpoint(tmp_path, tuple(classes))}"]
+    if mode == "inspect":
+        overrides += ["inspect.split=val", "inspect.num_images=4"]
+    with pytest.raises(DataError, match=message) as error:
+        run_task(compose(overrides, tmp_path / "run"))
+    assert "\n" not in str(error.value)
+
+
+def _tiny_checkpoint(folder: Path, class_names: tuple[str, ...] = ("cat", "dog")) -> Path:
     """A checkpoint as training saves it: uint8 input, its preprocessing and its class names inside."""
     from trainer import checkpoints
     from trainer.models.preprocessing import with_preprocessing
@@ -180,7 +229,7 @@ def _tiny_checkpoint(folder: Path) -> Path:
 
     path = folder / "tiny.keras"
     model = with_preprocessing(build_vgg19(2, (SIZE, SIZE, 3), width_multiplier=0.125, fc_units=16, dropout=0.0))
-    checkpoints.save(model, path, checkpoints.ModelInfo(("cat", "dog"), SIZE, SIZE, "standardize"))
+    checkpoints.save(model, path, checkpoints.ModelInfo(class_names, SIZE, SIZE, "standardize"))
     return path
 
 
@@ -240,19 +289,21 @@ def _indices_read(files_or_shares, spec, total_hint: int) -> list[int]:
     return [int(image[0, 0, 0]) + 256 * int(image[0, 0, 1]) for batch, _ in images for image in batch.numpy()]
 
 
-@pytest.mark.parametrize("counts", [[5, 7, 4, 6, 3], [30], [11, 9]])
-def test_two_workers_each_read_about_half_and_together_every_record_once(tmp_path, counts):
-    """Whole files when there are at least as many files as workers, else record ranges."""
+@pytest.mark.parametrize(
+    "counts, whole_files", [([5, 7, 4, 6, 3], True), ([30], False), ([11, 9], False), ([10, 9], True)]
+)
+def test_two_workers_each_read_about_half_and_together_every_record_once(tmp_path, counts, whole_files):
+    """Whole files when there are at least as many files as workers and their shares are within one step
+    of each other, else record ranges."""
     files = _indexed_shards(tmp_path, counts)
     spec = tfrecords.RecordSpec.for_format("raw", 4)
     total = sum(counts)
     seen = []
-    for index in range(2):
-        shares = tfrecords.plan_shares(files, counts, index, 2)
-        if len(files) >= 2:
-            assert all(length == -1 for _, _, length in shares), "whole files"
-        read = _indices_read(shares, spec, total)
-        assert 0.3 * total <= len(read) <= 0.7 * total, (index, len(read), total)
+    plan = shares.plan(files, counts, 2, 1)
+    assert plan.whole_files == whole_files
+    for worker in plan.workers:
+        read = _indices_read(list(worker.ranges), spec, total)
+        assert 0.3 * total <= len(read) <= 0.7 * total, (len(read), total)
         seen += read
     assert sorted(seen) == list(range(total)), "every record once over both workers"
 
@@ -274,6 +325,7 @@ def test_two_loopback_workers_train_on_their_own_shares(tmp_path):
     for index in range(2):
         command = [sys.executable, str(ROOT / "run.py"), *_train_overrides(str(records)), "strategy=multi_worker"]
         command += ["trainer.steps_per_epoch=2", f"hydra.run.dir={tmp_path / f'run{index}'}"]
+        command += ["model.batch_norm=false"]  # Keras's batch norm statistics are each worker's own
         env = {**os.environ, "TF_CONFIG": _tf_config(ports, index)}
         processes.append(
             subprocess.Popen(
@@ -286,3 +338,50 @@ def test_two_loopback_workers_train_on_their_own_shares(tmp_path):
         assert f"Input pipeline {index + 1} of 2 reads" in output, output[-3000:]
     weights = [line for output in outputs for line in output.splitlines() if "Final weights sha256" in line]
     assert len(weights) == 2 and weights[0].split("sha256")[-1] == weights[1].split("sha256")[-1]
+
+
+def test_unequal_converter_shards_are_shared_by_record_ranges_from_the_manifest_counts(tmp_path, monkeypatch, caplog):
+    """The converter's shards of 5, 5 and 2 train records over 2 workers: whole files would give one worker 7
+    records and the other 5, so each gets 6 in record ranges, counted from the manifest without reading a file."""
+    from trainer.config import to_settings
+    from trainer.tasks.data import load_data
+
+    make_pets(tmp_path / "in", per_class=10)
+    options = ConvertOptions(image_size=SIZE, val_fraction=0.2, test_fraction=0.2, records_per_shard=5, workers=1)
+    manifest = convert(tmp_path / "in", tmp_path / "records", options)
+    assert manifest["splits"]["train"]["file_counts"] == [5, 5, 2]
+
+    def no_counting(*args, **kwargs):
+        raise AssertionError("the manifest lists every file's count")
+
+    monkeypatch.setattr(tfrecords, "count_records", no_counting)
+    settings = to_settings(compose(_train_overrides(str(tmp_path / "records"))))
+    data = load_data(settings.dataset, 2, 0, num_workers=2)
+    assert data.train_steps == 6  # 6 records per worker, 1 per step
+    with caplog.at_level(logging.INFO):
+        for index in range(2):
+            data.train_for_worker(tf.distribute.InputContext(2, index, 2))
+    lines = [record.getMessage() for record in caplog.records if "Input pipeline" in record.getMessage()]
+    assert "records 0-4 of" in lines[0] and "0-0 of" in lines[0] and "(6 records, 6 per epoch)" in lines[0], lines
+    assert "records 1-4 of" in lines[1] and "0-1 of" in lines[1] and "(6 records, 6 per epoch)" in lines[1], lines
+
+
+@pytest.mark.parametrize("counts, records_per_step, whole_files", [([7, 5], 1, False), ([7, 5], 2, True)])
+def test_each_worker_reads_its_steps_per_epoch_and_no_record_twice_in_an_epoch(
+    tmp_path, counts, records_per_step, whole_files
+):
+    files = _indexed_shards(tmp_path, counts)
+    spec = tfrecords.RecordSpec.for_format("raw", 4)
+    plan = shares.plan(files, counts, 2, records_per_step)
+    assert plan.whole_files == whole_files
+    steps = plan.steps_per_epoch
+    for worker in plan.workers:
+        reader = tfrecords.read_batches(worker, spec, records_per_step, 3, 8)
+        batches = [images.numpy() for images, _ in reader.take(10 * steps)]
+        for epoch in range(10):
+            read = [
+                int(image[0, 0, 0]) + 256 * int(image[0, 0, 1])
+                for batch in batches[epoch * steps : (epoch + 1) * steps]
+                for image in batch
+            ]
+            assert len(read) == len(set(read)) == worker.per_epoch == steps * records_per_step

@@ -281,7 +281,7 @@ def convert(input_dir: Path, output_dir: Path, options: ConvertOptions) -> dict:
             progress.update(len(task.files))
             outcomes.append(outcome)
     for split in splits:
-        files, counts = [], Counter()
+        files, counts, file_counts = [], Counter(), []
         for (task_split, task), (shard_counts, shard_skipped) in zip(tasks, outcomes, strict=True):
             if task_split != split:
                 continue
@@ -294,11 +294,13 @@ def convert(input_dir: Path, output_dir: Path, options: ConvertOptions) -> dict:
             files.append(_shard_name(split, len(files)))
             os.replace(task.path, output_dir / files[-1])
             counts += shard_counts
+            file_counts.append(sum(shard_counts.values()))  # per-worker shares need them (trainer.data.shares)
         per_class = {
             (class_names[label] if class_names else "unlabeled"): count
             for label, count in sorted(counts.items(), key=lambda pair: (pair[0] is None, pair[0]))
         }
         manifest["splits"][split] = {"files": files, "count": sum(counts.values()), "per_class": per_class}
+        manifest["splits"][split]["file_counts"] = file_counts
     staging.rmdir()
     if not any(split["count"] for split in manifest["splits"].values()):
         raise UserError(f"INPUT_DIR {input_dir}: no readable image among {len(items)} files")

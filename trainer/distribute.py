@@ -123,7 +123,7 @@ def worker_name(strategy: tf.distribute.Strategy) -> str:
     return f"{resolver.task_type}{resolver.task_id}"
 
 
-def _reason(error: tf.errors.OpError) -> str:
+def error_reason(error: tf.errors.OpError) -> str:
     """The useful part of a TensorFlow error: the text of our pipeline's assertions or of the ValueError
     of a Python step, else the first 300 characters."""
     match = re.search(r"assertion failed: \[([^\]]+)\]", error.message) or re.search(
@@ -145,7 +145,7 @@ def collective_errors(strategy: tf.distribute.Strategy) -> Iterator[None]:
     try:
         yield
     except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as error:
-        raise DataError(f"bad input data: {_reason(error)}") from None
+        raise DataError(f"bad input data: {error_reason(error)}") from None
     except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.CancelledError) as error:
         if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
             raise
@@ -159,6 +159,12 @@ def collective_errors(strategy: tf.distribute.Strategy) -> Iterator[None]:
 def in_multi_worker_mode(strategy: tf.distribute.Strategy) -> bool:
     """Whether `strategy` spans several worker processes (a one-worker `multi_worker` run does not)."""
     return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) and strategy.extended._in_multi_worker_mode()
+
+
+def num_input_pipelines(strategy: tf.distribute.Strategy) -> int:
+    """The input pipelines `distribute_datasets_from_function` builds: one per worker under multi-worker
+    training, else 1 (one pipeline feeds every replica of this machine)."""
+    return strategy.extended._num_workers if in_multi_worker_mode(strategy) else 1
 
 
 def training_input(

@@ -13,26 +13,29 @@ from __future__ import annotations
 import tensorflow as tf
 
 from trainer.data.augment import Preprocess, decode_records, prepare_images, preprocess_batch, to_model_size
-from trainer.data.records import RecordFormat, RecordSlice
+from trainer.data.records import RecordFormat, RecordSlice, count_records
+from trainer.data.shares import WorkerShare
 
 AUTOTUNE = tf.data.AUTOTUNE
 
 
-def _options() -> tf.data.Options:
+def _options(sharded: bool = False) -> tf.data.Options:
     options = tf.data.Options()
     options.deterministic = True  # parallel maps must never reorder examples
     # Shard by element, not by file: the test split is a single file and the
     # train/val split is a slice across files, so FILE sharding cannot work.
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    # A worker's own share (`trainer.data.shares`) is sharded already.
+    policy = tf.data.experimental.AutoShardPolicy
+    options.experimental_distribute.auto_shard_policy = policy.OFF if sharded else policy.DATA
     return options
 
 
-def _decoded(source: RecordSlice, fmt: RecordFormat, preprocess: Preprocess) -> tf.data.Dataset:
+def _decoded(source: RecordSlice | WorkerShare, fmt: RecordFormat, preprocess: Preprocess) -> tf.data.Dataset:
     """(image at image_size, label) per record, decoded and resized once, then kept in memory.
 
     For small datasets (digits, CIFAR) this leaves only the augmentation to run every epoch.
     """
-    records = _records(source, fmt).batch(1024)
+    records = read_records(source, fmt).batch(1024)
 
     def decode(raw):
         images, labels = decode_records(raw, fmt)
@@ -42,7 +45,27 @@ def _decoded(source: RecordSlice, fmt: RecordFormat, preprocess: Preprocess) -> 
     return images.apply(tf.data.experimental.assert_cardinality(source.count)).cache()
 
 
-def _records(source: RecordSlice, fmt: RecordFormat) -> tf.data.Dataset:
+def _share_records(share: WorkerShare, fmt: RecordFormat) -> tf.data.Dataset:
+    """The records of one worker's ranges, in file order: each range is a byte range of its file, so the
+    records around it are never yielded, decoded or augmented (the bytes before it pass through TensorFlow's
+    read buffer, those after it are not read)."""
+    paths, headers, footers = [], [], []
+    for path, start, length in share.ranges:
+        count = count_records(path, fmt)
+        paths.append(path)
+        headers.append(start * fmt.record_bytes)
+        footers.append(0 if length < 0 else (count - start - length) * fmt.record_bytes)
+    ranges = tf.data.Dataset.from_tensor_slices((paths, tf.constant(headers, tf.int64), tf.constant(footers, tf.int64)))
+    records = ranges.flat_map(
+        lambda path, header, footer: tf.data.FixedLengthRecordDataset(path, fmt.record_bytes, header, footer)
+    )
+    return records.apply(tf.data.experimental.assert_cardinality(share.count))
+
+
+def read_records(source: RecordSlice | WorkerShare, fmt: RecordFormat) -> tf.data.Dataset:
+    """The raw records of a split or of one worker's share, in file order."""
+    if isinstance(source, WorkerShare):
+        return _share_records(source, fmt)
     records = tf.data.FixedLengthRecordDataset(list(source.files), fmt.record_bytes)
     # The file sizes give the count; stating it lets Keras size each epoch.
     records = records.skip(source.start).take(source.count).apply(tf.data.experimental.assert_cardinality(source.count))
@@ -50,7 +73,7 @@ def _records(source: RecordSlice, fmt: RecordFormat) -> tf.data.Dataset:
 
 
 def train_dataset(
-    source: RecordSlice,
+    source: RecordSlice | WorkerShare,
     fmt: RecordFormat,
     preprocess: Preprocess,
     batch_size: int,
@@ -61,10 +84,11 @@ def train_dataset(
     """Shuffled, augmented, endless batches for `fit(steps_per_epoch=...)`.
 
     Args:
-        source: The training records.
+        source: The training records, or one worker's share of them (read `per_epoch` records a pass).
         fmt: Their layout.
         preprocess: Resize, augmentation and standardization.
-        batch_size: Global batch size; the last partial batch of each pass is dropped.
+        batch_size: Global batch size (a worker's share: the per-replica one); the last partial batch of
+            each pass is dropped.
         seed: Seeds the shuffle order and every augmentation parameter.
         shuffle_buffer: Records held for shuffling.
         cache: Keep the decoded, resized images in memory after the first pass.
@@ -72,10 +96,12 @@ def train_dataset(
     Returns:
         A dataset of (float32 images [batch, size, size, 3], int32 labels [batch]).
     """
-    records = _decoded(source, fmt, preprocess) if cache else _records(source, fmt)
+    records = _decoded(source, fmt, preprocess) if cache else read_records(source, fmt)
     # Shuffle, then repeat: one epoch's records are all seen before the next
     # epoch starts, and each pass gets a new (seeded) order.
     records = records.shuffle(min(shuffle_buffer, source.count), seed=seed, reshuffle_each_iteration=True)
+    if isinstance(source, WorkerShare):  # the same steps on every worker: its passes line up with the epochs
+        records = records.take(source.per_epoch)
     batches = records.repeat().batch(batch_size, drop_remainder=True)
     # One stateless seed per batch; a different stream from the shuffle's.
     seeds = tf.data.Dataset.random(seed=seed + 1)
@@ -87,7 +113,7 @@ def train_dataset(
         return preprocess_batch(batch, fmt, preprocess, batch_seed)
 
     batches = tf.data.Dataset.zip((batches, seeds)).map(prepare, num_parallel_calls=AUTOTUNE, deterministic=True)
-    return batches.prefetch(AUTOTUNE).with_options(_options())
+    return batches.prefetch(AUTOTUNE).with_options(_options(isinstance(source, WorkerShare)))
 
 
 def eval_dataset(
@@ -110,7 +136,7 @@ def eval_dataset(
         )
     else:
         batches = (
-            _records(source, fmt)
+            read_records(source, fmt)
             .batch(batch_size)
             .map(
                 lambda raw: preprocess_batch(raw, fmt, preprocess),

@@ -11,7 +11,7 @@ One reader, `tf.data`, for every file system TensorFlow knows (local disk, `gs:/
 `s3://`, `hdfs://`, `ram://`): `TFRecordDataset` (uncompressed, GZIP or ZLIB) batched,
 then `tf.io.parse_example` and `decode_raw` on whole batches. Image and label come out
 of one record, so they cannot drift apart. Under `strategy=multi_worker` each worker
-reads only its own share (`plan_shares`): whole files, or disjoint record ranges.
+reads only its own share (`trainer.data.shares`): whole files, or disjoint record ranges.
 
     python run.py dataset=cats_dogs dataset.data_dir=records/
 """
@@ -30,6 +30,7 @@ from google.protobuf.message import DecodeError
 from trainer.data import record_writer
 from trainer.data.augment import Preprocess, prepare_images
 from trainer.data.record_writer import DEFAULT_KEYS, FORMATS
+from trainer.data.shares import Share, WorkerShare
 from trainer.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -266,8 +267,9 @@ def scan_file(path: str, spec: RecordSpec, num_classes: int | None = None, filen
         try:
             batch = next(batches, None)
         except tf.errors.OpError as error:
+            bad = count + _readable_records(path, compression, count)
             raise DataError(
-                f"{path}: corrupted or truncated TFRecord file after record {count} ({_first_line(error)})"
+                f"{path}: corrupted or truncated TFRecord file at record {bad} ({_first_line(error)})"
             ) from None
         if batch is None:
             return FileScan(count, names)
@@ -283,6 +285,17 @@ def scan_file(path: str, spec: RecordSpec, num_classes: int | None = None, filen
         if filenames:
             names += [_decode_name(name) for name in parsed[spec.filename_key].numpy()]
         count += int(batch.shape[0])
+
+
+def _readable_records(path: str, compression: str, start: int) -> int:
+    """How many records after the first `start` read before the error (only run once a read has failed)."""
+    count = 0
+    try:
+        for _ in tf.data.TFRecordDataset(path, compression_type=compression).skip(start):
+            count += 1
+    except tf.errors.OpError:
+        pass
+    return count
 
 
 def _parse_checked(path: str, batch: tf.Tensor, description: dict, first: int) -> dict:
@@ -373,39 +386,17 @@ def image_batches(
     return singles.batch(batch_size, drop_remainder=drop_remainder)
 
 
-Share = tuple[str, int, int]  # (file, first record, number of records; -1: to the end)
-
-
-def plan_shares(files: list[str], counts: list[int] | None, index: int, num_workers: int) -> list[Share]:
-    """The part of the records that input pipeline `index` of `num_workers` reads: every record once over all.
-
-    With at least as many files as workers, each gets whole files (every num_workers-th);
-    otherwise each gets a contiguous range of about total / num_workers records
-    (`counts`, the records per file, are then needed).
-    """
-    if num_workers == 1:
-        return [(path, 0, -1) for path in files]
-    if len(files) >= num_workers:
-        return [(path, 0, -1) for path in files[index::num_workers]]
-    if counts is None:
-        raise ValueError("plan_shares needs the record counts when there are fewer files than workers")
-    total = sum(counts)
-    start, end = total * index // num_workers, total * (index + 1) // num_workers
-    shares, offset = [], 0
-    for path, count in zip(files, counts, strict=True):
-        low, high = max(start, offset), min(end, offset + count)
-        if low < high:
-            shares.append((path, low - offset, high - low))
-        offset += count
-    return shares
-
-
 def shuffled_records(
-    files: list[str] | list[Share], seed: int, shuffle_buffer: int = 1000, compression: str = ""
+    files: list[str] | list[Share],
+    seed: int,
+    shuffle_buffer: int = 1000,
+    compression: str = "",
+    per_pass: int | None = None,
 ) -> tf.data.Dataset:
     """Serialized records, endlessly: shards in a seeded order, read in parallel (deterministically) and shuffled.
 
-    `files` are paths, or `plan_shares` shares (a record range of a file).
+    `files` are paths, or one worker's shares (record ranges of files, `trainer.data.shares`);
+    `per_pass`: only that many records of each pass (a worker's records per epoch).
     """
     shares = [(item, 0, -1) if isinstance(item, str) else tuple(item) for item in files]
     paths, starts, lengths = (list(column) for column in zip(*shares, strict=True))
@@ -422,15 +413,20 @@ def shuffled_records(
 
         records = order.interleave(read, cycle_length=reads, num_parallel_calls=AUTOTUNE, deterministic=True)
     # Shuffle, then repeat: every record of an epoch is seen before the next epoch starts.
-    return records.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True).repeat()
+    records = records.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    return (records if per_pass is None else records.take(per_pass)).repeat()
 
 
 def read_batches(
-    files: list[str] | list[Share], spec: RecordSpec, batch_size: int, seed: int, shuffle_buffer: int = 1000
+    files: list[str] | WorkerShare, spec: RecordSpec, batch_size: int, seed: int, shuffle_buffer: int = 1000
 ) -> tf.data.Dataset:
-    """The training reader: endless shuffled batches of (uint8 images, int32 labels), before augmentation."""
-    paths = sorted({item if isinstance(item, str) else item[0] for item in files})
-    records = shuffled_records(files, seed, shuffle_buffer, compression_of(paths, spec.compression))
+    """The training reader: endless shuffled batches of (uint8 images, int32 labels), before augmentation.
+
+    A worker's share is read `per_epoch` records a pass, so its passes line up with the epochs.
+    """
+    ranges, per_pass = (list(files.ranges), files.per_epoch) if isinstance(files, WorkerShare) else (files, None)
+    paths = sorted({item if isinstance(item, str) else item[0] for item in ranges})
+    records = shuffled_records(ranges, seed, shuffle_buffer, compression_of(paths, spec.compression), per_pass)
     return image_batches(records, spec, True, batch_size, drop_remainder=True)
 
 
@@ -448,7 +444,7 @@ def _check_labels(labels: tf.Tensor, num_classes: int) -> tf.Tensor:
 
 
 def train_dataset(
-    files: list[str] | list[Share],
+    files: list[str] | WorkerShare,
     spec: RecordSpec,
     preprocess: Preprocess,
     num_classes: int,
@@ -458,8 +454,8 @@ def train_dataset(
 ) -> tf.data.Dataset:
     """`read_batches`, then every batch augmented with its own seed.
 
-    `files` may be one worker's `plan_shares`; such a pipeline is already sharded, so
-    tf.distribute must not shard it again.
+    `files` may be one worker's share (`trainer.data.shares`); such a pipeline is already
+    sharded, so tf.distribute must not shard it again.
     """
     images = read_batches(files, spec, batch_size, seed, shuffle_buffer)
     batches = tf.data.Dataset.zip((images, tf.data.Dataset.random(seed + 1)))
@@ -468,7 +464,7 @@ def train_dataset(
         images, labels = pair
         return prepare_images(images, preprocess, batch_seed), _check_labels(labels, num_classes)
 
-    sharded = any(not isinstance(item, str) for item in files)
+    sharded = isinstance(files, WorkerShare)
     policy = tf.data.experimental.AutoShardPolicy.OFF if sharded else tf.data.experimental.AutoShardPolicy.DATA
     return (
         batches.map(prepare, num_parallel_calls=AUTOTUNE, deterministic=True)

@@ -5,15 +5,17 @@ python run.py mode=train dataset=cifar dataset.data_dir=/data/cifar10
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import tensorflow as tf
 
+from trainer import distribute
 from trainer.config import BinaryDatasetConfig, TFRecordDatasetConfig
-from trainer.data import pipeline, records, tfrecords
+from trainer.data import pipeline, records, shares, tfrecords
 from trainer.data.augment import Augmentation, Preprocess
 from trainer.errors import DataError
 from trainer.models.preprocessing import ModelAugmentation
@@ -36,6 +38,20 @@ class Data:
     class_counts: dict[str, dict[str, int]] | None = None  # per split, when known without reading the images
     # Under multi-worker training, the train pipeline of one worker's share (`distribute.training_input`).
     train_for_worker: Callable[[tf.distribute.InputContext], tf.data.Dataset] | None = None
+    train_steps: int | None = None  # multi-worker: the steps per epoch that every worker's share holds
+    # Reads the files again to name the one holding a bad record (raises a DataError); None: checked at start-up.
+    find_bad_record: Callable[[], None] | None = None
+
+    @contextlib.contextmanager
+    def named_bad_records(self) -> Iterator[None]:
+        """A bad record met inside a pipeline (TensorFlow's error names no file) as one line naming its file
+        and record, found by `find_bad_record`; any other failed check of the pipeline as one line too."""
+        try:
+            yield
+        except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as error:
+            if self.find_bad_record is not None:
+                self.find_bad_record()
+            raise DataError(f"bad input data: {distribute.error_reason(error)}") from None
 
 
 def binary_format(dataset: BinaryDatasetConfig) -> records.RecordFormat:
@@ -64,9 +80,35 @@ def model_augmentation(dataset) -> ModelAugmentation:
     return ModelAugmentation(**{key: getattr(dataset.augment, key) for key in MODEL_AUGMENTATION})
 
 
-def load_binary(dataset: BinaryDatasetConfig, batch_size: int, seed: int, check_val: bool = True) -> Data:
+def _worker_input(
+    files: list[str],
+    file_counts: list[int],
+    num_workers: int,
+    batch_size: int,
+    build: Callable[[shares.WorkerShare, int], tf.data.Dataset],
+    limit: int | None = None,
+) -> tuple[Callable[[tf.distribute.InputContext], tf.data.Dataset], int]:
+    """Plans the workers' shares of the train records (the first `limit` of `files`) and returns the
+    `distribute_datasets_from_function` argument, with which each input pipeline builds only its own share,
+    `build(share, per_replica_batch)`, and logs it, and the steps per epoch that every share holds."""
+    plan = shares.plan(files, file_counts, num_workers, batch_size // num_workers, limit)
+
+    def train_for(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        index, total = context.input_pipeline_id, context.num_input_pipelines
+        if total != len(plan.workers):
+            raise ValueError(f"the shares were planned for {len(plan.workers)} input pipelines, not {total}")
+        log.info("Input pipeline %d of %d reads %s <strategy=multi_worker>", index + 1, total, plan.describe(index))
+        return build(plan.workers[index], context.get_per_replica_batch_size(batch_size))
+
+    return train_for, plan.steps_per_epoch
+
+
+def load_binary(
+    dataset: BinaryDatasetConfig, batch_size: int, seed: int, check_val: bool = True, num_workers: int = 1
+) -> Data:
     """Finds (or downloads), checks and splits the record files, then builds the pipelines; without
-    `check_val` (the caller never reads the validation split) an unfitting `dataset.val_size` is no error."""
+    `check_val` (the caller never reads the validation split) an unfitting `dataset.val_size` is no error.
+    With `num_workers` > 1 (multi-worker training) each worker also gets a pipeline of its own share."""
     url = dataset.url if dataset.download else None
     names = list(dataset.train_files) + list(dataset.test_files)
     paths = records.locate(dataset.data_dir, names, list(dataset.search_subdirs), url, dataset.md5)
@@ -85,6 +127,19 @@ def load_binary(dataset: BinaryDatasetConfig, batch_size: int, seed: int, check_
     size = preprocess.output_size
     counts = {name: split.count for name, split in splits.items()}
     log.info("Dataset %s from %s: %s records <dataset=%s>", dataset.name, paths[0].parent, counts, dataset.name)
+    train_for_worker, train_steps = None, None
+    if num_workers > 1:
+        source = splits["train"]  # records [0, count) of the train files: the validation records come after
+
+        def build(share: shares.WorkerShare, per_replica: int) -> tf.data.Dataset:
+            return pipeline.train_dataset(
+                share, fmt, preprocess, per_replica, seed, dataset.shuffle_buffer, dataset.cache
+            )
+
+        file_counts = [records.count_records(path, fmt) for path in source.files]
+        train_for_worker, train_steps = _worker_input(
+            list(source.files), file_counts, num_workers, batch_size, build, source.count
+        )
     return Data(
         train=pipeline.train_dataset(
             splits["train"],
@@ -102,6 +157,8 @@ def load_binary(dataset: BinaryDatasetConfig, batch_size: int, seed: int, check_
         class_names=list(dataset.class_names),
         input_shape=(size, size, 3),
         resize_to=preprocess.image_size,
+        train_for_worker=train_for_worker,
+        train_steps=train_steps,
     )
 
 
@@ -125,35 +182,34 @@ def _counts(files: list[str], manifest: dict | None, split: str, spec, num_class
     return sum(tfrecords.count_records(file, spec, num_classes) for file in files)
 
 
-def _share_text(shares: list, num_files: int) -> str:
-    if all(length == -1 for _, _, length in shares):
-        return f"{len(shares)} of {num_files} train file(s)"
-    return "records " + ", ".join(f"{start}-{start + length - 1} of {path}" for path, start, length in shares)
+def _file_counts(files: list[str], manifest: dict | None, split: str, spec) -> list[int]:
+    """Records per file: from the converter's manifest when it lists them for exactly these files, else counted."""
+    entry = (manifest or {}).get("splits", {}).get(split) or {}
+    listed = dict(zip(entry.get("files", []), entry.get("file_counts", []), strict=False))
+    names = [file.rsplit("/", 1)[-1] for file in files]
+    if len(listed) == len(entry.get("files", [])) and sorted(listed) == sorted(names):
+        return [int(listed[name]) for name in names]
+    log.info("Counting the records of %d %s file(s) for the worker shares <strategy=multi_worker>", len(files), split)
+    return [tfrecords.count_records(file, spec) for file in files]
 
 
-def _train_for_worker(files, spec, preprocess, dataset, batch_size, seed):
-    """The `distribute_datasets_from_function` argument: each input pipeline builds only its own share."""
+def _bad_record_finder(files: dict[str, list[str]], spec: tfrecords.RecordSpec, num_classes: int):
+    """`Data.find_bad_record` for TFRecords (with a manifest, no file was read whole at start-up): every
+    file of every split is read once, checksums and labels checked, until one fails."""
+    paths = list(dict.fromkeys(path for split in files.values() for path in split))
 
-    def train_for(context: tf.distribute.InputContext) -> tf.data.Dataset:
-        index, total = context.input_pipeline_id, context.num_input_pipelines
-        counts = None if len(files) >= total else [tfrecords.count_records(path, spec) for path in files]
-        shares = tfrecords.plan_shares(files, counts, index, total)
-        log.info(
-            "Input pipeline %d of %d reads %s <strategy=multi_worker>",
-            index + 1,
-            total,
-            _share_text(shares, len(files)),
-        )
-        per_replica = context.get_per_replica_batch_size(batch_size)
-        return tfrecords.train_dataset(
-            shares, spec, preprocess, dataset.num_classes, per_replica, seed, dataset.shuffle_buffer
-        )
+    def find() -> None:
+        log.warning("A bad record stopped the input pipeline; reading the %d record files to name it", len(paths))
+        for path in paths:
+            tfrecords.scan_file(path, spec, num_classes)  # raises a DataError naming the file and record
 
-    return train_for
+    return find
 
 
-def load_tfrecords(dataset: TFRecordDatasetConfig, batch_size: int, seed: int) -> Data:
-    """Expands the globs, checks each file's first record, counts the records and builds the pipelines."""
+def load_tfrecords(dataset: TFRecordDatasetConfig, batch_size: int, seed: int, num_workers: int = 1) -> Data:
+    """Expands the globs, checks each file's first record, counts the records and builds the pipelines.
+    With `num_workers` > 1 (multi-worker training) each worker also gets a pipeline of its own share, planned
+    from each train file's record count (counted here, as the manifest lists none per file)."""
     spec = record_spec(dataset)
     files = {
         split: tfrecords.expand(list(getattr(dataset, f"{split}_files")), f"dataset.{split}_files")
@@ -174,6 +230,16 @@ def load_tfrecords(dataset: TFRecordDatasetConfig, batch_size: int, seed: int) -
         )
     counts = {split: _counts(paths, manifest, split, spec, dataset.num_classes) for split, paths in files.items()}
     preprocess = dataset_preprocess(dataset)
+    train_for_worker, train_steps = None, None
+    if num_workers > 1:
+
+        def build(share: shares.WorkerShare, per_replica: int) -> tf.data.Dataset:
+            return tfrecords.train_dataset(
+                share, spec, preprocess, dataset.num_classes, per_replica, seed, dataset.shuffle_buffer
+            )
+
+        file_counts = _file_counts(files["train"], manifest, "train", spec)
+        train_for_worker, train_steps = _worker_input(files["train"], file_counts, num_workers, batch_size, build)
     log.info(
         "Dataset %s (%s, %d shards): %s records, classes %s <dataset=%s>",
         dataset.name,
@@ -198,7 +264,9 @@ def load_tfrecords(dataset: TFRecordDatasetConfig, batch_size: int, seed: int) -
         input_shape=(preprocess.output_size, preprocess.output_size, 3),
         resize_to=preprocess.image_size,
         class_counts={split: entry["per_class"] for split, entry in (manifest or {}).get("splits", {}).items()},
-        train_for_worker=_train_for_worker(files["train"], spec, preprocess, dataset, batch_size, seed),
+        train_for_worker=train_for_worker,
+        train_steps=train_steps,
+        find_bad_record=_bad_record_finder(files, spec, num_classes),
     )
 
 
@@ -212,9 +280,10 @@ def normalization_for(dataset, model) -> str:
     return "standardize" if dataset.standardize else "none"
 
 
-def load_data(dataset, batch_size: int, seed: int, check_val: bool = True) -> Data:
+def load_data(dataset, batch_size: int, seed: int, check_val: bool = True, num_workers: int = 1) -> Data:
     """Dispatches on the dataset schema (`conf/dataset/*.yaml` picks it); `check_val=False` for a caller
-    that never reads the validation split (binary data then skips the `dataset.val_size` check)."""
+    that never reads the validation split (binary data then skips the `dataset.val_size` check);
+    `num_workers`: the input pipelines of a multi-worker training run, each of which reads its own share."""
     if isinstance(dataset, BinaryDatasetConfig):
-        return load_binary(dataset, batch_size, seed, check_val)
-    return LOADERS[type(dataset)](dataset, batch_size, seed)
+        return load_binary(dataset, batch_size, seed, check_val, num_workers)
+    return LOADERS[type(dataset)](dataset, batch_size, seed, num_workers=num_workers)

@@ -40,7 +40,7 @@ def evaluate(settings: Config) -> float:
     )
     split = settings.evaluate.split
     with run_folder(settings.output_dir, distribute.is_chief(strategy)) as run_dir:
-        with distribute.collective_errors(strategy):
+        with distribute.collective_errors(strategy), data.named_bad_records():
             metrics = evaluate_checkpoint(strategy, settings.checkpoint, data, split, run_dir)
         metrics["split"] = split
         write_json(run_dir / "metrics.json", metrics)

@@ -59,6 +59,12 @@ def inspect(settings: Config) -> None:
     """Writes the contact sheet and prints the split's statistics."""
     options = settings.inspect
     data = load_data(settings.dataset, min(options.num_images, 256), settings.seed, check_val=options.split == "val")
+    with data.named_bad_records():
+        _inspect(settings, data)
+
+
+def _inspect(settings: Config, data) -> None:
+    options = settings.inspect
     if options.augmented and options.split != "train":
         log.warning("inspect.augmented=true applies to the train split only; showing %s unaugmented", options.split)
     dataset = {"train": data.train if options.augmented else data.train_plain, "val": data.val, "test": data.test}[

@@ -143,8 +143,8 @@ def train(settings: Config) -> float | None:
     keras.utils.set_random_seed(settings.seed)
     batch = settings.trainer.batch_size
     replicas = strategy.num_replicas_in_sync
-    data = load_data(settings.dataset, batch, settings.seed)
-    steps_per_epoch = settings.trainer.steps_per_epoch or data.num_examples["train"] // batch
+    data = load_data(settings.dataset, batch, settings.seed, num_workers=distribute.num_input_pipelines(strategy))
+    steps_per_epoch = settings.trainer.steps_per_epoch or data.train_steps or data.num_examples["train"] // batch
     if steps_per_epoch < 1:
         raise ConfigError(
             f"trainer.batch_size={batch} is larger than the {data.num_examples['train']} training records"
@@ -184,6 +184,7 @@ def train(settings: Config) -> float | None:
         run_folder(output_dir, chief) as run_dir,
         folders.hold(run_dir) if chief else contextlib.nullcontext({}) as invocation,  # one writer per folder
         distribute.collective_errors(strategy),
+        data.named_bad_records(),
         loggers.tracking(trackers, run_dir, run_name, tags, params, extensions.sweep_folder()),
     ):
         # A few training images for TensorBoard, read in order: no shuffle buffer to fill at start-up.
