@@ -15,7 +15,7 @@ from trainer.data.records import RecordFormat, count_records
 from trainer.tasks.data import load_data
 
 CIFAR = RecordFormat(32, 32, 3)
-PLAIN = Preprocess(image_size=32, augment=Augmentation(crop="none", flip=False))
+PLAIN = Preprocess(image_size=32, augment=Augmentation(crop="none"))
 
 
 def _indices(images: np.ndarray) -> list[int]:
@@ -75,6 +75,24 @@ def test_binary_loader_plans_the_shares_of_the_train_split_only(tmp_path):
     assert data.num_examples["train"] == 64 and data.train_steps == 64 // 8
     single = load_data(settings.dataset, 8, 0)
     assert single.train_for_worker is None and single.train_steps is None
+
+
+def test_each_input_pipeline_seeds_its_own_shuffles_and_crops(tmp_path, monkeypatch):
+    """Workers draw different crops at the same step: pipeline i's seed is the run's seed + i * stride."""
+    import tensorflow as tf
+
+    from trainer.tasks import data as data_module
+
+    folder = write_cifar(tmp_path / "cifar")
+    overrides = ["dataset=cifar", f"dataset.data_dir={folder}", "dataset.val_size=16", "debug=smoke", "seed=5"]
+    settings = to_settings(compose(overrides))
+    seeds = []
+    real = pipeline.train_dataset
+    monkeypatch.setattr(pipeline, "train_dataset", lambda *args: seeds.append(args[4]) or real(*args))
+    data = load_data(settings.dataset, 8, 5, num_workers=2)
+    for index in range(2):
+        data.train_for_worker(tf.distribute.InputContext(2, index, 1))
+    assert seeds[-2:] == [5, 5 + data_module.WORKER_SEED_STRIDE]  # after the one-pipeline train split's
 
 
 @pytest.mark.parametrize("cache", [False, True], ids=["read", "cached"])

@@ -80,17 +80,21 @@ def model_augmentation(dataset) -> ModelAugmentation:
     return ModelAugmentation(**{key: getattr(dataset.augment, key) for key in MODEL_AUGMENTATION})
 
 
+WORKER_SEED_STRIDE = 7919  # input pipeline i seeds with seed + i * stride: apart from each pipeline's own seed + 1
+
+
 def _worker_input(
     files: list[str],
     file_counts: list[int],
     num_workers: int,
     batch_size: int,
-    build: Callable[[shares.WorkerShare, int], tf.data.Dataset],
+    build: Callable[[shares.WorkerShare, int, int], tf.data.Dataset],
     limit: int | None = None,
 ) -> tuple[Callable[[tf.distribute.InputContext], tf.data.Dataset], int]:
     """Plans the workers' shares of the train records (the first `limit` of `files`) and returns the
     `distribute_datasets_from_function` argument, with which each input pipeline builds only its own share,
-    `build(share, per_replica_batch)`, and logs it, and the steps per epoch that every share holds."""
+    `build(share, per_replica_batch, seed_offset)`, and logs it, and the steps per epoch that every share holds.
+    Each pipeline gets its own seed offset, so workers do not draw the same shuffles and crops at each step."""
     plan = shares.plan(files, file_counts, num_workers, batch_size // num_workers, limit)
 
     def train_for(context: tf.distribute.InputContext) -> tf.data.Dataset:
@@ -98,7 +102,7 @@ def _worker_input(
         if total != len(plan.workers):
             raise ValueError(f"the shares were planned for {len(plan.workers)} input pipelines, not {total}")
         log.info("Input pipeline %d of %d reads %s <strategy=multi_worker>", index + 1, total, plan.describe(index))
-        return build(plan.workers[index], context.get_per_replica_batch_size(batch_size))
+        return build(plan.workers[index], context.get_per_replica_batch_size(batch_size), WORKER_SEED_STRIDE * index)
 
     return train_for, plan.steps_per_epoch
 
@@ -131,9 +135,9 @@ def load_binary(
     if num_workers > 1:
         source = splits["train"]  # records [0, count) of the train files: the validation records come after
 
-        def build(share: shares.WorkerShare, per_replica: int) -> tf.data.Dataset:
+        def build(share: shares.WorkerShare, per_replica: int, offset: int) -> tf.data.Dataset:
             return pipeline.train_dataset(
-                share, fmt, preprocess, per_replica, seed, dataset.shuffle_buffer, dataset.cache
+                share, fmt, preprocess, per_replica, seed + offset, dataset.shuffle_buffer, dataset.cache
             )
 
         file_counts = [records.count_records(path, fmt) for path in source.files]
@@ -233,9 +237,9 @@ def load_tfrecords(dataset: TFRecordDatasetConfig, batch_size: int, seed: int, n
     train_for_worker, train_steps = None, None
     if num_workers > 1:
 
-        def build(share: shares.WorkerShare, per_replica: int) -> tf.data.Dataset:
+        def build(share: shares.WorkerShare, per_replica: int, offset: int) -> tf.data.Dataset:
             return tfrecords.train_dataset(
-                share, spec, preprocess, dataset.num_classes, per_replica, seed, dataset.shuffle_buffer
+                share, spec, preprocess, dataset.num_classes, per_replica, seed + offset, dataset.shuffle_buffer
             )
 
         file_counts = _file_counts(files["train"], manifest, "train", spec)
