@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -129,3 +130,17 @@ def test_synchronized_batch_norm_model_saves_and_loads_in_safe_mode(tmp_path: Pa
     assert all(layer.synchronized for layer in _batch_norm_layers(loaded))
     images = np.random.default_rng(0).integers(0, 256, (4, 32, 32, 3), dtype=np.uint8)
     np.testing.assert_allclose(loaded.predict(images, verbose=0), model.predict(images, verbose=0), atol=1e-6)
+
+
+@pytest.mark.slow
+def test_two_workers_with_synchronized_batch_norm_end_with_identical_weights(tmp_path):
+    """Unsynchronized, each worker kept the moving statistics of its own share and the weights differed
+    (test_distribute turns batch norm off for its bit-for-bit check); synchronized, they are the same."""
+    from test_distribute import _start_workers
+
+    data = write_cifar(tmp_path / "cifar")
+    workers = _start_workers(tmp_path, data, "trainer.epochs=1")  # batch norm on: the default
+    outputs = [worker.communicate(timeout=300)[0] for worker in workers]
+    assert [worker.returncode for worker in workers] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
+    fingerprints = [re.findall(r"Final weights sha256 (\w+)", output) for output in outputs]
+    assert fingerprints[0] and fingerprints[0] == fingerprints[1]
