@@ -118,7 +118,7 @@ def test_synchronized_batch_norm_on_two_replicas_updates_like_one_device_on_the_
     assert np.min(reference[1] - variance) > 1.0
 
 
-def test_synchronized_batch_norm_model_saves_and_loads_in_safe_mode(tmp_path: Path):
+def test_synchronized_batch_norm_model_saves_loads_in_safe_mode_and_exports(tmp_path: Path):
     from trainer.models.preprocessing import with_preprocessing
     from trainer.models.vgg19 import build_vgg19
 
@@ -129,7 +129,16 @@ def test_synchronized_batch_norm_model_saves_and_loads_in_safe_mode(tmp_path: Pa
     loaded, _ = checkpoints.load(tmp_path / "sync.keras")
     assert all(layer.synchronized for layer in _batch_norm_layers(loaded))
     images = np.random.default_rng(0).integers(0, 256, (4, 32, 32, 3), dtype=np.uint8)
-    np.testing.assert_allclose(loaded.predict(images, verbose=0), model.predict(images, verbose=0), atol=1e-6)
+    expected = model.predict(images, verbose=0)
+    np.testing.assert_allclose(loaded.predict(images, verbose=0), expected, atol=1e-6)
+    # ... and exports for serving (outside any strategy), giving the same probabilities.
+    import tensorflow as tf
+
+    from trainer.export import VERSION, export_serving
+
+    served = tf.saved_model.load(str(export_serving(loaded, tmp_path / "export", info) / VERSION))
+    probabilities = served.signatures["serve"](images=tf.constant(images))["probabilities"].numpy()
+    np.testing.assert_allclose(probabilities, expected, atol=1e-6)
 
 
 @pytest.mark.slow
