@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import keras
 import numpy as np
 import pytest
 
 from trainer.models.vgg19 import build_vgg19
-from trainer.optim import build_learning_rate, build_optimizer
+from trainer.optim import build_learning_rate, build_optimizer, peak_learning_rate
 
 CONV_NAMES = [f"block{b}_conv{c}" for b, n in enumerate((2, 2, 4, 4, 4), 1) for c in range(1, n + 1)]
 
@@ -85,3 +87,29 @@ def test_optimizers_get_their_settings():
     sgd = build_optimizer("sgd", 0.1, momentum=0.8, nesterov=True, clipnorm=1.0)
     assert (sgd.momentum, sgd.nesterov, sgd.clipnorm) == (0.8, True, 1.0)
     assert build_optimizer("adamw", 0.1, weight_decay=0.05).weight_decay == 0.05
+
+
+def test_peak_learning_rate_follows_the_linear_scaling_rule():
+    assert peak_learning_rate(0.1, batch_size=32, lr_batch_size=128) == pytest.approx(0.025)
+    assert peak_learning_rate(0.1, batch_size=256, lr_batch_size=128, replicas=2) == pytest.approx(0.2)
+    assert peak_learning_rate(0.1, batch_size=32) == 0.1
+    assert peak_learning_rate(0.1, batch_size=32, replicas=4, scale_with_replicas=True) == pytest.approx(0.4)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["optimizer.lr_batch_size=0"], "optimizer.lr_batch_size must be >= 1 or null; got 0"),
+        (
+            ["optimizer.lr_batch_size=128", "optimizer.scale_with_replicas=true"],
+            "optimizer.lr_batch_size must be null when optimizer.scale_with_replicas=true",
+        ),
+    ],
+)
+def test_lr_batch_size_is_checked_at_start_up(overrides, message):
+    from conftest import compose
+    from trainer.config import to_settings
+    from trainer.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        to_settings(compose(overrides))

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import io
+import warnings
+import zipfile
+
+import h5py
 import keras
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -38,3 +44,52 @@ def test_option_trains_to_finite_metrics(tmp_path, overrides, caplog):
         model = keras.saving.load_model(tmp_path / "checkpoints" / "best.keras")
         assert model.get_layer("vgg19").get_layer("block1_conv1").dtype_policy.name == overrides[0].split("=")[1]
         assert model.output.dtype == "float32", "softmax stays in float32"
+
+
+def _skipped_optimizer_loads(caught) -> list[str]:
+    return [str(warning.message) for warning in caught if "Skipping variable loading" in str(warning.message)]
+
+
+def _saved_optimizer_variables(path) -> list[np.ndarray]:
+    """The optimizer's variables as a `.keras` archive stores them."""
+    with zipfile.ZipFile(path) as archive, h5py.File(io.BytesIO(archive.read("model.weights.h5")), "r") as weights:
+        stored = weights["optimizer"]["vars"]
+        return [np.asarray(stored[str(index)]) for index in range(len(stored))]
+
+
+def test_mixed_float16_checkpoint_and_backup_keep_their_optimizer_state_without_a_warning(tmp_path):
+    """Keras wrapped Adam in a LossScaleOptimizer at compile; a float32 process loading the checkpoint rebuilt a
+    bare Adam and dropped the saved state with "Skipping variable loading for optimizer 'adam_N' (117 vs 121)"."""
+    from trainer.backup import RunBackup, restore
+    from trainer.config import to_settings
+    from trainer.tasks.train import _compile
+
+    cfg = compose(["debug=smoke", "trainer.precision=mixed_float16"], tmp_path)  # 4 steps
+    try:
+        run_task(cfg)
+        keras.mixed_precision.set_global_policy("float32")  # a new process: float32 until told otherwise
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model = keras.saving.load_model(tmp_path / "checkpoints" / "last.keras")
+        assert not _skipped_optimizer_loads(caught)
+        assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+        saved = _saved_optimizer_variables(tmp_path / "checkpoints" / "last.keras")
+        assert len(saved) == len(model.optimizer.variables) > 100  # VGG19's Adam slots, the loss scale's own
+        for variable, value in zip(model.optimizer.variables, saved, strict=True):
+            np.testing.assert_array_equal(np.asarray(variable), value)
+        assert int(model.optimizer.iterations) >= 1, "a skipped load leaves the new optimizer at step 0"
+        # Resume: the training task compiles a fresh model, then the backup restores the optimizer into it.
+        keras.mixed_precision.set_global_policy("mixed_float16")
+        backup = RunBackup(tmp_path / "backup")
+        backup.set_model(model)
+        backup.save(1)
+        fresh = keras.saving.load_model(tmp_path / "checkpoints" / "last.keras", compile=False)
+        _compile(fresh, to_settings(cfg), 1e-3, steps_per_epoch=4, epochs=1)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            restore(fresh, tmp_path / "backup")
+        assert not _skipped_optimizer_loads(caught)
+        for variable, value in zip(fresh.optimizer.variables, saved, strict=True):
+            np.testing.assert_array_equal(np.asarray(variable), value)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")

@@ -299,6 +299,7 @@ class OptimizerConfig:
     weight_decay: float = 0.0  # adamw only: decoupled weight decay
     clipnorm: float | None = None  # clip each gradient to this norm
     scale_with_replicas: bool = False  # multiply lr by the number of replicas (linear scaling rule)
+    lr_batch_size: int | None = None  # the global batch lr is tuned for: batch B trains at lr x B / lr_batch_size
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
 
     def __post_init__(self) -> None:
@@ -306,6 +307,18 @@ class OptimizerConfig:
         _require(0 <= self.momentum < 1, "optimizer.momentum", "in [0, 1)", self.momentum)
         _require(self.weight_decay >= 0, "optimizer.weight_decay", ">= 0", self.weight_decay)
         _require(self.clipnorm is None or self.clipnorm > 0, "optimizer.clipnorm", "> 0 or null", self.clipnorm)
+        _require(
+            self.lr_batch_size is None or self.lr_batch_size >= 1,
+            "optimizer.lr_batch_size",
+            ">= 1 or null",
+            self.lr_batch_size,
+        )
+        _require(
+            not (self.lr_batch_size and self.scale_with_replicas),
+            "optimizer.lr_batch_size",
+            "null when optimizer.scale_with_replicas=true (both scale lr)",
+            self.lr_batch_size,
+        )
 
 
 @dataclass

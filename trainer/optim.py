@@ -63,6 +63,24 @@ def _lookup(registry: dict[str, Callable], kind: str, name: str) -> Callable:
     return registry[name]
 
 
+def peak_learning_rate(
+    lr: float, batch_size: int, lr_batch_size: int | None = None, replicas: int = 1, scale_with_replicas: bool = False
+) -> float:
+    """The peak rate a run trains at: `lr` scaled by the linear scaling rule (Goyal et al. 2017).
+
+    Args:
+        lr: The configured rate.
+        batch_size: The global batch size of this run.
+        lr_batch_size: The global batch `lr` is tuned for; the rate scales by `batch_size / lr_batch_size`
+            (SGD at 0.1 is tuned for batch 128 and diverges at batch 32). None: `lr` as given.
+        replicas: Replicas in sync.
+        scale_with_replicas: `lr` is per replica: multiply it by `replicas`.
+    """
+    if lr_batch_size:
+        return lr * batch_size / lr_batch_size
+    return lr * (replicas if scale_with_replicas else 1)
+
+
 def build_learning_rate(name: str, lr: float, steps_per_epoch: int, epochs: int, **options):
     """A float or a `keras.optimizers.schedules.LearningRateSchedule`, stepping once per batch.
 

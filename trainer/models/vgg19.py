@@ -45,6 +45,7 @@ def build_vgg19(
     weight_decay: float = 5e-4,
     batch_norm: bool = False,
     batch_norm_momentum: float = 0.9,
+    synchronized_batch_norm: bool = False,
 ) -> keras.Model:
     """Builds VGG19: 16 3x3 convolutions in blocks of 2-2-4-4-4, then the classifier.
 
@@ -61,6 +62,9 @@ def build_vgg19(
         batch_norm: Adds batch normalization after each convolution and fully connected layer.
         batch_norm_momentum: Momentum of batch norm's moving statistics; Keras's 0.99 lags behind the
             weights for hundreds of steps, so short runs validate on stale statistics.
+        synchronized_batch_norm: Batch norm computes its statistics over the global batch, all replicas of
+            the distribution strategy together (TensorFlow backend), not over each replica's share; the
+            training task sets it when training on more than one replica.
 
     Returns:
         An uncompiled `keras.Model` named `vgg19` whose output is softmax probabilities.
@@ -69,6 +73,9 @@ def build_vgg19(
     if not 0 <= batch_norm_momentum < 1:
         raise ValueError(f"batch_norm_momentum must be in [0, 1). Received: batch_norm_momentum={batch_norm_momentum}")
     regularizer = keras.regularizers.L2(weight_decay) if weight_decay else None
+
+    def batch_normalization(name: str) -> layers.BatchNormalization:
+        return layers.BatchNormalization(momentum=batch_norm_momentum, synchronized=synchronized_batch_norm, name=name)
 
     def width(channels: int) -> int:
         return max(1, int(round(channels * width_multiplier)))
@@ -88,7 +95,7 @@ def build_vgg19(
                 name=name,
             )(x)
             if batch_norm:
-                x = layers.BatchNormalization(momentum=batch_norm_momentum, name=f"{name}_bn")(x)
+                x = batch_normalization(f"{name}_bn")(x)
             x = layers.Activation("relu", name=f"{name}_relu")(x)
         # "same" padding keeps odd sizes (a 28x28 crop) from shrinking to zero.
         x = layers.MaxPooling2D(2, strides=2, padding="same", name=f"block{block}_pool")(x)
@@ -103,7 +110,7 @@ def build_vgg19(
             name=f"fc{index}",
         )(x)
         if batch_norm:
-            x = layers.BatchNormalization(momentum=batch_norm_momentum, name=f"fc{index}_bn")(x)
+            x = batch_normalization(f"fc{index}_bn")(x)
         x = layers.Activation("relu", name=f"fc{index}_relu")(x)
         if dropout:
             x = layers.Dropout(dropout, name=f"fc{index}_dropout")(x)

@@ -28,7 +28,7 @@ from trainer.backup import RunBackup, remove_backup
 from trainer.backup import restore as restore_backup
 from trainer.callbacks import Preempted, RunLabel, training_callbacks
 from trainer.checkpoints import ModelInfo
-from trainer.config import Config, VGG19ImageNetConfig
+from trainer.config import Config, VGG19Config, VGG19ImageNetConfig
 from trainer.errors import ConfigError, DiskError
 from trainer.loss_options import build_loss
 from trainer.models.finetune import set_trainable
@@ -61,9 +61,14 @@ def _objective_metric(settings: Config) -> str:
     return metric
 
 
-def _build_network(settings: Config, data: Data) -> keras.Model:
-    """The configured network (float input of `data.input_shape`), uncompiled; call inside `strategy.scope()`."""
-    return build_model(vars(settings.model), len(data.class_names), data.input_shape)
+def build_network(settings: Config, data: Data, replicas: int) -> keras.Model:
+    """The configured network (float input of `data.input_shape`), uncompiled; call inside `strategy.scope()`.
+
+    On more than one replica, VGG19's batch norm is synchronized: statistics over the global batch."""
+    options = vars(settings.model)
+    if isinstance(settings.model, VGG19Config):
+        options = {**options, "synchronized_batch_norm": replicas > 1}
+    return build_model(options, len(data.class_names), data.input_shape)
 
 
 def _run_title(settings: Config, output_dir: str) -> str:
@@ -98,6 +103,11 @@ def _compile(model: keras.Model, settings: Config, lr: float, steps_per_epoch: i
     optimizer = optim.build_optimizer(
         opt.name, learning_rate, opt.momentum, opt.nesterov, opt.weight_decay, opt.clipnorm
     )
+    if settings.trainer.precision == "mixed_float16":
+        # Wrapped here rather than by compile, so the checkpoint's compile config names the loss-scale
+        # optimizer: load_model rebuilds it under any global policy and loads its saved variables (wrapped
+        # by compile, a float32 process rebuilt a bare Adam: "Skipping variable loading ... (117 vs 121)").
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     jit = {"auto": "auto", "true": True, "false": False}[settings.trainer.jit_compile]
     model.compile(
         optimizer=optimizer,
@@ -157,12 +167,22 @@ def train(settings: Config) -> float | None:
         steps_per_epoch,
         batch,
     )
-    lr = settings.optimizer.lr * (replicas if settings.optimizer.scale_with_replicas else 1)
+    opt = settings.optimizer
+    lr = optim.peak_learning_rate(opt.lr, batch, opt.lr_batch_size, replicas, opt.scale_with_replicas)
+    if opt.lr_batch_size and lr != opt.lr:
+        log.info(
+            "Peak lr %g = %g x batch %d / %d (linear scaling) <optimizer.lr_batch_size=%d>",
+            lr,
+            opt.lr,
+            batch,
+            opt.lr_batch_size,
+            opt.lr_batch_size,
+        )
     keras.mixed_precision.set_global_policy(settings.trainer.precision)  # before any layer is built
     normalization = normalization_for(settings.dataset, settings.model)
     with strategy.scope():  # uint8 in; the model owns its cast, flip, colour jitter and normalization
         model = with_preprocessing(
-            _build_network(settings, data), normalization, model_augmentation(settings.dataset), settings.seed
+            build_network(settings, data, replicas), normalization, model_augmentation(settings.dataset), settings.seed
         )
     info = ModelInfo(tuple(data.class_names), data.input_shape[0], data.resize_to, normalization, settings.dataset.name)
     log.info(
