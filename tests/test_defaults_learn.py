@@ -1,42 +1,65 @@
-"""The from-scratch presets learn in a few epochs on synthetic CIFAR-format data: `dataset=cifar` with the
-defaults (VGG19 with batch norm at momentum 0.9, Adam) and `experiment=cifar_vgg19` (SGD at 0.1 for batch 128).
+"""The from-scratch presets learn in a few epochs on synthetic CIFAR-format data: `dataset=cifar` with every
+default of its pipeline and model (random crop, flip, colour jitter, per-image standardization; VGG19 with batch
+norm at momentum 0.9, Adam) and `experiment=cifar_vgg19` (pad-and-crop, SGD at 0.1 for batch 128).
 
-Each case trains a quarter-width VGG19 on 576 records for a few epochs (about a minute or two on 2 cores).
+The images are stripes: the class is their orientation and frequency, which survives what CIFAR's augmentation
+and standardization do to a photo (a crop moves them, a flip mirrors them, jitter and standardization change their
+level and contrast), under a random phase, tint and noise per image. Each case trains a quarter-width VGG19 on 576
+records (about a minute or two on 2 cores).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import numpy as np
 import pytest
 
-from conftest import check_run_metrics, compose, write_cifar
+from conftest import CIFAR_TRAIN, check_run_metrics, compose
 from trainer.resume import read_history
 from trainer.tasks import run_task
 
 EPOCHS = 8
-# write_cifar's images are flat colour planes: R is 20 x label, G and B count the record index. Per-image
-# standardization maps a flat (r, g, b) image to one angle, and the brightness jitter shifts the level by up to
-# 63 (three classes' worth): both remove what these images carry (a nearest neighbour on standardized images
-# finds 0.35 of the test labels). They suit photographs, not this data, so they stay off here.
-KEEP_THE_LABEL = [
-    "dataset.standardize=false",
-    "dataset.augment.brightness=0",
-    "dataset.augment.contrast_lower=1",
-    "dataset.augment.contrast_upper=1",
-]
-CHANCE = 0.1
+
+
+def stripes(labels: np.ndarray, rng: np.random.Generator) -> bytes:
+    """CIFAR-10 records (label byte, then the R, G and B planes) of class-coded stripes: classes 0-4 horizontal,
+    5-9 vertical, with 1 to 5 periods across the image; random phase, tint and noise per image."""
+    axis = np.arange(32, dtype=np.float64)
+    records = []
+    for label in labels:
+        periods, vertical = 1 + label % 5, label >= 5
+        wave = np.sin(2 * np.pi * periods * axis / 32 + rng.uniform(0, 2 * np.pi))
+        plane = np.tile(wave[None, :], (32, 1)) if vertical else np.tile(wave[:, None], (1, 32))
+        tint = rng.uniform(0.4, 1.0, 3)[:, None, None]
+        pixels = 128 + 70 * tint * plane[None] + rng.normal(0, 25, (3, 32, 32))
+        records.append(bytes([int(label)]) + np.clip(pixels, 0, 255).astype(np.uint8).tobytes())
+    return b"".join(records)
+
+
+def write_stripes(folder: Path, records_per_file: int, num_test: int) -> Path:
+    rng = np.random.default_rng(0)
+    folder.mkdir(parents=True)
+    for name in CIFAR_TRAIN:
+        (folder / name).write_bytes(stripes(rng.integers(0, 10, records_per_file), rng))
+    (folder / "test_batch.bin").write_bytes(stripes(rng.integers(0, 10, num_test), rng))
+    return folder
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("preset", [[], ["experiment=cifar_vgg19"]], ids=["defaults", "experiment=cifar_vgg19"])
-def test_from_scratch_preset_learns_synthetic_cifar_in_a_few_epochs(tmp_path, preset, caplog):
+# Measured (8 epochs): the defaults reach test 0.98; experiment=cifar_vgg19 0.47 (its SGD recipe with dropout 0.5
+# is made for 160 epochs; it is still climbing), and 0.29 at its unscaled lr 0.1 for batch 32.
+@pytest.mark.parametrize(
+    "preset, bound", [([], 0.8), (["experiment=cifar_vgg19"], 0.4)], ids=["defaults", "experiment=cifar_vgg19"]
+)
+def test_from_scratch_preset_learns_synthetic_cifar_in_a_few_epochs(tmp_path, preset, bound, caplog):
     caplog.set_level("INFO", logger="trainer.tasks.train")
-    data = write_cifar(tmp_path / "cifar", records_per_file=128, num_test=200)
+    data = write_stripes(tmp_path / "cifar", records_per_file=128, num_test=200)
     overrides = [
         "dataset=cifar",
         *preset,
         f"dataset.data_dir={data}",
         "dataset.val_size=64",
-        *KEEP_THE_LABEL,
         "model.width_multiplier=0.25",
         f"trainer.epochs={EPOCHS}",
         "trainer.batch_size=32",  # 18 steps per epoch
@@ -52,5 +75,5 @@ def test_from_scratch_preset_learns_synthetic_cifar_in_a_few_epochs(tmp_path, pr
     )
     if preset:  # SGD's 0.1 is for batch 128; at 32 unscaled it stayed at chance with the loss rising
         assert "Peak lr 0.025 = 0.1 x batch 32 / 128 (linear scaling)" in caplog.text
-    assert metrics["test_accuracy"] >= 0.5, metrics  # 5x chance; a preset that does not learn stays near 0.1
-    assert metrics["test_accuracy"] > 4 * CHANCE
+    assert metrics["test_accuracy"] >= bound, metrics  # a preset that does not learn stays near chance (0.1)
+    assert history["accuracy"][-1] > history["accuracy"][0] + 0.2, "training accuracy must climb"
