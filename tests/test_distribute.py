@@ -49,8 +49,13 @@ def _max_difference(a: list[np.ndarray], b: list[np.ndarray]) -> float:
 
 def test_mirrored_on_two_devices_trains_the_same_weights_as_single(tmp_path):
     data = write_cifar(tmp_path / "cifar")
-    # No randomness inside the model (dropout, the colour jitter layers): each replica draws its own there.
-    no_color = ["dataset.augment.brightness=0", "dataset.augment.contrast_lower=1", "dataset.augment.contrast_upper=1"]
+    # No randomness inside the model (dropout, the flip and colour jitter layers): each replica draws its own there.
+    no_color = [
+        "dataset.augment.flip=false",
+        "dataset.augment.brightness=0",
+        "dataset.augment.contrast_lower=1",
+        "dataset.augment.contrast_upper=1",
+    ]
     common = ["model.dropout=0", "model.batch_norm=false", "seed=3", *no_color]
     runs = {}
     for name, extra in [
