@@ -213,7 +213,7 @@ def _bad_record_finder(files: dict[str, list[str]], spec: tfrecords.RecordSpec, 
 def load_tfrecords(dataset: TFRecordDatasetConfig, batch_size: int, seed: int, num_workers: int = 1) -> Data:
     """Expands the globs, checks each file's first record, counts the records and builds the pipelines.
     With `num_workers` > 1 (multi-worker training) each worker also gets a pipeline of its own share, planned
-    from each train file's record count (counted here, as the manifest lists none per file)."""
+    from each train file's record count (the manifest's `file_counts`, else counted here)."""
     spec = record_spec(dataset)
     files = {
         split: tfrecords.expand(list(getattr(dataset, f"{split}_files")), f"dataset.{split}_files")
