@@ -82,6 +82,21 @@ def test_same_seed_same_batches_and_other_seed_other_batches(tmp_path):
     assert not np.array_equal(run_a[0], run_a[10]), "the second epoch must be reshuffled and re-augmented"
 
 
+def test_iterators_made_before_training_do_not_change_what_training_reads(tmp_path):
+    """Keras, a strategy or a report may open the training data before `fit` does: the batches training
+    reads must not depend on how many iterators were made of the dataset before."""
+    folder = write_cifar(tmp_path, records_per_file=16)
+    preprocess = Preprocess(32, Augmentation(crop="random", crop_size=28))
+    for cache in (False, True):
+        dataset = pipeline.train_dataset(_all_records(folder), CIFAR, preprocess, 8, 5, 80, cache=cache)
+        peeked = [labels.numpy() for _, labels in dataset.take(3)]
+        for _ in range(2):
+            next(iter(dataset))
+        again = [labels.numpy() for _, labels in dataset.take(12)]  # crosses into the second pass
+        np.testing.assert_array_equal(np.stack(peeked), np.stack(again[:3]))
+        assert not np.array_equal(again[0], again[10]), "each pass still gets its own order"
+
+
 def _offsets(images: np.ndarray) -> list[tuple[int, int]]:
     """Where each crop came from, for images whose pixel (y, x) holds y * 64 + x."""
     return [(int(image[0, 0, 0]) // 64, int(image[0, 0, 0]) % 64) for image in images]

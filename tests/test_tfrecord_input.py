@@ -289,6 +289,23 @@ def _indices_read(files_or_shares, spec, total_hint: int) -> list[int]:
     return [int(image[0, 0, 0]) + 256 * int(image[0, 0, 1]) for batch, _ in images for image in batch.numpy()]
 
 
+@pytest.mark.parametrize("ranges", [False, True])
+def test_iterators_made_before_training_do_not_change_the_records_training_reads(tmp_path, ranges):
+    files = _indexed_shards(tmp_path, [10, 9, 11])
+    spec = tfrecords.RecordSpec.for_format("raw", 4)
+    items = [(path, 1, 8) for path in files] if ranges else files
+    records = tfrecords.shuffled_records(items, 3, 8, tfrecords.compression_of(files, "auto"), per_pass=20)
+
+    def indices(count):
+        images = tfrecords.image_batches(records.take(count), spec, True, count)
+        return [int(image[0, 0, 0]) + 256 * int(image[0, 0, 1]) for batch, _ in images for image in batch.numpy()]
+
+    first = indices(40)  # two passes
+    next(iter(records))
+    assert indices(40) == first
+    assert first[:20] != first[20:], "each pass still gets its own order"
+
+
 @pytest.mark.parametrize(
     "counts, whole_files", [([5, 7, 4, 6, 3], True), ([30], False), ([11, 9], False), ([10, 9], True)]
 )

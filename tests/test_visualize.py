@@ -148,6 +148,38 @@ def test_drawn_curves_are_a_png(tmp_path):
     assert image.format == "PNG" and image.size == (1500, 400)
 
 
+def test_curves_are_redrawn_as_often_as_drawing_stays_a_small_share_of_training(tmp_path, monkeypatch):
+    """A drawing holds Python's lock for about a second: short epochs must not wait for one after each,
+    long ones get a drawing each, and the end of training always draws every epoch."""
+    from trainer import callbacks
+
+    drawn = []
+    monkeypatch.setattr(callbacks.Curves, "_draw", lambda self, rows: drawn.append(len(rows)))
+    history = tmp_path / "history.csv"
+    clock = [100.0]
+    monkeypatch.setattr(callbacks.time, "monotonic", lambda: clock[0])
+
+    def epoch_ends(curves, rows, seconds):
+        history.write_text("epoch,loss\n" + "".join(f"{index},1\n" for index in range(rows)))
+        clock[0] += seconds
+        curves.on_epoch_end(rows - 1)
+        curves.drawing.join()
+
+    curves = callbacks.Curves(history, tmp_path / "curves.png")
+    for rows in range(1, 5):  # epochs of 1 s; each drawing takes no time on the frozen clock, then a pause...
+        epoch_ends(curves, rows, 1.0)
+    assert drawn == [1, 2, 3, 4], "a drawing that takes no time may run after every epoch"
+    curves.next_drawing = clock[0] + 20.0  # as after a drawing of 1 s
+    for rows in range(5, 9):
+        epoch_ends(curves, rows, 6.0)
+    assert drawn == [1, 2, 3, 4, 8], "epochs of 6 s after a drawing of 1 s: the next one after 20 s"
+    curves.next_drawing = clock[0] + 20.0
+    history.write_text("epoch,loss\n" + "".join(f"{index},1\n" for index in range(9)))
+    curves.on_epoch_end(8)
+    curves.on_train_end()
+    assert drawn == [1, 2, 3, 4, 8, 9], "the end of training draws every epoch"
+
+
 def test_the_progress_bar_runs_within_epochs_and_is_gone_at_their_end(capsys):
     import keras
 

@@ -213,8 +213,16 @@ class LearningRateLog(keras.callbacks.Callback):
 
 
 class Curves(keras.callbacks.Callback):
-    """Redraws curves.png from history.csv at every epoch end, in a background thread (drawing takes
-    ~0.2 s); the last epochs are drawn when training ends."""
+    """Redraws curves.png from history.csv after epochs, in a background thread, and once more when training
+    ends with every epoch.
+
+    A drawing holds Python's lock for about a second (matplotlib's layout and PNG writer), time the training
+    loop waits for. So the thread draws again only when at least `DRAW_SHARE` of the time since the last
+    drawing ended would have gone into drawing: every epoch of a run whose epochs take a minute, every third
+    or so of the digits demo's 6-second epochs.
+    """
+
+    DRAW_SHARE = 20  # the wall time between drawings, in drawing times: at most ~5% of the training time
 
     def __init__(self, history_csv: Path, path: Path, title: str = "", monitor: str = "val_accuracy", mode="max"):
         super().__init__()
@@ -222,16 +230,23 @@ class Curves(keras.callbacks.Callback):
         self.title, self.monitor, self.mode = title, monitor, mode
         self.drawing: threading.Thread | None = None
         self.drawn_epochs = 0  # rows handed to the last drawing
+        self.next_drawing = 0.0  # time.monotonic() from which the next drawing may start
 
     def on_epoch_end(self, epoch, logs=None):
         from trainer.visualize import read_history
 
-        if self.drawing is not None and self.drawing.is_alive():
-            return  # still drawing an earlier epoch; the next epoch end (or the train end) catches up
+        if (self.drawing is not None and self.drawing.is_alive()) or time.monotonic() < self.next_drawing:
+            return  # the next epoch end (or the train end) catches up
         rows = read_history(self.history_csv)  # here, not in the thread: the next epoch rewrites the file
         self.drawn_epochs = len(rows)
-        self.drawing = threading.Thread(target=self._draw, args=(rows,), name="curves")  # joined at exit
+        self.drawing = threading.Thread(target=self._draw_in_turn, args=(rows,), name="curves")  # joined at exit
         self.drawing.start()
+
+    def _draw_in_turn(self, rows: list[dict]) -> None:
+        started = time.monotonic()
+        self._draw(rows)
+        ended = time.monotonic()
+        self.next_drawing = ended + self.DRAW_SHARE * (ended - started)
 
     def on_train_end(self, logs=None):
         from trainer.visualize import read_history

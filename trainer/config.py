@@ -324,7 +324,7 @@ class OptimizerConfig:
 @dataclass
 class SingleStrategyConfig:
     name: str = "single"
-    device: str | None = None  # e.g. "/gpu:1"; default: first GPU, else CPU
+    device: str | None = None  # e.g. "/gpu:1" (a OneDeviceStrategy); default: no strategy, first GPU else CPU
 
 
 @dataclass

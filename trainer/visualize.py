@@ -1,7 +1,7 @@
 """Pictures a person can read at a glance: contact sheets of what the pipeline yields, and training curves.
 
 python run.py mode=inspect inspect.split=train inspect.augmented=true   # contact_sheet.png
-python run.py                                                           # curves.png, updated every epoch
+python run.py                                                           # curves.png, redrawn as epochs end
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ order, so one seed gives one example order every run.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import tensorflow as tf
 
 from trainer.data.augment import Preprocess, decode_records, prepare_images, preprocess_batch, to_model_size
@@ -72,6 +74,20 @@ def read_records(source: RecordSlice | WorkerShare, fmt: RecordFormat) -> tf.dat
     return records
 
 
+def replayed_per_iterator(make: Callable[[], tf.data.Dataset]) -> tf.data.Dataset:
+    """The endless dataset `make()` builds, built anew inside each iterator, so every iterator replays the
+    same seeded passes from the first.
+
+    `shuffle(seed=..., reshuffle_each_iteration=True)` draws each pass's order from a generator that the
+    dataset object shares among all its iterators. Every iterator made of it before training (Keras
+    peeking at an element, a strategy's wrapping, a sample for a report) moved training on to the next
+    order, so one seed trained on other batches under another strategy. Built inside a one-element
+    `flat_map`, the shuffles belong to the iterator; its passes still get a new order one after another.
+    """
+    endless = tf.data.Dataset.range(1).flat_map(lambda _: make())
+    return endless.apply(tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY))
+
+
 def train_dataset(
     source: RecordSlice | WorkerShare,
     fmt: RecordFormat,
@@ -97,12 +113,16 @@ def train_dataset(
         A dataset of (float32 images [batch, size, size, 3], int32 labels [batch]).
     """
     records = _decoded(source, fmt, preprocess) if cache else read_records(source, fmt)
-    # Shuffle, then repeat: one epoch's records are all seen before the next
-    # epoch starts, and each pass gets a new (seeded) order.
-    records = records.shuffle(min(shuffle_buffer, source.count), seed=seed, reshuffle_each_iteration=True)
-    if isinstance(source, WorkerShare):  # the same steps on every worker: its passes line up with the epochs
-        records = records.take(source.per_epoch)
-    batches = records.repeat().batch(batch_size, drop_remainder=True)
+
+    def passes():
+        # Shuffle, then repeat: one epoch's records are all seen before the next
+        # epoch starts, and each pass gets a new (seeded) order.
+        shuffled = records.shuffle(min(shuffle_buffer, source.count), seed=seed, reshuffle_each_iteration=True)
+        if isinstance(source, WorkerShare):  # the same steps on every worker: its passes line up with the epochs
+            shuffled = shuffled.take(source.per_epoch)
+        return shuffled.repeat()
+
+    batches = replayed_per_iterator(passes).batch(batch_size, drop_remainder=True)
     # One stateless seed per batch; a different stream from the shuffle's.
     seeds = tf.data.Dataset.random(seed=seed + 1)
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import tensorflow as tf
 from google.protobuf.message import DecodeError
 
-from trainer.data import record_writer
+from trainer.data import pipeline, record_writer
 from trainer.data.augment import Preprocess, prepare_images
 from trainer.data.record_writer import DEFAULT_KEYS, FORMATS
 from trainer.data.shares import Share, WorkerShare
@@ -401,20 +401,26 @@ def shuffled_records(
     shares = [(item, 0, -1) if isinstance(item, str) else tuple(item) for item in files]
     paths, starts, lengths = (list(column) for column in zip(*shares, strict=True))
     reads = min(len(paths), MAX_PARALLEL_READS)
-    if all(start == 0 and length == -1 for _, start, length in shares):
-        order = tf.data.Dataset.from_tensor_slices(paths).shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
-        records = tf.data.TFRecordDataset(order, compression_type=compression, num_parallel_reads=reads)
-    else:
-        ranges = (paths, tf.constant(starts, tf.int64), tf.constant(lengths, tf.int64))
-        order = tf.data.Dataset.from_tensor_slices(ranges).shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
+    whole_files = all(start == 0 and length == -1 for _, start, length in shares)
 
-        def read(path, start, length):  # skip walks record headers; nothing before `start` is parsed or decoded
-            return tf.data.TFRecordDataset(path, compression_type=compression).skip(start).take(length)
+    def read(path, start, length):  # skip walks record headers; nothing before `start` is parsed or decoded
+        return tf.data.TFRecordDataset(path, compression_type=compression).skip(start).take(length)
 
-        records = order.interleave(read, cycle_length=reads, num_parallel_calls=AUTOTUNE, deterministic=True)
-    # Shuffle, then repeat: every record of an epoch is seen before the next epoch starts.
-    records = records.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-    return (records if per_pass is None else records.take(per_pass)).repeat()
+    def passes():
+        if whole_files:
+            order = tf.data.Dataset.from_tensor_slices(paths)
+            order = order.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
+            records = tf.data.TFRecordDataset(order, compression_type=compression, num_parallel_reads=reads)
+        else:
+            ranges = (paths, tf.constant(starts, tf.int64), tf.constant(lengths, tf.int64))
+            order = tf.data.Dataset.from_tensor_slices(ranges)
+            order = order.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
+            records = order.interleave(read, cycle_length=reads, num_parallel_calls=AUTOTUNE, deterministic=True)
+        # Shuffle, then repeat: every record of an epoch is seen before the next epoch starts.
+        records = records.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+        return (records if per_pass is None else records.take(per_pass)).repeat()
+
+    return pipeline.replayed_per_iterator(passes)
 
 
 def read_batches(
