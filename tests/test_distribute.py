@@ -67,6 +67,8 @@ def test_mirrored_on_two_devices_trains_the_same_weights_as_single(tmp_path):
         runs[name] = _weights(tmp_path / name)
         if name == "mirrored":
             assert "Global batch 16 = 2 replica(s) x 8" in result.stdout + result.stderr
+        if name == "single":  # no distribution at all: a OneDeviceStrategy made each CPU step 2.3x slower
+            assert "Strategy TensorFlow's default strategy with 1 replica(s)" in result.stdout + result.stderr
     assert _max_difference(runs["single"], runs["mirrored"]) < 1e-5
     # The tolerance is far below what one training step changes (1e-3 with SGD; Adam's first steps ~1e-3 too).
     assert _max_difference(runs["single"], runs["fewer_steps"]) > 1e-4
@@ -182,6 +184,16 @@ def test_cluster_settings_are_checked(monkeypatch):
     monkeypatch.setenv("TF_CONFIG", "{not json")
     with pytest.raises(ConfigError, match="TF_CONFIG"):
         cluster.worker_role("auto", None, None)
+
+
+def test_single_is_the_default_strategy_unless_a_device_is_pinned():
+    import tensorflow as tf
+
+    from trainer import distribute
+
+    assert distribute.single() is tf.distribute.get_strategy()
+    pinned = distribute.single("/cpu:0")
+    assert isinstance(pinned, tf.distribute.OneDeviceStrategy) and pinned.num_replicas_in_sync == 1
 
 
 def test_batch_not_divisible_by_replicas_is_a_startup_error(tmp_path):
