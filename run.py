@@ -18,10 +18,12 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from trainer.config import register
+from trainer.config.hints import missing_extra
 from trainer.errors import DiskError, UserError
-from trainer.folders import check_resume_argument
+from trainer.runs.folders import check_resume_argument
 
 register()
+_process = {"exit_hard_on_disk_error": True}  # False when `cli` runs inside another program (the tests)
 
 
 def _share_cores(cfg: DictConfig) -> None:
@@ -43,7 +45,7 @@ def main(cfg: DictConfig) -> float | None:
     except UserError as error:
         if os.environ.get("HYDRA_FULL_ERROR") == "1" or HydraConfig.get().mode == RunMode.MULTIRUN:
             raise  # a sweep records the failure and goes on with the other jobs
-        if isinstance(error, DiskError):
+        if isinstance(error, DiskError) and _process["exit_hard_on_disk_error"]:
             # HDF5 keeps the half-written file's handle and would flush it at interpreter exit, which on a
             # full disk crashes the process (SIGSEGV) after this line; everything written is consistent.
             print(f"error: {error}", file=sys.stderr, flush=True)
@@ -52,13 +54,26 @@ def main(cfg: DictConfig) -> float | None:
         sys.exit(f"error: {error}")
 
 
-if __name__ == "__main__":
-    from trainer.hints import missing_extra
+def cli(arguments: list[str] | None = None, exit_hard_on_disk_error: bool = True) -> float | None:
+    """`python run.py ARGUMENTS`: the checks Hydra cannot make one line of, then Hydra and the task.
 
-    if hint := missing_extra(sys.argv[1:]):
+    Raises:
+        SystemExit: bad input (its code is the one-line error), or Hydra's own exit.
+    """
+    arguments = sys.argv[1:] if arguments is None else arguments
+    _process["exit_hard_on_disk_error"] = exit_hard_on_disk_error
+    if hint := missing_extra(arguments):
         sys.exit(f"error: {hint}")
     try:
-        check_resume_argument(sys.argv[1:])  # Hydra makes the run folder from it before main() runs
+        check_resume_argument(arguments)  # Hydra makes the run folder from it before main() runs
     except UserError as error:
         sys.exit(f"error: {error}")
-    main()
+    saved, sys.argv = sys.argv, [sys.argv[0] if sys.argv else "run.py", *arguments]
+    try:
+        return main()
+    finally:
+        sys.argv = saved
+
+
+if __name__ == "__main__":
+    cli()

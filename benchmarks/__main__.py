@@ -1,5 +1,8 @@
 """Benchmarks, each measured side by side in one process: `python -m benchmarks [--quick] [--only NAME ...]`.
 
+    python -m benchmarks --check                  # exit 1 when a row misses its target
+    python -m benchmarks --markdown > docs/figures/benchmarks.md   # the table the docs show
+
 Prints one table: a row per figure, this project's number, the baseline's, the
 ratio and the target. Each case runs in a fresh process, so no case inherits
 another's threads, caches or allocator state (the trainer rows read 0.96 after
@@ -11,13 +14,17 @@ ratios are the point.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import os
+import platform
 import subprocess
 import sys
 import tempfile
 import time
 
 from benchmarks import cases
+from benchmarks.common import ROOT, Row
 
 MARKER = "BENCHMARK ROWS "
 CASE = (
@@ -25,20 +32,61 @@ CASE = (
     "rows = CASES[sys.argv[1]](pathlib.Path(sys.argv[2]), sys.argv[3] == '1'); "
     f"print({MARKER!r} + json.dumps([dataclasses.asdict(row) for row in rows]))"
 )
+MET = {True: "yes", False: "NO", None: "-"}
+HEADER = ("figure", "ours", "baseline", "unit", "ratio", "target", "met")
 
 
-def run_case(name: str, folder: str, quick: bool) -> list[cases.Row]:
+def run_case(name: str, folder: str, quick: bool) -> list[Row]:
     """The rows of one case, measured in a fresh Python process (its log lines pass through to stderr)."""
     command = [sys.executable, "-c", CASE, name, folder, str(int(quick))]
-    output = subprocess.run(command, cwd=cases.ROOT, stdout=subprocess.PIPE, text=True, check=True).stdout
+    output = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, text=True, check=True).stdout
     line = next(line for line in reversed(output.splitlines()) if line.startswith(MARKER))
-    return [cases.Row(**row) for row in json.loads(line[len(MARKER) :])]
+    return [Row(**row) for row in json.loads(line[len(MARKER) :])]
+
+
+def _cells(row: Row) -> tuple[str, ...]:
+    return (
+        row.figure,
+        f"{row.ours:,.1f}",
+        f"{row.baseline:,.1f}",
+        row.unit,
+        f"{row.ratio:.2f}",
+        row.target_text,
+        MET[row.met],
+    )
+
+
+def text_table(rows: list[Row]) -> str:
+    table = [HEADER, *(_cells(row) for row in rows)]
+    widths = [max(len(line[column]) for line in table) for column in range(len(HEADER))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip() for line in table]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(lines)
+
+
+def markdown_table(rows: list[Row], quick: bool) -> str:
+    """The table for the docs, headed by when and where it was measured."""
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    where = f"{os.cpu_count()} CPU cores, {platform.machine()}, Python {platform.python_version()}"
+    lines = [
+        f"Measured by `python -m benchmarks --markdown{' --quick' if quick else ''}` on {when} ({where}).",
+        "",
+        "| " + " | ".join(HEADER) + " |",
+        "|" + "|".join(["---", "---:", "---:", "---", "---:", "---", "---"]) + "|",
+    ]
+    for row in rows:
+        cells = list(_cells(row))
+        cells[0] = cells[0].strip().replace("|", "\\|")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller data and fewer steps (a smoke run)")
     parser.add_argument("--only", nargs="*", choices=sorted(cases.CASES), help="run only these rows")
+    parser.add_argument("--check", action="store_true", help="exit with 1 when a row misses its target")
+    parser.add_argument("--markdown", action="store_true", help="print the table as Markdown, for the docs")
     args = parser.parse_args(argv)
     names = args.only or list(cases.CASES)
     rows = []
@@ -48,24 +96,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"# {name} ...", file=sys.stderr, flush=True)
             rows += run_case(name, folder, args.quick)
             print(f"# {name} took {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
-    header = ("figure", "ours", "baseline", "unit", "ratio", "target", "met")
-    table = [header] + [
-        (
-            row.figure,
-            f"{row.ours:,.1f}",
-            f"{row.baseline:,.1f}",
-            row.unit,
-            f"{row.ratio:.2f}",
-            row.target_text,
-            {True: "yes", False: "NO", None: "-"}[row.met],
-        )
-        for row in rows
-    ]
-    widths = [max(len(str(line[column])) for line in table) for column in range(len(header))]
-    for index, line in enumerate(table):
-        print("  ".join(str(cell).ljust(width) for cell, width in zip(line, widths, strict=True)))
-        if index == 0:
-            print("  ".join("-" * width for width in widths))
+    print(markdown_table(rows, args.quick) if args.markdown else text_table(rows))
+    missed = [row.figure.strip() for row in rows if row.met is False]
+    if args.check and missed:
+        print(f"{len(missed)} row(s) missed their target: {'; '.join(missed)}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -73,6 +73,34 @@ def cifar_overrides(data_dir: Path) -> list[str]:
     ]
 
 
+def tfrecord_parts(files, spec, labeled: bool = True, num_classes: int | None = 2, shares=None):
+    """(Source, decoder) of TFRecord `files` (or of one worker's `shares`, a `Records`) as `dataset=cats_dogs`
+    builds them, for the one pipeline (`trainer.data.pipeline`)."""
+    from trainer.data import tfrecords
+    from trainer.data.decoders import TFRecordDecoder
+    from trainer.data.shares import Records
+    from trainer.data.sources import Source, TFRecordReader
+
+    paths = [str(file) for file in files]
+    if shares is None:
+        shares = Records.whole_files(paths, sum(tfrecords.count_records(path, spec) for path in paths))
+    reader = TFRecordReader(tfrecords.compression_of(paths, spec.compression))
+    return Source(shares, reader), TFRecordDecoder(spec, num_classes if labeled else None, labeled)
+
+
+def binary_parts(files, layout, records=None, num_classes: int | None = None):
+    """(Source, decoder) of fixed-length record `files` (whole, or the given `Records`), as `dataset=cifar` has."""
+    from trainer.data import binary
+    from trainer.data.decoders import BinaryDecoder
+    from trainer.data.shares import Records
+    from trainer.data.sources import FixedLengthReader, Source
+
+    paths = [str(file) for file in files]
+    if records is None:
+        records = Records.whole_files(paths, sum(binary.count_records(path, layout) for path in paths))
+    return Source(records, FixedLengthReader(layout.record_bytes)), BinaryDecoder(layout, num_classes)
+
+
 def run_py(args: list[str], cwd: Path = ROOT, timeout: int = 600):
     """`python run.py ARGS` in a subprocess, as a user types it; returns the CompletedProcess (text output)."""
     import subprocess

@@ -21,8 +21,8 @@ from hydra.errors import ConfigCompositionException
 from test_cats_dogs import _classic_records
 
 from conftest import ROOT, cifar_overrides, compose, pattern_records, write_cifar
-from trainer.convert import ConvertOptions, convert
 from trainer.data import tfrecords
+from trainer.data.convert import ConvertOptions, convert
 from trainer.errors import UserError
 from trainer.tasks import run_task
 
@@ -164,8 +164,8 @@ def case_epochs_zero(world, tmp):
 def case_checkpoint_of_another_model(world, tmp):
     import keras
 
-    from trainer import checkpoints
     from trainer.models.preprocessing import with_preprocessing
+    from trainer.runs import checkpoints
 
     network = keras.Sequential([keras.Input((28, 28, 3)), keras.layers.Flatten(), keras.layers.Dense(4)])
     info = checkpoints.ModelInfo(("a", "b", "c", "d"), 28, 32, "standardize")

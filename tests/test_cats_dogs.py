@@ -12,11 +12,11 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from conftest import ROOT, check_run_metrics, compose
-from trainer.convert import ConvertOptions, convert, main
-from trainer.data import tfrecords
-from trainer.data.augment import Preprocess
+from conftest import ROOT, check_run_metrics, compose, tfrecord_parts
+from trainer.data import pipeline, tfrecords
+from trainer.data.convert import ConvertOptions, convert, main
 from trainer.data.images import ImageError, load_rgb
+from trainer.data.preprocess import Preprocess
 from trainer.errors import DataError
 from trainer.tasks import run_task
 
@@ -43,7 +43,8 @@ def make_pets(folder: Path, per_class: int = 12, noise: float = 0.0, seed: int =
 
 
 def _read_all(files, spec, labeled=True):
-    dataset = tfrecords.eval_dataset(files, spec, Preprocess(spec.stored_size), 2, 8, labeled)
+    source, decoder = tfrecord_parts(files, spec, labeled)
+    dataset = pipeline.eval_dataset(source, decoder, Preprocess(spec.stored_size), 8)
     images, labels = zip(*[(i.numpy(), lab.numpy()) for i, lab in dataset], strict=False)
     return np.concatenate(images), np.concatenate(labels)
 
@@ -286,7 +287,8 @@ def test_the_training_reader_keeps_each_image_beside_its_label(tmp_path):
                 pixels = np.full((size, size, 3), (index, 100 * (index % 2), 7), np.uint8)
                 writer.write(tfrecords.make_example(spec, pixels.tobytes(), index % 2, None, size, size))
 
-    batches = tfrecords.read_batches(files, spec, batch, seed=5, shuffle_buffer=10)
+    source, decoder = tfrecord_parts(files, spec)
+    batches = pipeline.train_dataset(source, decoder, Preprocess(size), batch, seed=5, shuffle_buffer=10)
     assert next(iter(batches))[0].dtype == tf.uint8
     seen = []
     for images, labels in batches.take(2 * count // batch):

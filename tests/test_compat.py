@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 import pytest
 
-from trainer import compat
+from trainer.distribute import compat
 from trainer.errors import ConfigError
 
 

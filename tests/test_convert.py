@@ -14,8 +14,8 @@ import tensorflow as tf
 from PIL import Image
 from test_cats_dogs import SIZE, make_pets
 
-from trainer.convert import ConvertOptions, convert, main
 from trainer.data import record_writer, tfrecords
+from trainer.data.convert import ConvertOptions, convert, main
 from trainer.errors import UserError
 
 OPTIONS = ConvertOptions(image_size=SIZE, records_per_shard=5, workers=1)

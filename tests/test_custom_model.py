@@ -59,7 +59,7 @@ def test_a_custom_three_layer_model_trains_with_its_own_keys(tmp_path, cifar_dir
 def test_the_built_in_vgg19_goes_through_the_same_registry():
     settings = to_settings(compose(["debug=smoke"]))
     assert settings.model._target_ == "trainer.models.vgg19.build_vgg19"
-    model = build_model(vars(settings.model), 10, (32, 32, 3))
+    model = build_model(settings.model._target_, settings.model.builder_options(), 10, (32, 32, 3))
     assert model.get_layer("block1_conv1").filters == 8 and model.output_shape == (None, 10)
 
 
@@ -76,11 +76,10 @@ def test_the_built_in_vgg19_goes_through_the_same_registry():
 def test_a_bad_custom_model_is_one_clear_error(overrides, message):
     with pytest.raises(ConfigError, match=message.replace(".", r"\.")) as caught:
         settings = to_settings(compose(overrides))
-        build_model(vars(settings.model), 10, (32, 32, 3))
+        build_model(settings.model._target_, settings.model.builder_options(), 10, (32, 32, 3))
     assert "\n" not in str(caught.value)
 
 
 def test_a_builder_s_own_clear_error_passes_through_unchanged():
-    model = {"_target_": "test_custom_model.build_missing_weights", "name": "custom"}
     with pytest.raises(DataError, match=r"^model\.weights=/nowhere\.h5: no such file$"):
-        build_model(model, 10, (32, 32, 3))
+        build_model("test_custom_model.build_missing_weights", {}, 10, (32, 32, 3))

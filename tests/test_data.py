@@ -1,4 +1,4 @@
-"""The binary record pipeline: alignment, channel order, determinism, per-image randomness, bad files."""
+"""The input pipeline on binary records: alignment, channel order, determinism, per-image randomness, bad files."""
 
 from __future__ import annotations
 
@@ -7,24 +7,34 @@ import pytest
 import tensorflow as tf
 
 from conftest import pattern_records, write_cifar
-from trainer.data import pipeline, records
-from trainer.data.augment import (
-    Augmentation,
-    Preprocess,
-    augment_batch,
-    decode_records,
-    prepare_images,
-    preprocess_batch,
-)
+from trainer.data import binary, pipeline
+from trainer.data.augmentation import Augmentation
+from trainer.data.decoders import BinaryDecoder
+from trainer.data.preprocess import Preprocess, augment_batch, prepare_images
+from trainer.data.shares import Records, ranges_of
+from trainer.data.sources import FixedLengthReader, Source
 from trainer.errors import DataError
-from trainer.models.preprocessing import ModelAugmentation, augmentation_layers
+from trainer.models.preprocessing import augmentation_layers
 
-CIFAR = records.RecordFormat(32, 32, 3)
+pytestmark = pytest.mark.unit
+
+CIFAR = binary.BinaryLayout(32, 32, 3)
+DECODE = BinaryDecoder(CIFAR, num_classes=10)
 RAW = Preprocess(image_size=32)  # no resize: pixels stay exact
 
 
-def _all_records(folder):
-    return records.RecordSlice(tuple(str(folder / f"data_batch_{i}.bin") for i in range(1, 6)), 0, 80)
+def _files(folder) -> list[str]:
+    return [str(folder / f"data_batch_{i}.bin") for i in range(1, 6)]
+
+
+def _all_records(folder) -> Source:
+    return Source(Records.whole_files(_files(folder), 80), FixedLengthReader(CIFAR.record_bytes))
+
+
+def _prepare(raw, layout, preprocess, seed=None):
+    """A batch of raw records as the training pipeline prepares it: decoded, then resized and cropped."""
+    images, labels = BinaryDecoder(layout)(raw)
+    return prepare_images(images, preprocess, seed), labels
 
 
 def _labels_and_indexes(images, labels):
@@ -38,7 +48,7 @@ def test_channel_first_decode_matches_known_pattern():
     # One 2x2 RGB image stored as R plane, G plane, B plane.
     planes = np.arange(12, dtype=np.uint8).reshape(3, 2, 2)
     record = tf.constant([bytes([7]) + planes.tobytes()])
-    images, labels = decode_records(record, records.RecordFormat(2, 2, 3))
+    images, labels = BinaryDecoder(binary.BinaryLayout(2, 2, 3))(record)
     assert labels.numpy().tolist() == [7]
     np.testing.assert_array_equal(images.numpy()[0], planes.transpose(1, 2, 0))
     assert images.numpy()[0, 0, 1].tolist() == [1, 5, 9]  # R, G, B of the pixel at row 0, column 1
@@ -48,7 +58,7 @@ def test_channel_first_decode_matches_known_pattern():
 def test_every_image_keeps_its_label_through_shuffle_parallel_map_and_batching(tmp_path, augment):
     folder = write_cifar(tmp_path, records_per_file=16)
     preprocess = Preprocess(image_size=32, augment=augment)
-    dataset = pipeline.train_dataset(_all_records(folder), CIFAR, preprocess, batch_size=8, seed=3, shuffle_buffer=80)
+    dataset = pipeline.train_dataset(_all_records(folder), DECODE, preprocess, batch_size=8, seed=3, shuffle_buffer=80)
     seen = []
     for images, labels in dataset.take(10):  # one full pass: 80 records
         encoded, actual, index = _labels_and_indexes(images, labels)
@@ -60,8 +70,9 @@ def test_every_image_keeps_its_label_through_shuffle_parallel_map_and_batching(t
 
 def test_eval_pipeline_keeps_file_order(tmp_path):
     folder = write_cifar(tmp_path, records_per_file=16)
-    source = records.RecordSlice(_all_records(folder).files, 70, 10)  # crosses no file edge: last 10
-    batches = list(pipeline.eval_dataset(source, CIFAR, RAW, batch_size=4))
+    ranges = ranges_of(_files(folder), [16] * 5, 70, 80)  # the last 10 records: a byte range of the last file
+    source = Source(Records(ranges, 10), FixedLengthReader(CIFAR.record_bytes))
+    batches = list(pipeline.eval_dataset(source, DECODE, RAW, batch_size=4))
     assert [len(labels) for _, labels in batches] == [4, 4, 2]
     index = np.concatenate([_labels_and_indexes(images, labels)[2] for images, labels in batches])
     assert index.tolist() == list(range(70, 80))
@@ -72,7 +83,7 @@ def test_same_seed_same_batches_and_other_seed_other_batches(tmp_path):
     preprocess = Preprocess(32, Augmentation(crop="random", crop_size=28))
 
     def first_batches(seed):
-        dataset = pipeline.train_dataset(_all_records(folder), CIFAR, preprocess, 8, seed, 80)
+        dataset = pipeline.train_dataset(_all_records(folder), DECODE, preprocess, 8, seed, 80)
         return [images.numpy() for images, _ in dataset.take(12)]  # crosses into the second epoch
 
     run_a, run_b, other = first_batches(5), first_batches(5), first_batches(6)
@@ -88,7 +99,7 @@ def test_iterators_made_before_training_do_not_change_what_training_reads(tmp_pa
     folder = write_cifar(tmp_path, records_per_file=16)
     preprocess = Preprocess(32, Augmentation(crop="random", crop_size=28))
     for cache in (False, True):
-        dataset = pipeline.train_dataset(_all_records(folder), CIFAR, preprocess, 8, 5, 80, cache=cache)
+        dataset = pipeline.train_dataset(_all_records(folder), DECODE, preprocess, 8, 5, 80, cache=cache)
         peeked = [labels.numpy() for _, labels in dataset.take(3)]
         for _ in range(2):
             next(iter(dataset))
@@ -120,8 +131,8 @@ def test_preprocess_is_the_same_eagerly_and_inside_dataset_map(tmp_path):
     raw = tf.constant([(folder / "test_batch.bin").read_bytes()[i * 3073 : (i + 1) * 3073] for i in range(8)])
     preprocess = Preprocess(32, Augmentation(crop="random", crop_size=28))
     seed = tf.constant(9, tf.int64)
-    eager, _ = preprocess_batch(raw, CIFAR, preprocess, seed)
-    mapped = tf.data.Dataset.from_tensors((raw, seed)).map(lambda r, s: preprocess_batch(r, CIFAR, preprocess, s))
+    eager, _ = _prepare(raw, CIFAR, preprocess, seed)
+    mapped = tf.data.Dataset.from_tensors((raw, seed)).map(lambda r, s: _prepare(r, CIFAR, preprocess, s))
     np.testing.assert_array_equal(next(iter(mapped))[0].numpy(), eager.numpy())
     assert eager.dtype == tf.uint8 and eager.shape == (8, 28, 28, 3), "the host yields the model's uint8 inputs"
     resized = prepare_images(tf.constant(np.full((2, 20, 20, 3), 200, np.uint8)), Preprocess(32))
@@ -130,7 +141,7 @@ def test_preprocess_is_the_same_eagerly_and_inside_dataset_map(tmp_path):
 
 def test_grayscale_records_are_resized_to_three_channels():
     record = tf.constant([bytes([3]) + bytes(range(64))])
-    images, labels = preprocess_batch(record, records.RecordFormat(8, 8, 1), Preprocess(32))
+    images, labels = _prepare(record, binary.BinaryLayout(8, 8, 1), Preprocess(32))
     assert images.shape == (1, 32, 32, 3) and labels.numpy().tolist() == [3]
     np.testing.assert_array_equal(images[..., 0].numpy(), images[..., 2].numpy())
 
@@ -148,32 +159,33 @@ def test_bad_files_fail_naming_the_file(tmp_path, content, message):
     path = tmp_path / "data_batch_1.bin"
     path.write_bytes(content)
     with pytest.raises(DataError, match=r"data_batch_1\.bin") as error:
-        records.read_labels(path, CIFAR, num_classes=10)
+        binary.read_labels(path, CIFAR, num_classes=10)
     assert message in str(error.value)
 
 
 def test_missing_files_list_what_was_expected_and_where(tmp_path):
     with pytest.raises(DataError) as error:
-        records.locate(str(tmp_path), ["data_batch_1.bin", "test_batch.bin"], ["cifar-10-batches-bin"])
+        binary.locate(str(tmp_path), ["data_batch_1.bin", "test_batch.bin"], ["cifar-10-batches-bin"])
     assert "data_batch_1.bin, test_batch.bin not found in" in str(error.value)
     assert "cifar-10-batches-bin" in str(error.value) and "dataset.download=true" in str(error.value)
 
 
 def test_files_are_found_in_the_folder_the_tarball_extracts_to(tmp_path):
     write_cifar(tmp_path / "cifar-10-batches-bin")
-    paths = records.locate(str(tmp_path), ["data_batch_1.bin"], ["cifar-10-batches-bin"])
+    paths = binary.locate(str(tmp_path), ["data_batch_1.bin"], ["cifar-10-batches-bin"])
     assert paths == [tmp_path / "cifar-10-batches-bin" / "data_batch_1.bin"]
 
 
 def test_splits_hold_out_the_end_of_the_training_files(tmp_path):
     folder = write_cifar(tmp_path)
     train = [folder / f"data_batch_{i}.bin" for i in range(1, 6)]
-    splits = records.make_splits(train, [folder / "test_batch.bin"], CIFAR, 10, val_size=16, val_source="train")
-    assert (splits["train"].start, splits["train"].count) == (0, 64)
-    assert (splits["val"].start, splits["val"].count) == (64, 16)
+    splits = binary.make_splits(train, [folder / "test_batch.bin"], CIFAR, 10, val_size=16, val_source="train")
+    # Records [0, 64) for training, [64, 80) for validation: the first four files, then the whole fifth.
+    assert splits["train"].count == 64 and splits["train"].ranges == tuple((str(f), 0, 16) for f in train[:4])
+    assert splits["val"].count == 16 and splits["val"].ranges == ((str(train[4]), 0, 16),)
     assert splits["test"].count == 16
     with pytest.raises(DataError, match="dataset.val_size=80"):
-        records.make_splits(train, [folder / "test_batch.bin"], CIFAR, 10, val_size=80, val_source="train")
+        binary.make_splits(train, [folder / "test_batch.bin"], CIFAR, 10, val_size=80, val_source="train")
 
 
 def test_the_decoded_cache_gives_the_same_batches(tmp_path):
@@ -181,14 +193,14 @@ def test_the_decoded_cache_gives_the_same_batches(tmp_path):
     preprocess = Preprocess(32, Augmentation(crop="random", crop_size=28))
     batches = []
     for cache in (False, True):
-        dataset = pipeline.train_dataset(_all_records(folder), CIFAR, preprocess, 8, 4, 80, cache=cache)
+        dataset = pipeline.train_dataset(_all_records(folder), DECODE, preprocess, 8, 4, 80, cache=cache)
         batches.append([(images.numpy(), labels.numpy()) for images, labels in dataset.take(12)])
     for (images_a, labels_a), (images_b, labels_b) in zip(*batches, strict=True):
         np.testing.assert_array_equal(labels_a, labels_b)
         np.testing.assert_array_equal(images_a, images_b)
     evaluation = [
         np.concatenate(
-            [i.numpy() for i, _ in pipeline.eval_dataset(_all_records(folder), CIFAR, preprocess, 16, cache=c)]
+            [i.numpy() for i, _ in pipeline.eval_dataset(_all_records(folder), DECODE, preprocess, 16, cache=c)]
         )
         for c in (False, True)
     ]
@@ -201,7 +213,7 @@ def test_parameter_distributions_match_the_per_example_recipe():
     grid = (np.arange(32)[:, None] * 64 + np.arange(32)[None, :]).astype(np.float32)
     images = tf.constant(np.repeat(grid[None, :, :, None], count, axis=0).repeat(3, axis=-1))
     cropped = augment_batch(images, Augmentation(crop="random", crop_size=28), tf.constant(3, tf.int64))
-    (flip,) = augmentation_layers(ModelAugmentation(flip=True), seed=3)  # the flip is the model's first layer
+    (flip,) = augmentation_layers(Augmentation(flip=True), seed=3)  # the flip is the model's first layer
     ours = np.asarray(flip(tf.cast(cropped, tf.float32), training=True))
     tf.random.set_seed(0)
     recipe = np.stack(

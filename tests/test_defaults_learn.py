@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from conftest import CIFAR_TRAIN, check_run_metrics, compose
-from trainer.resume import read_history
+from trainer.runs.history import columns, read_rows
 from trainer.tasks import run_task
 
 EPOCHS = 8
@@ -68,7 +68,7 @@ def test_from_scratch_preset_learns_synthetic_cifar_in_a_few_epochs(tmp_path, pr
     ]
     run_task(compose(overrides, tmp_path / "run"))
     metrics = check_run_metrics(tmp_path / "run")
-    history = read_history(tmp_path / "run" / "history.csv")
+    history = columns(read_rows(tmp_path / "run" / "history.csv"))
     print(  # the figures, for `pytest -m slow -rP`
         f"train accuracy {[round(value, 2) for value in history['accuracy']]}, "
         f"val {[round(value, 2) for value in history['val_accuracy']]}, test {metrics['test_accuracy']:.3f}"

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, write_cifar
-from trainer import cluster
+from trainer.distribute import cluster
 from trainer.errors import ConfigError
 
 SMALL = ["dataset=cifar", "dataset.val_size=16", "debug=smoke", "trainer.batch_size=16", "trainer.steps_per_epoch=4"]
@@ -189,10 +189,10 @@ def test_cluster_settings_are_checked(monkeypatch):
 def test_single_is_the_default_strategy_unless_a_device_is_pinned():
     import tensorflow as tf
 
-    from trainer import distribute
+    from trainer.distribute import strategies
 
-    assert distribute.single() is tf.distribute.get_strategy()
-    pinned = distribute.single("/cpu:0")
+    assert strategies.single() is tf.distribute.get_strategy()
+    pinned = strategies.single("/cpu:0")
     assert isinstance(pinned, tf.distribute.OneDeviceStrategy) and pinned.num_replicas_in_sync == 1
 
 

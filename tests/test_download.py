@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CIFAR_TRAIN, write_cifar
-from trainer.data import records
+from trainer.data import binary
 from trainer.errors import DataError
 
 NAMES = [*CIFAR_TRAIN, "test_batch.bin"]
@@ -38,11 +38,11 @@ def served_tarball(tmp_path):
 def test_download_extracts_and_finds_the_files(tmp_path, served_tarball):
     url, md5 = served_tarball
     data_dir = tmp_path / "data"
-    paths = records.locate(str(data_dir), NAMES, ["cifar-10-batches-bin"], url=url, md5=md5)
+    paths = binary.locate(str(data_dir), NAMES, ["cifar-10-batches-bin"], url=url, md5=md5)
     assert [path.name for path in paths] == NAMES
     assert all(path.stat().st_size == 16 * 3073 for path in paths)
     # A second call finds the extracted files without downloading again.
-    again = records.locate(str(data_dir), NAMES, ["cifar-10-batches-bin"], url="http://127.0.0.1:9/none", md5=md5)
+    again = binary.locate(str(data_dir), NAMES, ["cifar-10-batches-bin"], url="http://127.0.0.1:9/none", md5=md5)
     assert again == paths
 
 
@@ -50,11 +50,11 @@ def test_checksum_mismatch_is_rejected_and_nothing_is_kept(tmp_path, served_tarb
     url, _ = served_tarball
     data_dir = tmp_path / "data"
     with pytest.raises(DataError, match="md5 check"):
-        records.locate(str(data_dir), NAMES, ["cifar-10-batches-bin"], url=url, md5="0" * 32)
+        binary.locate(str(data_dir), NAMES, ["cifar-10-batches-bin"], url=url, md5="0" * 32)
     assert not list(Path(data_dir).rglob("*.bin"))
     assert not (data_dir / "cifar-10-binary.tar.gz").exists()
 
 
 def test_unreachable_server_is_one_clear_error(tmp_path):
     with pytest.raises(DataError, match="download of http://127.0.0.1:9/x.tar.gz failed"):
-        records.locate(str(tmp_path), NAMES, [], url="http://127.0.0.1:9/x.tar.gz", md5=None)
+        binary.locate(str(tmp_path), NAMES, [], url="http://127.0.0.1:9/x.tar.gz", md5=None)

@@ -17,7 +17,7 @@ import pytest
 
 from conftest import ROOT, cifar_overrides, compose, write_cifar
 from trainer.errors import UserError
-from trainer.reports import write_atomic
+from trainer.runs.atomic import write_atomic
 from trainer.tasks import run_task
 
 

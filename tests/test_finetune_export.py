@@ -14,7 +14,7 @@ import tensorflow as tf
 from test_cats_dogs import make_pets
 
 from conftest import compose, run_py
-from trainer.convert import ConvertOptions, convert
+from trainer.data.convert import ConvertOptions, convert
 from trainer.errors import DataError
 from trainer.models.finetune import base_layers
 from trainer.tasks import run_task

@@ -11,10 +11,10 @@ import pytest
 from conftest import cifar_overrides, compose
 from trainer.config import to_settings
 from trainer.errors import ConfigError
-from trainer.loss_options import build_loss, class_weights
 from trainer.tasks.data import load_data
-from trainer.tasks.extensions import class_weight, plateau_callbacks
+from trainer.tasks.parts import build_callbacks, class_weight
 from trainer.tasks.train import train
+from trainer.training.losses import build_loss, class_weights
 
 
 def test_early_stopping_stops_on_a_plateau_and_metrics_json_says_so(tmp_path, cifar_dir):
@@ -102,4 +102,4 @@ def test_a_class_outside_the_dataset_and_a_plateau_rule_fighting_a_schedule_are_
         class_weights({12: 2.0}, None, 10)
     settings = to_settings(compose(["callbacks=reduce_lr_on_plateau", "optimizer.schedule.name=cosine"]))
     with pytest.raises(ConfigError, match="needs optimizer.schedule.name=constant"):
-        plateau_callbacks(settings)
+        build_callbacks(settings.callbacks, settings.optimizer.schedule.name)

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from trainer.models.vgg19 import build_vgg19
-from trainer.optim import build_learning_rate, build_optimizer, peak_learning_rate
+from trainer.training.optimizers import build_learning_rate, build_optimizer, peak_learning_rate
 
 CONV_NAMES = [f"block{b}_conv{c}" for b, n in enumerate((2, 2, 4, 4, 4), 1) for c in range(1, n + 1)]
 
 
 def test_layers_are_named_and_shaped_like_keras_vgg19():
-    ours = build_vgg19(10, (32, 32, 3), dropout=0.0, weight_decay=0.0)
+    ours = build_vgg19(10, (32, 32, 3), dropout=0.0, weight_decay=0.0, batch_norm=False)  # Keras's: no batch norm
     reference = keras.applications.VGG19(weights=None, include_top=False, input_shape=(32, 32, 3))
     for name in [*CONV_NAMES, *(f"block{b}_pool" for b in range(1, 6))]:
         assert ours.get_layer(name).output.shape == reference.get_layer(name).output.shape, name
@@ -76,17 +76,31 @@ def test_cosine_warms_up_then_decays_to_alpha():
     assert build_learning_rate("constant", 0.3, 10, 10) == 0.3
 
 
-def test_unknown_names_list_the_valid_ones():
-    with pytest.raises(ValueError, match=r"\['adam', 'adamw', 'sgd'\]"):
-        build_optimizer("lamb", 0.1)
+def test_unknown_names_are_one_clear_error():
+    from trainer.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"optimizer._target_=keras.optimizers.Lamb2 \(keys \[\]\)"):
+        build_optimizer("keras.optimizers.Lamb2", 0.1, {})
+    with pytest.raises(ConfigError, match=r"optimizer._target_=keras.optimizers.Adam \(keys \['momentum'\]\)"):
+        build_optimizer("keras.optimizers.Adam", 0.1, {"momentum": 0.9})  # Adam takes no momentum
     with pytest.raises(ValueError, match="cosine"):
         build_learning_rate("linear", 0.1, 10, 10)
 
 
 def test_optimizers_get_their_settings():
-    sgd = build_optimizer("sgd", 0.1, momentum=0.8, nesterov=True, clipnorm=1.0)
+    sgd = build_optimizer("keras.optimizers.SGD", 0.1, {"momentum": 0.8, "nesterov": True, "clipnorm": 1.0})
     assert (sgd.momentum, sgd.nesterov, sgd.clipnorm) == (0.8, True, 1.0)
-    assert build_optimizer("adamw", 0.1, weight_decay=0.05).weight_decay == 0.05
+    assert build_optimizer("keras.optimizers.AdamW", 0.1, {"weight_decay": 0.05}).weight_decay == 0.05
+
+
+@pytest.mark.parametrize("option, kind", [("sgd", "SGD"), ("adam", "Adam"), ("adamw", "AdamW")])
+def test_every_optimizer_option_builds_its_keras_class_with_its_own_keys(option, kind):
+    from conftest import compose
+    from trainer.config import to_settings
+
+    settings = to_settings(compose([f"optimizer={option}", "optimizer.clipnorm=2.0"]))
+    optimizer = build_optimizer(settings.optimizer._target_, 0.01, settings.optimizer.keras_options())
+    assert type(optimizer).__name__ == kind and optimizer.clipnorm == 2.0
 
 
 def test_peak_learning_rate_follows_the_linear_scaling_rule():

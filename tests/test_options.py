@@ -60,9 +60,9 @@ def _saved_optimizer_variables(path) -> list[np.ndarray]:
 def test_mixed_float16_checkpoint_and_backup_keep_their_optimizer_state_without_a_warning(tmp_path):
     """Keras wrapped Adam in a LossScaleOptimizer at compile; a float32 process loading the checkpoint rebuilt a
     bare Adam and dropped the saved state with "Skipping variable loading for optimizer 'adam_N' (117 vs 121)"."""
-    from trainer.backup import RunBackup, restore
     from trainer.config import to_settings
-    from trainer.tasks.train import _compile
+    from trainer.runs.backup import RunBackup, restore
+    from trainer.tasks.train import compile_model
 
     cfg = compose(["debug=smoke", "trainer.precision=mixed_float16"], tmp_path)  # 4 steps
     try:
@@ -87,7 +87,7 @@ def test_mixed_float16_checkpoint_and_backup_keep_their_optimizer_state_without_
         backup.set_model(model)
         backup.save(1)
         fresh = keras.saving.load_model(tmp_path / "checkpoints" / "last.keras", compile=False)
-        _compile(fresh, to_settings(cfg), 1e-3, steps_per_epoch=4, epochs=1)
+        compile_model(fresh, to_settings(cfg), 1e-3, steps_per_epoch=4, epochs=1)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             restore(fresh, tmp_path / "backup")

@@ -8,8 +8,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from conftest import compose
-from trainer import run_config
 from trainer.config import BinaryDatasetConfig, TFRecordDatasetConfig, VGG19ImageNetConfig, to_settings
+from trainer.config import reuse as run_config
 from trainer.errors import ConfigError
 from trainer.tasks import with_run_config
 

@@ -23,10 +23,11 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, cifar_overrides, write_cifar
-from trainer.backup import METADATA, PREVIOUS, RunBackup, read_state
 from trainer.errors import ConfigError, DiskError
-from trainer.folders import RunLocked, claim_new_folder, run_lock
-from trainer.reports import write_atomic, write_json
+from trainer.runs.atomic import write_atomic, write_json
+from trainer.runs.backup import METADATA, PREVIOUS, RunBackup, read_state
+from trainer.runs.folders import claim_new_folder
+from trainer.runs.locks import RunLocked, run_lock
 
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
 
@@ -61,7 +62,7 @@ target.write_atomic = write_atomic
 
 def _signal_in_first_step(signum: int) -> str:
     return f"""
-import trainer.callbacks as target
+import trainer.training.callbacks as target
 target.EpochLog.on_train_batch_end = lambda self, batch, logs=None: os.kill(os.getpid(), {int(signum)})
 """
 
@@ -119,9 +120,12 @@ def _assert_finished_once(run_dir: Path, epochs: int) -> None:
 
 KILL_POINTS = [
     # (patch, epochs in history.csv right after the kill): the epoch is committed after its row and checkpoints
-    pytest.param(_kill_in_write("trainer.callbacks", "last.keras", 2), [1], id="inside-checkpoint-save"),
+    pytest.param(_kill_in_write("trainer.training.callbacks", "last.keras", 2), [1], id="inside-checkpoint-save"),
     pytest.param(
-        _kill_in_write("trainer.backup", ".weights.h5", 2), [1, 2], id="inside-backup-commit", marks=pytest.mark.slow
+        _kill_in_write("trainer.runs.backup", ".weights.h5", 2),
+        [1, 2],
+        id="inside-backup-commit",
+        marks=pytest.mark.slow,
     ),
 ]
 
@@ -187,7 +191,7 @@ def test_a_kill_in_the_test_evaluation_is_resumed_into_the_evaluation(tmp_path):
     output = resumed.stdout + resumed.stderr
     assert "All 2 epochs are done: running the test evaluation" in output and "Epoch 1/2" not in output
     _assert_finished_once(run_dir, 2)
-    from trainer.tasks.train import weights_fingerprint
+    from trainer.runs.checkpoints import weights_fingerprint
 
     final = keras.saving.load_model(run_dir / "checkpoints" / "last.keras")
     assert json.loads((run_dir / "metrics.json").read_text())["weights_sha256"] == weights_fingerprint(final)
@@ -300,7 +304,7 @@ def test_atomic_files_get_the_mode_the_umask_gives(tmp_path, umask, mode):
 # --- no collisions -------------------------------------------------------------------------------------
 
 
-CLAIM = "import sys; from trainer.folders import claim_new_folder; print(claim_new_folder(sys.argv[1]))"
+CLAIM = "import sys; from trainer.runs.folders import claim_new_folder; print(claim_new_folder(sys.argv[1]))"
 
 
 def test_runs_started_in_the_same_second_get_their_own_folders(tmp_path):
@@ -346,7 +350,7 @@ def test_the_lock_of_a_killed_process_is_taken_over(tmp_path, caplog):
         [
             sys.executable,
             "-c",
-            "import os, signal, sys; from pathlib import Path; from trainer.folders import run_lock\n"
+            "import os, signal, sys; from pathlib import Path; from trainer.runs.locks import run_lock\n"
             "with run_lock(Path(sys.argv[1])): os.kill(os.getpid(), signal.SIGKILL)",
             str(tmp_path),
         ],
@@ -399,7 +403,7 @@ def test_resume_refuses_a_command_line_that_changes_the_experiment(saved_run, ov
 
 def test_resume_alone_takes_the_run_config_and_allows_safe_changes(saved_run, caplog):
     from conftest import compose
-    from trainer.resume import bind_to_run
+    from trainer.config.resume import bind_to_run
 
     cli = [f"resume={saved_run}", "trainer.epochs=5", "trainer.verbose=1", "trainer.threads=1"]
     with caplog.at_level("INFO"):
@@ -428,7 +432,7 @@ def test_resume_of_a_folder_that_is_no_run_is_one_line_and_makes_no_folder(tmp_p
 
 
 def test_resume_latest_picks_the_run_whose_backup_was_written_last(tmp_path, monkeypatch):
-    from trainer.folders import resume_folder
+    from trainer.runs.folders import resume_folder
 
     monkeypatch.chdir(tmp_path)
     for name, written in (("2026-11-30/10-00-00", 200), ("2026-11-30/11-00-00", 100)):
@@ -463,7 +467,7 @@ def test_two_trainings_with_one_folder_name_get_two_folders(tmp_path):
 HOLD_IN_FIRST_STEP = """
 import time
 from pathlib import Path
-import trainer.callbacks as target
+import trainer.training.callbacks as target
 def wait_for_go(self, batch, logs=None):
     go = Path({go!r})
     while not go.exists():

@@ -10,7 +10,7 @@ import sys
 from omegaconf import OmegaConf
 
 from conftest import ROOT
-from trainer.config import run_label
+from trainer.config.resolvers import run_label
 
 
 def test_the_label_joins_name_and_tags_with_safe_characters():

@@ -12,10 +12,10 @@ import tensorflow as tf
 from PIL import Image
 from test_cats_dogs import make_pets
 
-from conftest import cifar_overrides, compose, run_py, write_cifar
-from trainer.convert import ConvertOptions, convert
-from trainer.data import tfrecords
-from trainer.data.augment import Preprocess
+from conftest import cifar_overrides, compose, run_py, tfrecord_parts, write_cifar
+from trainer.data import pipeline, tfrecords
+from trainer.data.convert import ConvertOptions, convert
+from trainer.data.preprocess import Preprocess
 from trainer.errors import DataError
 from trainer.tasks import run_task
 
@@ -114,7 +114,8 @@ def test_predict_names_classes_as_the_converter_did_and_matches_evaluate(tmp_pat
     files = [str(tmp_path / "records" / name) for name in manifest["splits"]["test"]["files"]]
     spec = tfrecords.RecordSpec.for_format("raw", 32)
     count = 0
-    for images, labels in tfrecords.eval_dataset(files, spec, Preprocess(32), 2, 8):
+    source, decoder = tfrecord_parts(files, spec)
+    for images, labels in pipeline.eval_dataset(source, decoder, Preprocess(32), 8):
         for image, label in zip(images.numpy(), labels.numpy(), strict=True):
             (folder / ("Dog", "Cat")[label]).mkdir(parents=True, exist_ok=True)
             Image.fromarray(image).save(folder / ("Dog", "Cat")[label] / f"{count}.png")

@@ -84,7 +84,7 @@ def test_optuna_search_runs_trials_and_optimises_the_returned_float(tmp_path):
 
 
 def test_best_table_rounds_the_figures():
-    from trainer.sweep import best_table
+    from trainer.tracking.sweep import best_table
 
     rows = [
         {

@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, compose, run_py, write_cifar
-from trainer import checkpoints
 from trainer.config import to_settings
+from trainer.runs import checkpoints
 from trainer.tasks import run_task
 from trainer.tasks.train import build_network
 
@@ -74,7 +74,7 @@ ONE_STEP = textwrap.dedent(
     import numpy as np
     import keras
     import tensorflow as tf
-    from trainer.distribute import mirrored
+    from trainer.distribute.strategies import mirrored
 
     strategy = mirrored(cpu_devices=2)
     rng = np.random.default_rng(0)
@@ -134,7 +134,7 @@ def test_synchronized_batch_norm_model_saves_loads_in_safe_mode_and_exports(tmp_
     # ... and exports for serving (outside any strategy), giving the same probabilities.
     import tensorflow as tf
 
-    from trainer.export import VERSION, export_serving
+    from trainer.models.serving import VERSION, export_serving
 
     served = tf.saved_model.load(str(export_serving(loaded, tmp_path / "export", info) / VERSION))
     probabilities = served.signatures["serve"](images=tf.constant(images))["probabilities"].numpy()

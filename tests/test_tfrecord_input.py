@@ -13,9 +13,11 @@ import pytest
 import tensorflow as tf
 from test_cats_dogs import SIZE, make_pets
 
-from conftest import compose
-from trainer.convert import ConvertOptions, convert
-from trainer.data import predict_inputs, record_writer, shares, tfrecords
+from conftest import compose, tfrecord_parts
+from trainer.data import pipeline, predict_inputs, record_writer, shares, tfrecords
+from trainer.data.convert import ConvertOptions, convert
+from trainer.data.preprocess import Preprocess
+from trainer.data.shares import Records
 from trainer.errors import DataError
 from trainer.tasks import run_task
 
@@ -227,9 +229,9 @@ def test_bad_records_behind_a_manifest_give_one_line_naming_the_file_and_record(
 
 def _tiny_checkpoint(folder: Path, class_names: tuple[str, ...] = ("cat", "dog")) -> Path:
     """A checkpoint as training saves it: uint8 input, its preprocessing and its class names inside."""
-    from trainer import checkpoints
     from trainer.models.preprocessing import with_preprocessing
     from trainer.models.vgg19 import build_vgg19
+    from trainer.runs import checkpoints
 
     path = folder / "tiny.keras"
     model = with_preprocessing(build_vgg19(2, (SIZE, SIZE, 3), width_multiplier=0.125, fc_units=16, dropout=0.0))
@@ -281,31 +283,34 @@ def _indexed_shards(folder: Path, counts: list[int]) -> list[str]:
     return files
 
 
-def _indices_read(files_or_shares, spec, total_hint: int) -> list[int]:
-    """One epoch of the training reader: the record indices it yields."""
-    paths = sorted({item if isinstance(item, str) else item[0] for item in files_or_shares})
-    records = tfrecords.shuffled_records(files_or_shares, 3, 8, tfrecords.compression_of(paths, "auto"))
-    shares = [(item, 0, -1) if isinstance(item, str) else item for item in files_or_shares]
-    per_epoch = sum(
-        (length if length >= 0 else sum(1 for _ in tf.data.TFRecordDataset(path))) for path, _, length in shares
-    )
-    images = tfrecords.image_batches(records.take(per_epoch), spec, True, 64)
-    return [int(image[0, 0, 0]) + 256 * int(image[0, 0, 1]) for batch, _ in images for image in batch.numpy()]
+def _index(image) -> int:
+    return int(image[0, 0, 0]) + 256 * int(image[0, 0, 1])
+
+
+def _training_reader(records: Records, spec, batch_size: int = 1):
+    """The training pipeline over `records` (whole files, ranges, or one worker's share), shuffle buffer 8."""
+    source, decoder = tfrecord_parts(records.files, spec, shares=records)
+    return pipeline.train_dataset(source, decoder, Preprocess(4), batch_size, 3, 8)
+
+
+def _indices_read(records: Records, spec) -> list[int]:
+    """One epoch of the training reader over every record of `records`: the record indices it yields."""
+    whole = Records(records.ranges, records.count)  # a pass is every record, not a worker's per-epoch part
+    return [_index(images[0]) for images, _ in _training_reader(whole, spec).take(records.count)]
 
 
 @pytest.mark.parametrize("ranges", [False, True])
 def test_iterators_made_before_training_do_not_change_the_records_training_reads(tmp_path, ranges):
     files = _indexed_shards(tmp_path, [10, 9, 11])
     spec = tfrecords.RecordSpec.for_format("raw", 4)
-    items = [(path, 1, 8) for path in files] if ranges else files
-    records = tfrecords.shuffled_records(items, 3, 8, tfrecords.compression_of(files, "auto"), per_pass=20)
+    parts = Records(tuple((path, 1, 8) for path in files), 24) if ranges else Records.whole_files(files, 30)
+    dataset = _training_reader(Records(parts.ranges, parts.count, per_epoch=20), spec)
 
     def indices(count):
-        images = tfrecords.image_batches(records.take(count), spec, True, count)
-        return [int(image[0, 0, 0]) + 256 * int(image[0, 0, 1]) for batch, _ in images for image in batch.numpy()]
+        return [_index(images.numpy()[0]) for images, _ in dataset.take(count)]
 
     first = indices(40)  # two passes
-    next(iter(records))
+    next(iter(dataset))
     assert indices(40) == first
     assert first[:20] != first[20:], "each pass still gets its own order"
 
@@ -323,7 +328,7 @@ def test_two_workers_each_read_about_half_and_together_every_record_once(tmp_pat
     plan = shares.plan(files, counts, 2, 1)
     assert plan.whole_files == whole_files
     for worker in plan.workers:
-        read = _indices_read(list(worker.ranges), spec, total)
+        read = _indices_read(worker, spec)
         assert 0.3 * total <= len(read) <= 0.7 * total, (len(read), total)
         seen += read
     assert sorted(seen) == list(range(total)), "every record once over both workers"
@@ -397,7 +402,7 @@ def test_each_worker_reads_its_steps_per_epoch_and_no_record_twice_in_an_epoch(
     assert plan.whole_files == whole_files
     steps = plan.steps_per_epoch
     for worker in plan.workers:
-        reader = tfrecords.read_batches(worker, spec, records_per_step, 3, 8)
+        reader = _training_reader(worker, spec, records_per_step)
         batches = [images.numpy() for images, _ in reader.take(10 * steps)]
         for epoch in range(10):
             read = [

@@ -127,7 +127,7 @@ def test_an_unreachable_server_is_one_error_before_training(tmp_path, cifar_dir)
 
 
 def test_a_resumed_run_logs_into_the_same_tracked_run(tmp_path):
-    from trainer.loggers import MLflowTracker
+    from trainer.tracking.loggers import MLflowTracker
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     run_dir = tmp_path / "run"
@@ -237,10 +237,10 @@ def test_an_mlflow_sweep_is_one_parent_with_a_child_per_job_and_tensorboard_hpar
 
 def test_only_the_chief_logs(tmp_path, cifar_dir, monkeypatch):
     """A worker that is not the chief trains (and writes to a temporary folder) but creates no tracked run."""
-    from trainer import distribute
+    from trainer.distribute import strategies
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(distribute, "is_chief", lambda strategy: False)
+    monkeypatch.setattr(strategies, "is_chief", lambda strategy: False)
     uri = f"sqlite:///{tmp_path / 'worker.db'}"
     settings = to_settings(compose([*cifar_overrides(cifar_dir), "logger=mlflow", f"logger.tracking_uri={uri}"]))
     settings.output_dir = str(tmp_path / "run")

@@ -11,9 +11,10 @@ from PIL import Image
 from test_cats_dogs import make_pets
 
 from conftest import cifar_overrides, compose, write_cifar
-from trainer.convert import ConvertOptions, convert
+from trainer.data.convert import ConvertOptions, convert
 from trainer.tasks import run_task
-from trainer.visualize import draw_curves, sheet_layout, tile_origin
+from trainer.tracking.curves import draw_curves
+from trainer.tracking.sheets import sheet_layout, tile_origin
 
 
 def test_contact_sheet_tiles_are_the_records_in_order(tmp_path):
@@ -151,7 +152,7 @@ def test_drawn_curves_are_a_png(tmp_path):
 def test_curves_are_redrawn_as_often_as_drawing_stays_a_small_share_of_training(tmp_path, monkeypatch):
     """A drawing holds Python's lock for about a second: short epochs must not wait for one after each,
     long ones get a drawing each, and the end of training always draws every epoch."""
-    from trainer import callbacks
+    from trainer.tracking import curves as callbacks
 
     drawn = []
     monkeypatch.setattr(callbacks.Curves, "_draw", lambda self, rows: drawn.append(len(rows)))
@@ -183,7 +184,7 @@ def test_curves_are_redrawn_as_often_as_drawing_stays_a_small_share_of_training(
 def test_the_progress_bar_runs_within_epochs_and_is_gone_at_their_end(capsys):
     import keras
 
-    from trainer.callbacks import ProgressBar
+    from trainer.training.callbacks import ProgressBar
 
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, activation="softmax")])
     model.compile("sgd", "sparse_categorical_crossentropy")

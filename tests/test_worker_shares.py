@@ -7,14 +7,15 @@ import re
 import numpy as np
 import pytest
 
-from conftest import ROOT, compose, pattern_records, write_cifar
+from conftest import ROOT, binary_parts, compose, pattern_records, write_cifar
 from trainer.config import to_settings
 from trainer.data import pipeline, shares
-from trainer.data.augment import Augmentation, Preprocess
-from trainer.data.records import RecordFormat, count_records
+from trainer.data.augmentation import Augmentation
+from trainer.data.binary import BinaryLayout, count_records
+from trainer.data.preprocess import Preprocess
 from trainer.tasks.data import load_data
 
-CIFAR = RecordFormat(32, 32, 3)
+CIFAR = BinaryLayout(32, 32, 3)
 PLAIN = Preprocess(image_size=32, augment=Augmentation(crop="none"))
 
 
@@ -34,10 +35,10 @@ def _binary_files(folder, counts: list[int]) -> list[str]:
     return files
 
 
-def _share_indices(share: shares.WorkerShare) -> list[int]:
+def _share_indices(share: shares.Records) -> list[int]:
     """Every record of a share, in reading order, through the binary reader the training pipeline uses."""
-    records = pipeline.read_records(share, CIFAR).batch(1000)
-    return [index for raw in records for index in _indices(pipeline.decode_records(raw, CIFAR)[0].numpy())]
+    source, decoder = binary_parts(share.files, CIFAR, share)
+    return [index for raw in source.in_order().batch(1000) for index in _indices(decoder(raw)[0].numpy())]
 
 
 @pytest.mark.parametrize(
@@ -88,7 +89,7 @@ def test_each_input_pipeline_seeds_its_own_shuffles_and_crops(tmp_path, monkeypa
     settings = to_settings(compose(overrides))
     seeds = []
     real = pipeline.train_dataset
-    monkeypatch.setattr(pipeline, "train_dataset", lambda *args: seeds.append(args[4]) or real(*args))
+    monkeypatch.setattr(pipeline, "train_dataset", lambda *args: seeds.append(args[4]) or real(*args))  # seed
     data = load_data(settings.dataset, 8, 5, num_workers=2)
     for index in range(2):
         data.train_for_worker(tf.distribute.InputContext(2, index, 1))
@@ -115,7 +116,8 @@ def test_unequal_files_every_worker_runs_the_same_steps_and_reads_each_record_at
     for worker in plan.workers:
         assert worker.per_epoch == steps * records_per_step
         share = set(_share_indices(worker))
-        dataset = pipeline.train_dataset(worker, CIFAR, PLAIN, records_per_step, 1, 1000, cache)
+        source, decoder = binary_parts(worker.files, CIFAR, worker)
+        dataset = pipeline.train_dataset(source, decoder, PLAIN, records_per_step, 1, 1000, cache)
         batches = [images.numpy() for images, _ in dataset.take(3 * steps)]
         for epoch in range(3):
             read = [index for images in batches[epoch * steps : (epoch + 1) * steps] for index in _indices(images)]
@@ -143,12 +145,12 @@ def test_a_batch_larger_than_the_smallest_share_is_a_config_error(tmp_path):
 def test_mirrored_on_one_machine_keeps_one_pipeline_for_every_replica():
     import tensorflow as tf
 
-    from trainer import distribute
+    from trainer.distribute import strategies
 
-    strategy = distribute.mirrored(["/cpu:0"])
+    strategy = strategies.mirrored(["/cpu:0"])
     dataset = tf.data.Dataset.range(4)
-    assert distribute.num_input_pipelines(strategy) == 1
-    assert distribute.training_input(strategy, dataset, lambda context: tf.data.Dataset.range(1)) is dataset
+    assert strategies.num_input_pipelines(strategy) == 1
+    assert strategies.training_input(strategy, dataset, lambda context: tf.data.Dataset.range(1)) is dataset
 
 
 def _share_lines(output: str) -> list[str]:

@@ -3,6 +3,8 @@
 Everything else is a bug and keeps its traceback.
 """
 
+import re
+
 
 class UserError(Exception):
     """Bad input: the message names the file or config key and what was expected."""
@@ -22,3 +24,17 @@ class ClusterError(UserError):
 
 class DiskError(UserError):
     """A file could not be written: full disk, quota, read-only or unwritable folder."""
+
+
+def op_error_reason(error: Exception) -> str:
+    """The useful part of a TensorFlow `OpError`'s message: the text of our pipeline's assertions or of
+    the ValueError of a Python step, else the first 300 characters without TensorFlow's op plumbing."""
+    message = getattr(error, "message", None) or str(error)
+    match = re.search(r"assertion failed: \[([^\]]+)\]", message) or re.search(r"ValueError: ([^\n]+)", message)
+    if match:
+        return match.group(1)
+    text = re.sub(r"\{\{function_node [^}]*\}\}|\[Op:.*", "", message)
+    text = " ".join(text.split())[:300]
+    if type(error).__name__ == "DataLossError" and text.startswith("corrupted record at"):
+        text += " in a TFRecord file (without a manifest.json beside them, every file is checked at start-up and named)"
+    return text

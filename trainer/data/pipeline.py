@@ -1,11 +1,19 @@
-"""tf.data pipelines over fixed-length binary records: raw records -> batches of (image, label).
+"""The one input pipeline, for every format: records from a source -> shuffled batches -> decoded -> host preprocessing.
 
-Records are batched while still raw bytes, then decoded and augmented a whole
-batch at a time (see `trainer.data.augment`). Order is deterministic: files
-are read in order, shuffling is seeded, and parallel maps keep their input
-order, so one seed gives one example order every run.
+    python run.py dataset=cifar trainer.batch_size=128       # binary records
+    python run.py dataset=cats_dogs                          # TFRecord shards, raw pixels or JPEG
 
-    python run.py dataset=cifar trainer.batch_size=128
+A `Source` (`trainer.data.sources`) yields serialized records; a batch decoder
+(`trainer.data.decoders`) turns a batch of them into uint8 images and int32 labels; the
+host preprocessing (`trainer.data.preprocess`) resizes and crops them. This module owns
+everything else once for every format: shuffling and its per-iterator replay, batching,
+caching, the tf.data options and prefetch. It yields uint8 images at the model's input
+size: the cast, the model's part of the augmentation and the normalization are layers
+of the model.
+
+Order is deterministic: files are read in order (or in a seeded order), shuffling is
+seeded, and parallel maps keep their input order, so one seed gives one example order
+every run.
 """
 
 from __future__ import annotations
@@ -14,64 +22,34 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from trainer.data.augment import Preprocess, decode_records, prepare_images, preprocess_batch, to_model_size
-from trainer.data.records import RecordFormat, RecordSlice, count_records
-from trainer.data.shares import WorkerShare
+from trainer.data.decoders import Decoder
+from trainer.data.preprocess import Preprocess, prepare_images, to_model_size
+from trainer.data.sources import Source
 
 AUTOTUNE = tf.data.AUTOTUNE
+CACHE_DECODE_BATCH = 1024  # records decoded at once when filling the cache
 
 
-def _options(sharded: bool = False) -> tf.data.Options:
+def _options(share: bool) -> tf.data.Options:
     options = tf.data.Options()
-    options.deterministic = True  # parallel maps must never reorder examples
-    # Shard by element, not by file: the test split is a single file and the
-    # train/val split is a slice across files, so FILE sharding cannot work.
-    # A worker's own share (`trainer.data.shares`) is sharded already.
+    options.deterministic = True  # parallel reads and maps must never reorder examples
+    # Shard by element, not by file: a split may be a single file or a range across files, so FILE sharding
+    # cannot work. A worker's own share (`trainer.data.shares`) is sharded already.
     policy = tf.data.experimental.AutoShardPolicy
-    options.experimental_distribute.auto_shard_policy = policy.OFF if sharded else policy.DATA
+    options.experimental_distribute.auto_shard_policy = policy.OFF if share else policy.DATA
     return options
 
 
-def _decoded(source: RecordSlice | WorkerShare, fmt: RecordFormat, preprocess: Preprocess) -> tf.data.Dataset:
-    """(image at image_size, label) per record, decoded and resized once, then kept in memory.
+def _cached(source: Source, decoder: Decoder, preprocess: Preprocess) -> tf.data.Dataset:
+    """(image at image_size, label) per record, decoded and resized once, then kept in memory: small datasets
+    (digits, CIFAR) then only augment every epoch."""
 
-    For small datasets (digits, CIFAR) this leaves only the augmentation to run every epoch.
-    """
-    records = read_records(source, fmt).batch(1024)
-
-    def decode(raw):
-        images, labels = decode_records(raw, fmt)
+    def decode(records):
+        images, labels = decoder(records)
         return to_model_size(images, preprocess.image_size), labels
 
-    images = records.map(decode, num_parallel_calls=AUTOTUNE, deterministic=True).unbatch()
-    return images.apply(tf.data.experimental.assert_cardinality(source.count)).cache()
-
-
-def _share_records(share: WorkerShare, fmt: RecordFormat) -> tf.data.Dataset:
-    """The records of one worker's ranges, in file order: each range is a byte range of its file, so the
-    records around it are never yielded, decoded or augmented (the bytes before it pass through TensorFlow's
-    read buffer, those after it are not read)."""
-    paths, headers, footers = [], [], []
-    for path, start, length in share.ranges:
-        count = count_records(path, fmt)
-        paths.append(path)
-        headers.append(start * fmt.record_bytes)
-        footers.append(0 if length < 0 else (count - start - length) * fmt.record_bytes)
-    ranges = tf.data.Dataset.from_tensor_slices((paths, tf.constant(headers, tf.int64), tf.constant(footers, tf.int64)))
-    records = ranges.flat_map(
-        lambda path, header, footer: tf.data.FixedLengthRecordDataset(path, fmt.record_bytes, header, footer)
-    )
-    return records.apply(tf.data.experimental.assert_cardinality(share.count))
-
-
-def read_records(source: RecordSlice | WorkerShare, fmt: RecordFormat) -> tf.data.Dataset:
-    """The raw records of a split or of one worker's share, in file order."""
-    if isinstance(source, WorkerShare):
-        return _share_records(source, fmt)
-    records = tf.data.FixedLengthRecordDataset(list(source.files), fmt.record_bytes)
-    # The file sizes give the count; stating it lets Keras size each epoch.
-    records = records.skip(source.start).take(source.count).apply(tf.data.experimental.assert_cardinality(source.count))
-    return records
+    batches = source.in_order().batch(CACHE_DECODE_BATCH).map(decode, num_parallel_calls=AUTOTUNE, deterministic=True)
+    return batches.unbatch().apply(tf.data.experimental.assert_cardinality(source.count)).cache()
 
 
 def replayed_per_iterator(make: Callable[[], tf.data.Dataset]) -> tf.data.Dataset:
@@ -89,79 +67,61 @@ def replayed_per_iterator(make: Callable[[], tf.data.Dataset]) -> tf.data.Datase
 
 
 def train_dataset(
-    source: RecordSlice | WorkerShare,
-    fmt: RecordFormat,
+    source: Source,
+    decoder: Decoder,
     preprocess: Preprocess,
     batch_size: int,
     seed: int,
-    shuffle_buffer: int = 10000,
+    shuffle_buffer: int = 1000,
     cache: bool = False,
 ) -> tf.data.Dataset:
     """Shuffled, augmented, endless batches for `fit(steps_per_epoch=...)`.
 
     Args:
         source: The training records, or one worker's share of them (read `per_epoch` records a pass).
-        fmt: Their layout.
-        preprocess: Resize, augmentation and standardization.
+        decoder: A batch of records to (uint8 images, int32 labels).
+        preprocess: Resize and the host's augmentation (crops).
         batch_size: Global batch size (a worker's share: the per-replica one); the last partial batch of
             each pass is dropped.
-        seed: Seeds the shuffle order and every augmentation parameter.
+        seed: Seeds the file order, the shuffle order and every augmentation parameter.
         shuffle_buffer: Records held for shuffling.
         cache: Keep the decoded, resized images in memory after the first pass.
 
     Returns:
-        A dataset of (float32 images [batch, size, size, 3], int32 labels [batch]).
+        A dataset of (uint8 images [batch, size, size, 3], int32 labels [batch]).
     """
-    records = _decoded(source, fmt, preprocess) if cache else read_records(source, fmt)
+    cached = _cached(source, decoder, preprocess) if cache else None
+    share = source.records.per_epoch
 
     def passes():
-        # Shuffle, then repeat: one epoch's records are all seen before the next
-        # epoch starts, and each pass gets a new (seeded) order.
+        # Shuffle, then repeat: one epoch's records are all seen before the next epoch starts, and each
+        # pass gets a new (seeded) order.
+        records = cached if cache else source.for_training(seed)
         shuffled = records.shuffle(min(shuffle_buffer, source.count), seed=seed, reshuffle_each_iteration=True)
-        if isinstance(source, WorkerShare):  # the same steps on every worker: its passes line up with the epochs
-            shuffled = shuffled.take(source.per_epoch)
+        if share is not None:  # the same steps on every worker: its passes line up with the epochs
+            shuffled = shuffled.take(share)
         return shuffled.repeat()
 
     batches = replayed_per_iterator(passes).batch(batch_size, drop_remainder=True)
-    # One stateless seed per batch; a different stream from the shuffle's.
-    seeds = tf.data.Dataset.random(seed=seed + 1)
+    seeds = tf.data.Dataset.random(seed=seed + 1)  # one stateless seed per batch; another stream than the shuffle's
 
     def prepare(batch, batch_seed):
-        if cache:  # already decoded: (images, labels)
-            images, labels = batch
-            return prepare_images(images, preprocess, batch_seed), labels
-        return preprocess_batch(batch, fmt, preprocess, batch_seed)
+        images, labels = batch if cache else decoder(batch)
+        return prepare_images(images, preprocess, batch_seed), labels
 
     batches = tf.data.Dataset.zip((batches, seeds)).map(prepare, num_parallel_calls=AUTOTUNE, deterministic=True)
-    return batches.prefetch(AUTOTUNE).with_options(_options(isinstance(source, WorkerShare)))
+    return batches.prefetch(AUTOTUNE).with_options(_options(share is not None))
 
 
 def eval_dataset(
-    source: RecordSlice,
-    fmt: RecordFormat,
-    preprocess: Preprocess,
-    batch_size: int,
-    cache: bool = False,
+    source: Source, decoder: Decoder, preprocess: Preprocess, batch_size: int, cache: bool = False
 ) -> tf.data.Dataset:
-    """Every record once, in file order, with the evaluation preprocessing (no augmentation)."""
-    if cache:
-        batches = (
-            _decoded(source, fmt, preprocess)
-            .batch(batch_size)
-            .map(
-                lambda images, labels: (prepare_images(images, preprocess), labels),
-                num_parallel_calls=AUTOTUNE,
-                deterministic=True,
-            )
-        )
-    else:
-        batches = (
-            read_records(source, fmt)
-            .batch(batch_size)
-            .map(
-                lambda raw: preprocess_batch(raw, fmt, preprocess),
-                num_parallel_calls=AUTOTUNE,
-                deterministic=True,
-            )
-        )
-    return batches.prefetch(AUTOTUNE).with_options(_options())
+    """Every record once, in file order, with the evaluation preprocessing (resize, centre crop)."""
+    records = _cached(source, decoder, preprocess) if cache else source.in_order()
+
+    def prepare(*batch):  # (images, labels) from the cache, else (records,)
+        images, labels = batch if cache else decoder(*batch)
+        return prepare_images(images, preprocess), labels
+
+    batches = records.batch(batch_size).map(prepare, num_parallel_calls=AUTOTUNE, deterministic=True)
+    return batches.prefetch(AUTOTUNE).with_options(_options(False))

@@ -19,9 +19,12 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from trainer.data import pipeline, records
-from trainer.data.augment import Preprocess, prepare_images
+from trainer.data import binary, pipeline, tfrecords
+from trainer.data.decoders import BinaryDecoder, TFRecordDecoder
 from trainer.data.images import ImageError, list_images, load_rgb
+from trainer.data.preprocess import Preprocess, prepare_images
+from trainer.data.shares import Records
+from trainer.data.sources import FixedLengthReader, Source, TFRecordReader
 from trainer.errors import DataError
 
 
@@ -97,16 +100,19 @@ def resolve_inputs(spec: str, format: str = "auto") -> tuple[str, list[Path | st
 
 
 def record_chunks(
-    files: list[Path], fmt: records.RecordFormat, preprocess: Preprocess, num_classes: int, batch_size: int
+    files: list[Path], layout: binary.BinaryLayout, preprocess: Preprocess, num_classes: int, batch_size: int
 ) -> Iterator[Chunk]:
     """Fixed-length records, in file order; the id is the record's index over all files."""
     owners = []
     for file in files:
-        records.read_labels(file, fmt, num_classes)  # size and label checks, naming the file
-        owners += [file.name] * records.count_records(file, fmt)
-    source = records.RecordSlice(tuple(str(file) for file in files), 0, len(owners))
+        binary.read_labels(file, layout, num_classes)  # size and label checks, naming the file
+        owners += [file.name] * binary.count_records(file, layout)
+    source = Source(
+        Records.whole_files([str(file) for file in files], len(owners)), FixedLengthReader(layout.record_bytes)
+    )
+    decoder = BinaryDecoder(layout, num_classes)
     index = 0
-    for images, labels in pipeline.eval_dataset(source, fmt, preprocess, batch_size):
+    for images, labels in pipeline.eval_dataset(source, decoder, preprocess, batch_size):
         items = [
             Item(str(index + offset), owners[index + offset], int(label)) for offset, label in enumerate(labels.numpy())
         ]
@@ -125,8 +131,6 @@ def tfrecord_chunks(
     Raises:
         DataError: naming the file and record at fault.
     """
-    from trainer.data import tfrecords
-
     names = [str(file) for file in files]
     labeled = all(tfrecords.inspect_first(name, spec) for name in names)
     owners, stored = [], []
@@ -135,7 +139,11 @@ def tfrecord_chunks(
         owners += [(name, record) for record in range(scan.count)]
         stored += scan.filenames
     index = 0
-    batches = iter(tfrecords.eval_dataset(names, spec, preprocess, num_classes, batch_size, labeled))
+    reader = TFRecordReader(tfrecords.compression_of(names, spec.compression))
+    decoder = TFRecordDecoder(spec, num_classes, labeled)
+    batches = iter(
+        pipeline.eval_dataset(Source(Records.whole_files(names, len(owners)), reader), decoder, preprocess, batch_size)
+    )
     while True:
         try:
             batch = next(batches, None)

@@ -1,6 +1,7 @@
-"""Per-worker shares of the training records under `strategy=multi_worker`: who reads what, for how many steps.
+"""Which records a pipeline reads (`Records`: ranges of files), and each worker's share under multi-worker training.
 
-Each worker's input pipeline reads only its own share, planned before anything is read
+A split is the records of whole files, or a range of them (a validation tail). Under
+`strategy=multi_worker`, each worker's input pipeline reads only its own share, planned before anything is read
 (`distribute_datasets_from_function` hands each pipeline its `InputContext`):
 
 - whole files (every num_workers-th file) when there are at least as many files as workers
@@ -21,23 +22,38 @@ from dataclasses import dataclass
 
 from trainer.errors import ConfigError
 
-Share = tuple[str, int, int]  # (file, first record, number of records; -1: to the end of the file)
+Range = tuple[str, int, int]  # (file, first record, number of records; -1: to the end of the file)
 
 
 @dataclass(frozen=True)
-class WorkerShare:
-    """What one input pipeline reads: its record ranges, and how many of their records per epoch."""
+class Records:
+    """Which records a pipeline reads: ranges of files, read in order, and how many records they hold."""
 
-    ranges: tuple[Share, ...]
+    ranges: tuple[Range, ...]
     count: int  # records in the ranges
-    per_epoch: int  # records read per epoch (= steps per epoch x records per step): the rest wait for a later pass
+    # One worker's share: records read per epoch (= steps per epoch x records per step), the rest wait for a
+    # later pass; None: the records of a whole split, read whole every pass.
+    per_epoch: int | None = None
+
+    @classmethod
+    def whole_files(cls, files: list[str], count: int) -> Records:
+        return cls(tuple((path, 0, -1) for path in files), count)
+
+    @property
+    def is_share(self) -> bool:
+        """One worker's share: tf.distribute must not shard it again."""
+        return self.per_epoch is not None
+
+    @property
+    def files(self) -> list[str]:
+        return list(dict.fromkeys(path for path, _, _ in self.ranges))
 
 
 @dataclass(frozen=True)
 class SharePlan:
     """The shares of every input pipeline, and the steps per epoch all of them run."""
 
-    workers: tuple[WorkerShare, ...]
+    workers: tuple[Records, ...]
     whole_files: bool
     steps_per_epoch: int
     num_files: int
@@ -58,7 +74,7 @@ class SharePlan:
         )
 
 
-def _ranges(files: list[str], counts: list[int], start: int, end: int) -> tuple[Share, ...]:
+def ranges_of(files: list[str], counts: list[int], start: int, end: int) -> tuple[Range, ...]:
     """Records [start, end) of the files read in order, as per-file ranges."""
     ranges, offset = [], 0
     for path, count in zip(files, counts, strict=True):
@@ -97,7 +113,7 @@ def plan(
         whole = False
     if not whole:
         bounds = [total * index // num_workers for index in range(num_workers + 1)]
-        shares = [_ranges(files, counts, bounds[index], bounds[index + 1]) for index in range(num_workers)]
+        shares = [ranges_of(files, counts, bounds[index], bounds[index + 1]) for index in range(num_workers)]
         sizes = [bounds[index + 1] - bounds[index] for index in range(num_workers)]
     steps = min(sizes) // records_per_step
     if steps < 1:
@@ -105,7 +121,5 @@ def plan(
             f"trainer.batch_size: each of the {num_workers} workers needs {records_per_step} records per step, "
             f"but the smallest share holds {min(sizes)} of the {total} training records"
         )
-    workers = tuple(
-        WorkerShare(share, size, steps * records_per_step) for share, size in zip(shares, sizes, strict=True)
-    )
+    workers = tuple(Records(share, size, steps * records_per_step) for share, size in zip(shares, sizes, strict=True))
     return SharePlan(workers, whole, steps, len(files))

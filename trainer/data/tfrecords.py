@@ -1,4 +1,5 @@
-"""TFRecord image datasets: the feature spec shared by the writer (`trainer.convert`) and the reader.
+"""TFRecord image files: the feature spec shared by the writer (`trainer.data.convert`) and the reader, and the
+checks of the files themselves (globs, compression, first record, every record's checksum and label).
 
 Two layouts:
 - `raw`, the classic Cats-vs-Dogs recipe: `label` (int64) and `img_raw` (the
@@ -7,11 +8,10 @@ Two layouts:
 - `jpeg`, the TF Model Garden / TFDS keys: `image/encoded`, `image/class/label`,
   `image/filename`, `image/height`, `image/width`, `image/format`.
 
-One reader, `tf.data`, for every file system TensorFlow knows (local disk, `gs://`,
-`s3://`, `hdfs://`, `ram://`): `TFRecordDataset` (uncompressed, GZIP or ZLIB) batched,
-then `tf.io.parse_example` and `decode_raw` on whole batches. Image and label come out
-of one record, so they cannot drift apart. Under `strategy=multi_worker` each worker
-reads only its own share (`trainer.data.shares`): whole files, or disjoint record ranges.
+Everything goes through `tf.io.gfile` and `tf.data`, so every file system TensorFlow
+knows works (local disk, `gs://`, `s3://`, `hdfs://`, `ram://`). Reading records for
+training is `trainer.data.sources.TFRecordReader`; decoding them,
+`trainer.data.decoders.TFRecordDecoder`.
 
     python run.py dataset=cats_dogs dataset.data_dir=records/
 """
@@ -27,19 +27,14 @@ from dataclasses import dataclass
 import tensorflow as tf
 from google.protobuf.message import DecodeError
 
-from trainer.data import pipeline, record_writer
-from trainer.data.augment import Preprocess, prepare_images
+from trainer.data import record_writer
 from trainer.data.record_writer import DEFAULT_KEYS, FORMATS
-from trainer.data.shares import Share, WorkerShare
 from trainer.errors import DataError
 
 log = logging.getLogger(__name__)
 
 COMPRESSIONS = ("auto", "none", "gzip", "zlib")
 TF_COMPRESSION = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}  # our names -> TFRecordDataset's compression_type
-LABEL_MAX = 2**31 - 1  # labels are saturated to int32, so one past int32 still fails the range check
-AUTOTUNE = tf.data.AUTOTUNE
-MAX_PARALLEL_READS = 8  # files read at once
 SCAN_BATCH = 1024  # records parsed at once when counting and checking a file
 
 
@@ -127,28 +122,6 @@ def expand(patterns: list[str] | str, key: str) -> list[str]:
     return files
 
 
-def _crc32c_table() -> list[int]:
-    table = []
-    for byte in range(256):
-        crc = byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
-        table.append(crc)
-    return table
-
-
-_CRC_TABLE = _crc32c_table()
-
-
-def masked_crc32c(data: bytes) -> int:
-    """TFRecord's masked CRC32C of `data` (a record's 8-byte length header here, so pure Python is fine)."""
-    crc = 0xFFFFFFFF
-    for byte in data:
-        crc = _CRC_TABLE[(crc ^ byte) & 0xFF] ^ (crc >> 8)
-    crc ^= 0xFFFFFFFF
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
 def detect_compression(path: str) -> str | None:
     """`none`, `gzip` or `zlib` from a file's first bytes; None when it is none of them.
 
@@ -162,7 +135,7 @@ def detect_compression(path: str) -> str | None:
         raise DataError(f"{path}: cannot read it ({error.message.splitlines()[0]})") from None
     if not head:
         return "none"  # empty: reported as "holds no records"
-    if len(head) == 12 and struct.unpack("<I", head[8:])[0] == masked_crc32c(head[:8]):
+    if len(head) == 12 and struct.unpack("<I", head[8:])[0] == record_writer.masked_crc(head[:8]):
         return "none"
     if head[:2] == b"\x1f\x8b":
         return "gzip"
@@ -324,183 +297,6 @@ def count_records(path: str, spec: RecordSpec | None = None, num_classes: int | 
         DataError: the file is corrupted or truncated, or a label is out of range.
     """
     return scan_file(path, spec or RecordSpec(), num_classes).count
-
-
-def _parse(serialized: tf.Tensor, spec: RecordSpec, labeled: bool) -> tuple[tf.Tensor, tf.Tensor]:
-    """A batch of serialized examples to (image bytes, int32 labels); unlabeled records get label -1."""
-    description = {spec.image_key: tf.io.FixedLenFeature([], tf.string)}
-    if labeled:
-        description[spec.label_key] = tf.io.FixedLenFeature([], tf.int64)
-    parsed = tf.io.parse_example(serialized, description)
-    encoded = parsed[spec.image_key]
-    if labeled:  # saturated, not wrapped: a label past int32 must still fail the range check
-        labels = tf.cast(tf.clip_by_value(parsed[spec.label_key], -1, LABEL_MAX), tf.int32)
-    else:
-        labels = -tf.ones(tf.shape(encoded), tf.int32)
-    return encoded, labels
-
-
-def _decode_raw(encoded: tf.Tensor, spec: RecordSpec) -> tf.Tensor:
-    tf.debugging.assert_equal(
-        tf.strings.length(encoded),
-        spec.raw_bytes,
-        message=f"'{spec.image_key}' is not {spec.stored_size}x{spec.stored_size}x3 bytes (dataset.stored_size)",
-    )
-    return tf.reshape(tf.io.decode_raw(encoded, tf.uint8), [-1, spec.stored_size, spec.stored_size, 3])
-
-
-def _decode_jpeg(data: tf.Tensor, size: int) -> tf.Tensor:
-    """One JPEG to uint8 size x size x 3 (resized only if stored at another size)."""
-    image = tf.io.decode_jpeg(data, channels=3)
-    same = tf.reduce_all(tf.equal(tf.shape(image)[:2], size))
-    image = tf.cond(
-        same, lambda: image, lambda: tf.cast(tf.image.resize(image, [size, size], antialias=True) + 0.5, tf.uint8)
-    )
-    return tf.ensure_shape(image, [size, size, 3])
-
-
-def image_batches(
-    records: tf.data.Dataset, spec: RecordSpec, labeled: bool, batch_size: int, drop_remainder: bool = False
-) -> tf.data.Dataset:
-    """Serialized records to batches of (uint8 images, labels), each image with the label of its own record.
-
-    Whole batches are parsed at once (`parse_example`); raw pixels are decoded per
-    batch in the same step, JPEGs one by one in parallel (order kept) and then batched again.
-    """
-    batches = records.batch(batch_size, drop_remainder=drop_remainder)
-    if spec.format == "raw":
-
-        def parse_and_decode(serialized):
-            encoded, labels = _parse(serialized, spec, labeled)
-            return _decode_raw(encoded, spec), labels
-
-        return batches.map(parse_and_decode, num_parallel_calls=AUTOTUNE, deterministic=True)
-    parsed = batches.map(
-        lambda serialized: _parse(serialized, spec, labeled), num_parallel_calls=AUTOTUNE, deterministic=True
-    )
-    singles = parsed.unbatch().map(
-        lambda data, label: (_decode_jpeg(data, spec.stored_size), label),
-        num_parallel_calls=AUTOTUNE,
-        deterministic=True,
-    )
-    return singles.batch(batch_size, drop_remainder=drop_remainder)
-
-
-def shuffled_records(
-    files: list[str] | list[Share],
-    seed: int,
-    shuffle_buffer: int = 1000,
-    compression: str = "",
-    per_pass: int | None = None,
-) -> tf.data.Dataset:
-    """Serialized records, endlessly: shards in a seeded order, read in parallel (deterministically) and shuffled.
-
-    `files` are paths, or one worker's shares (record ranges of files, `trainer.data.shares`);
-    `per_pass`: only that many records of each pass (a worker's records per epoch).
-    """
-    shares = [(item, 0, -1) if isinstance(item, str) else tuple(item) for item in files]
-    paths, starts, lengths = (list(column) for column in zip(*shares, strict=True))
-    reads = min(len(paths), MAX_PARALLEL_READS)
-    whole_files = all(start == 0 and length == -1 for _, start, length in shares)
-
-    def read(path, start, length):  # skip walks record headers; nothing before `start` is parsed or decoded
-        return tf.data.TFRecordDataset(path, compression_type=compression).skip(start).take(length)
-
-    def passes():
-        if whole_files:
-            order = tf.data.Dataset.from_tensor_slices(paths)
-            order = order.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
-            records = tf.data.TFRecordDataset(order, compression_type=compression, num_parallel_reads=reads)
-        else:
-            ranges = (paths, tf.constant(starts, tf.int64), tf.constant(lengths, tf.int64))
-            order = tf.data.Dataset.from_tensor_slices(ranges)
-            order = order.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
-            records = order.interleave(read, cycle_length=reads, num_parallel_calls=AUTOTUNE, deterministic=True)
-        # Shuffle, then repeat: every record of an epoch is seen before the next epoch starts.
-        records = records.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-        return (records if per_pass is None else records.take(per_pass)).repeat()
-
-    return pipeline.replayed_per_iterator(passes)
-
-
-def read_batches(
-    files: list[str] | WorkerShare, spec: RecordSpec, batch_size: int, seed: int, shuffle_buffer: int = 1000
-) -> tf.data.Dataset:
-    """The training reader: endless shuffled batches of (uint8 images, int32 labels), before augmentation.
-
-    A worker's share is read `per_epoch` records a pass, so its passes line up with the epochs.
-    """
-    ranges, per_pass = (list(files.ranges), files.per_epoch) if isinstance(files, WorkerShare) else (files, None)
-    paths = sorted({item if isinstance(item, str) else item[0] for item in ranges})
-    records = shuffled_records(ranges, seed, shuffle_buffer, compression_of(paths, spec.compression), per_pass)
-    return image_batches(records, spec, True, batch_size, drop_remainder=True)
-
-
-def _options(shard_policy=tf.data.experimental.AutoShardPolicy.DATA) -> tf.data.Options:
-    options = tf.data.Options()
-    options.deterministic = True  # parallel reads and maps keep a fixed order
-    options.experimental_distribute.auto_shard_policy = shard_policy
-    return options
-
-
-def _check_labels(labels: tf.Tensor, num_classes: int) -> tf.Tensor:
-    tf.debugging.assert_less(labels, num_classes, message=f"a record has a label >= num_classes={num_classes}")
-    tf.debugging.assert_non_negative(labels, message="a record has a negative label")
-    return labels
-
-
-def train_dataset(
-    files: list[str] | WorkerShare,
-    spec: RecordSpec,
-    preprocess: Preprocess,
-    num_classes: int,
-    batch_size: int,
-    seed: int,
-    shuffle_buffer: int = 1000,
-) -> tf.data.Dataset:
-    """`read_batches`, then every batch augmented with its own seed.
-
-    `files` may be one worker's share (`trainer.data.shares`); such a pipeline is already
-    sharded, so tf.distribute must not shard it again.
-    """
-    images = read_batches(files, spec, batch_size, seed, shuffle_buffer)
-    batches = tf.data.Dataset.zip((images, tf.data.Dataset.random(seed + 1)))
-
-    def prepare(pair, batch_seed):
-        images, labels = pair
-        return prepare_images(images, preprocess, batch_seed), _check_labels(labels, num_classes)
-
-    sharded = isinstance(files, WorkerShare)
-    policy = tf.data.experimental.AutoShardPolicy.OFF if sharded else tf.data.experimental.AutoShardPolicy.DATA
-    return (
-        batches.map(prepare, num_parallel_calls=AUTOTUNE, deterministic=True)
-        .prefetch(AUTOTUNE)
-        .with_options(_options(policy))
-    )
-
-
-def eval_dataset(
-    files: list[str],
-    spec: RecordSpec,
-    preprocess: Preprocess,
-    num_classes: int,
-    batch_size: int,
-    labeled: bool = True,
-    count: int | None = None,
-    check_labels: bool = True,
-) -> tf.data.Dataset:
-    """Every record once, files in the given order, with the evaluation preprocessing."""
-    records = tf.data.TFRecordDataset(files, compression_type=compression_of(files, spec.compression))  # in order
-    if count is not None:
-        records = records.apply(tf.data.experimental.assert_cardinality(count))
-    images = image_batches(records, spec, labeled, batch_size)
-
-    def prepare(images, labels):
-        checked = _check_labels(labels, num_classes) if labeled and check_labels else labels
-        return prepare_images(images, preprocess), checked
-
-    batches = images.map(prepare, num_parallel_calls=AUTOTUNE, deterministic=True)
-    return batches.prefetch(AUTOTUNE).with_options(_options())
 
 
 def read_filenames(files: list[str], spec: RecordSpec) -> list[str]:

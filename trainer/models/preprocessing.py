@@ -16,32 +16,22 @@ serving and loads in safe mode with none of this project's code:
   a frozen 1x1 convolution that reverses RGB to BGR and subtracts the ImageNet means.
 
 Crops stay on the host, where they cut windows out of the stored bytes and set the
-input size (`trainer.data.augment`). The flip moved here: on the host, mirroring
+input size (`trainer.data.preprocess`). The flip moved here: on the host, mirroring
 uint8 batches was the slowest step of the raw TFRecord pipeline (`tf.reverse` on
 3-byte pixels), while on an accelerator it costs nothing next to a VGG step.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import keras
 import numpy as np
 from keras import layers
 
+from trainer.data.augmentation import Augmentation
+
 NORMALIZATIONS = ("standardize", "caffe", "none")
 CAFFE_MEAN_BGR = (103.939, 116.779, 123.68)  # keras.applications.vgg19.preprocess_input
 PIXEL_RANGE = (0.0, 255.0)
-
-
-@dataclass(frozen=True)
-class ModelAugmentation:
-    """Training-only augmentation inside the model, colours on the 0..255 scale; see `conf/dataset/*.yaml`."""
-
-    flip: bool = False  # random horizontal flip
-    brightness: float = 0.0  # max brightness delta; 0 disables
-    contrast_lower: float = 1.0  # contrast factor range; 1.0..1.0 disables
-    contrast_upper: float = 1.0
 
 
 def _caffe(name: str) -> layers.Conv2D:
@@ -66,8 +56,9 @@ def normalization_layer(normalization: str) -> layers.Layer | None:
     raise ValueError(f"normalization must be one of {NORMALIZATIONS}. Received: normalization={normalization}")
 
 
-def augmentation_layers(augment: ModelAugmentation, seed: int) -> list[layers.Layer]:
-    """Keras's random flip, brightness and contrast layers for `augment` (none when it changes nothing)."""
+def augmentation_layers(augment: Augmentation, seed: int) -> list[layers.Layer]:
+    """Keras's random flip, brightness and contrast layers for the model view of `augment` (none when it
+    changes nothing); its crops are the host's (`trainer.data.preprocess`)."""
     result = []
     if augment.flip:
         result.append(layers.RandomFlip("horizontal", seed=seed + 2, dtype="float32", name="random_flip"))
@@ -97,7 +88,7 @@ def augmentation_layers(augment: ModelAugmentation, seed: int) -> list[layers.La
 def with_preprocessing(
     network: keras.Model,
     normalization: str = "standardize",
-    augment: ModelAugmentation = ModelAugmentation(),
+    augment: Augmentation | None = None,
     seed: int = 0,
 ) -> keras.Model:
     """`network` (float inputs of its own input shape) behind uint8 input, augmentation and normalization.
@@ -116,7 +107,7 @@ def with_preprocessing(
         raise ValueError(f"network must take (height, width, 3) images. Received: input_shape={shape}")
     inputs = keras.Input(shape=shape, dtype="uint8", name="image")
     x = layers.Rescaling(1.0, dtype="float32", name="to_float")(inputs)
-    for layer in [*augmentation_layers(augment, seed), normalization_layer(normalization)]:
+    for layer in [*augmentation_layers(augment or Augmentation(), seed), normalization_layer(normalization)]:
         if layer is not None:
             x = layer(x)
     return keras.Model(inputs, network(x), name=network.name)

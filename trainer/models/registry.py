@@ -1,17 +1,18 @@
-"""Builds any model a config names by `_target_`: the built-in VGG19 builders and your own, one code path.
+"""Builds what a config names by `_target_`: the built-in VGG19 builders and your own model, one code path;
+and the other parts of a run (optimizer, strategy, callbacks, trackers) the same way.
 
     python run.py model=custom model._target_=my_package.models.build model.units=64
 
-A builder is any importable function that returns an uncompiled `keras.Model`
+A model builder is any importable function that returns an uncompiled `keras.Model`
 taking float images of `input_shape` and returning `num_classes` softmax
-probabilities. It is called through `hydra.utils.instantiate` with
-`num_classes`, `input_shape` and every other key of the `model` group except
-the ones in `RESERVED` (which describe the model to the trainer, not to the builder).
+probabilities. It is called through `hydra.utils.instantiate` with `num_classes`,
+`input_shape` and every other key of the `model` group (the schema's
+`builder_options`: all but `_target_`, `name` and `preprocessing`, which describe the
+model to the trainer).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import keras
@@ -20,13 +21,6 @@ from hydra.utils import instantiate
 
 from trainer.errors import ConfigError, UserError
 
-RESERVED = ("_target_", "name", "preprocessing")  # read by the trainer, never passed to the builder
-
-
-def builder_options(model: Mapping[str, Any]) -> dict[str, Any]:
-    """The keys of a `model` section that go to its builder."""
-    return {key: value for key, value in model.items() if key not in RESERVED}
-
 
 def _first_line(error: BaseException) -> str:
     cause = error.__cause__ or error
@@ -34,11 +28,39 @@ def _first_line(error: BaseException) -> str:
     return f"{type(cause).__name__}: {text[0]}" if text else type(cause).__name__
 
 
-def build_model(model: Mapping[str, Any], num_classes: int, input_shape: tuple[int, int, int]) -> keras.Model:
-    """Calls `model["_target_"]` with `num_classes`, `input_shape` and the section's other keys.
+def build_target(key: str, target: Any, options: dict[str, Any], **runtime: Any) -> Any:
+    """Calls `target` (an importable name) with `options` and the `runtime` arguments, through Hydra's `instantiate`.
 
     Args:
-        model: The `model` config section as a plain mapping (`_target_`, `name`, builder keys).
+        key: The config section, for the error message (`model`, `optimizer`, `callbacks.early_stopping`).
+        target: The `_target_` string.
+        options: Keyword arguments from the config section.
+        **runtime: Keyword arguments only known when the run starts (num_classes, learning_rate, log_dir...).
+
+    Raises:
+        ConfigError: the target is not a name, cannot be imported or called with these keys, or fails; the
+            target's own `UserError` (e.g. a missing weights file) passes through as it is.
+    """
+    if not target or not isinstance(target, str):
+        raise ConfigError(
+            f"{key}._target_ must name an importable function or class, e.g. my_package.build; got {target!r}"
+        )
+    try:
+        return instantiate({"_target_": target, **options}, **runtime, _convert_="all")
+    except InstantiationException as error:  # cannot import the target, bad keys, or the target raised
+        if isinstance(error.__cause__, UserError):
+            raise error.__cause__ from None
+        raise ConfigError(f"{key}._target_={target} (keys {sorted(options)}): {_first_line(error)}") from error
+
+
+def build_model(
+    target: str, options: dict[str, Any], num_classes: int, input_shape: tuple[int, int, int]
+) -> keras.Model:
+    """Calls the builder `target` with `num_classes`, `input_shape` and `options`.
+
+    Args:
+        target: `model._target_`.
+        options: The builder's keys of the `model` section.
         num_classes: Units of the classifier.
         input_shape: (height, width, channels) of the float images the network takes.
 
@@ -49,18 +71,7 @@ def build_model(model: Mapping[str, Any], num_classes: int, input_shape: tuple[i
         ConfigError: the target cannot be imported or called with these keys, fails, or returns
             something other than a `keras.Model` with `num_classes` outputs.
     """
-    target = model.get("_target_")
-    if not target or not isinstance(target, str):
-        raise ConfigError(f"model._target_ must name a builder function, e.g. my_package.build; got {target!r}")
-    options = builder_options(model)
-    try:
-        network = instantiate(
-            {"_target_": target, **options}, num_classes=num_classes, input_shape=tuple(input_shape), _convert_="all"
-        )
-    except InstantiationException as error:  # cannot import the target, bad keys, or the builder raised
-        if isinstance(error.__cause__, UserError):  # the builder's own clear error (e.g. a missing weights file)
-            raise error.__cause__ from None
-        raise ConfigError(f"model._target_={target} (keys {sorted(options)}): {_first_line(error)}") from error
+    network = build_target("model", target, options, num_classes=num_classes, input_shape=tuple(input_shape))
     if not isinstance(network, keras.Model):
         raise ConfigError(f"model._target_={target} must return a keras.Model; got {type(network).__name__}")
     outputs = network.outputs[0].shape[-1] if network.outputs else None

@@ -1,10 +1,12 @@
-"""Task functions: the only code that reads the Hydra config. `mode=` picks one.
+"""Task functions: `mode=` picks one. With `trainer.config`, the only code that reads the Hydra config; every
+function below them takes plain arguments.
 
-python run.py mode=train
+    python run.py mode=train|evaluate|predict|inspect|export
 """
 
 from __future__ import annotations
 
+import importlib
 import io
 import logging
 from collections.abc import Sequence
@@ -12,8 +14,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from trainer import run_config
-from trainer.config import to_settings
+from trainer.config import reuse, to_settings
 
 log = logging.getLogger(__name__)
 # Modes that read a trained run: with checkpoint=RUN they start from the run's own config.
@@ -59,16 +60,17 @@ def with_run_config(cfg: DictConfig, overrides: Sequence[str]) -> DictConfig:
     """For evaluate/predict/export/inspect of a run folder: the run's saved config, what was typed on top.
     For `resume=RUN`: the run's saved config, the command line checked against it (trainer.resume)."""
     if cfg.mode == "train" and cfg.get("resume"):
-        from trainer.resume import bind_to_run, resolve_resume
+        from trainer.config.resume import bind_to_run
+        from trainer.runs.resume import resolve_resume
 
         return bind_to_run(cfg, Path(resolve_resume(cfg.resume, cfg.output_dir)), overrides)
-    run_dir = run_config.run_folder_of(cfg.checkpoint) if cfg.mode in REUSING_MODES else None
+    run_dir = reuse.run_folder_of(cfg.checkpoint) if cfg.mode in REUSING_MODES else None
     if run_dir is None:
         return cfg
-    merged, typed = run_config.reuse(cfg, run_dir, overrides)
+    merged, typed = reuse.reuse(cfg, run_dir, overrides)
     log.info(
         "Config of %s reused <checkpoint=%s>; overridden here: %s",
-        run_dir / run_config.SAVED_CONFIG,
+        run_dir / reuse.SAVED_CONFIG,
         cfg.checkpoint,
         ", ".join(typed) or "nothing",
     )
@@ -92,10 +94,5 @@ def run_task(cfg: DictConfig, show_config: bool = False, overrides: Sequence[str
 
     quiet.configure(settings.trainer.tf_logs)
     quiet.import_tensorflow()  # before any other module imports it
-    from trainer.tasks.evaluate import evaluate, predict  # deferred: imports TensorFlow
-    from trainer.tasks.export import export
-    from trainer.tasks.inspect import inspect
-    from trainer.tasks.train import train
-
-    tasks = {"train": train, "evaluate": evaluate, "predict": predict, "inspect": inspect, "export": export}
-    return tasks[settings.mode](settings)
+    task = importlib.import_module(f"trainer.tasks.{settings.mode}")  # each mode: its module and function
+    return getattr(task, str(settings.mode))(settings)

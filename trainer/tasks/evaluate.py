@@ -1,29 +1,20 @@
-"""`mode=evaluate` and `mode=predict`: a trained checkpoint on a split, or on new inputs to a CSV.
+"""`mode=evaluate`: a trained checkpoint on the test or validation split, with its confusion matrix.
 
     python run.py mode=evaluate checkpoint=outputs/2026-11-30/12-00-00 [evaluate.split=val]
-    python run.py mode=predict checkpoint=RUN predict.input='photos/*.jpg' predict.output=predictions.csv
 
 Evaluation uses the evaluation pipeline (no augmentation) and dropout off.
-Prediction writes one CSV row per input, in input order, skipped files included.
 """
 
 from __future__ import annotations
 
-import csv
 import logging
-import time
-from pathlib import Path
 
-import numpy as np
-
-from trainer import checkpoints, distribute
-from trainer.config import BinaryDatasetConfig, Config
-from trainer.data import predict_inputs, tfrecords
-from trainer.data.augment import Preprocess
-from trainer.errors import ConfigError
-from trainer.reports import atomic_path, check_prediction_output, write_json
-from trainer.tasks.common import evaluate_checkpoint, run_folder, setup_strategy
-from trainer.tasks.data import binary_format, load_data, record_spec
+from trainer.config.schema import Config
+from trainer.distribute import strategies
+from trainer.distribute.failures import collective_errors
+from trainer.runs.atomic import write_json
+from trainer.tasks.data import load_data
+from trainer.tasks.setup import evaluate_checkpoint, run_folder, setup_strategy
 
 log = logging.getLogger(__name__)
 
@@ -35,114 +26,12 @@ def evaluate(settings: Config) -> float:
         The accuracy, as a plain float.
     """
     strategy = setup_strategy(settings)
-    data = load_data(
-        settings.dataset, settings.trainer.batch_size, settings.seed, check_val=settings.evaluate.split == "val"
-    )
     split = settings.evaluate.split
-    with run_folder(settings.output_dir, distribute.is_chief(strategy)) as run_dir:
-        with distribute.collective_errors(strategy), data.named_bad_records():
+    data = load_data(settings.dataset, settings.trainer.batch_size, settings.seed, check_val=split == "val")
+    with run_folder(settings.output_dir, strategies.is_chief(strategy)) as run_dir:
+        with collective_errors(strategy), data.named_bad_records():
             metrics = evaluate_checkpoint(strategy, settings.checkpoint, data, split, run_dir)
         metrics["split"] = split
         write_json(run_dir / "metrics.json", metrics)
     log.info("%s accuracy %.4f, loss %.4f", split, metrics["accuracy"], metrics["loss"])
     return metrics["accuracy"]
-
-
-def _record_class_names(settings: Config, files: list[Path]) -> list[str]:
-    """The class names that the labels of record files index: the converter's manifest's, else the dataset's."""
-    _, manifest = tfrecords.read_manifest([str(file) for file in files])
-    return list((manifest or {}).get("class_names") or settings.dataset.class_names)
-
-
-def _chunks(settings: Config, info: checkpoints.ModelInfo, kind: str, files: list[Path], root: Path | None):
-    """The inputs in order, prepared as the model was evaluated in training (its resize and centre crop)."""
-    dataset = settings.dataset
-    preprocess = Preprocess.for_evaluation(info.resize_to, info.image_size)
-    batch = settings.trainer.batch_size
-    binary = isinstance(dataset, BinaryDatasetConfig)
-    num_classes = len(info.class_names)
-    if kind != "images":
-        if (kind == "records") != binary:
-            raise ConfigError(f"predict.input holds {kind} files, which dataset={dataset.name} does not read")
-        checkpoints.check_data(
-            checkpoints.resolve(settings.checkpoint),
-            info,
-            _record_class_names(settings, files),
-            info.image_size,
-            f"predict.input ({kind} of dataset={dataset.name})",
-        )
-    if kind == "records":
-        return predict_inputs.record_chunks(files, binary_format(dataset), preprocess, num_classes, batch)
-    if kind == "tfrecords":
-        return predict_inputs.tfrecord_chunks(files, record_spec(dataset), preprocess, num_classes, batch)
-    return predict_inputs.image_chunks(files, root, preprocess, list(info.class_names), batch, settings.predict.workers)
-
-
-def predict(settings: Config) -> float | None:
-    """Predicts every input of `predict.input` and writes the CSV; prints accuracy for labeled input.
-
-    Returns:
-        The accuracy for labeled input, else None.
-    """
-    if settings.strategy.name == "multi_worker":
-        raise ConfigError("mode=predict runs on one machine: use strategy=single or strategy=mirrored")
-    output = Path(settings.predict.output or Path(settings.output_dir) / "predictions.csv")
-    check_prediction_output(output)  # before predicting: a checkpoint or folder is never replaced
-    kind, files, root = predict_inputs.resolve_inputs(settings.predict.input, settings.predict.format)
-    strategy = setup_strategy(settings)
-    with strategy.scope():
-        model, info = checkpoints.load(settings.checkpoint)
-    class_names = list(info.class_names)  # the model's, whatever the dataset config says
-    log.info(
-        "Predicting %d %s file(s) from %s with %s",
-        len(files),
-        kind,
-        settings.predict.input,
-        checkpoints.resolve(settings.checkpoint),
-    )
-
-    header = [
-        "id",
-        "file",
-        "predicted_index",
-        "predicted_class",
-        *(f"prob_{name}" for name in class_names),
-        "true_index",
-        "true_class",
-        "error",
-    ]
-    counts = {"rows": 0, "skipped": 0, "labeled": 0, "correct": 0}
-    started = last_log = time.monotonic()
-    with atomic_path(output) as temporary, open(temporary, "w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(header)
-        for items, images in _chunks(settings, info, kind, files, root):
-            probabilities = iter(np.asarray(model.predict_on_batch(images)) if images is not None else [])
-            for item in items:
-                row = [item.id, item.file, "", "", *([""] * len(class_names)), "", "", item.error or ""]
-                if item.error is None:
-                    probs = next(probabilities)
-                    predicted = int(np.argmax(probs))
-                    row[2 : 4 + len(class_names)] = [predicted, class_names[predicted], *(f"{p:.8g}" for p in probs)]
-                    if item.label is not None:
-                        counts["labeled"] += 1
-                        counts["correct"] += int(predicted == item.label)
-                else:
-                    counts["skipped"] += 1
-                    log.warning("Skipped %s: %s", item.id, item.error)
-                if item.label is not None:
-                    row[-3:-1] = [item.label, class_names[item.label]]
-                writer.writerow(row)
-                counts["rows"] += 1
-            if time.monotonic() - last_log > 10:
-                last_log = time.monotonic()
-                log.info("Predicted %d inputs (%.0f/s)", counts["rows"], counts["rows"] / (last_log - started))
-
-    accuracy = counts["correct"] / counts["labeled"] if counts["labeled"] else None
-    summary = {**counts, "accuracy": accuracy, "output": str(output), "checkpoint": str(settings.checkpoint)}
-    Path(settings.output_dir).mkdir(parents=True, exist_ok=True)
-    write_json(Path(settings.output_dir) / "metrics.json", summary)
-    log.info("Wrote %d rows (%d skipped) to %s", counts["rows"], counts["skipped"], output)
-    if accuracy is not None:
-        log.info("Accuracy %.4f on %d labeled inputs", accuracy, counts["labeled"])
-    return accuracy

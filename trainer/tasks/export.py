@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import logging
 
-from trainer import checkpoints
-from trainer.config import Config
-from trainer.export import export_serving
+from trainer.config.schema import Config
+from trainer.models.serving import export_serving
+from trainer.runs import checkpoints
 
 log = logging.getLogger(__name__)
 

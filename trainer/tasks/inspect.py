@@ -18,11 +18,12 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from trainer.config import Config
-from trainer.models.preprocessing import ModelAugmentation, augmentation_layers
-from trainer.reports import write_json
-from trainer.tasks.data import load_data, model_augmentation
-from trainer.visualize import contact_sheet, save_png
+from trainer.config.schema import Config
+from trainer.data.augmentation import Augmentation
+from trainer.models.preprocessing import augmentation_layers
+from trainer.runs.atomic import write_json
+from trainer.tasks.data import load_data
+from trainer.tracking.sheets import contact_sheet, save_png
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ def _first_images(dataset, count: int) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(images)[:count], np.concatenate(labels)[:count]
 
 
-def _with_model_augmentation(images: np.ndarray, augment: ModelAugmentation, seed: int) -> np.ndarray:
+def _with_model_augmentation(images: np.ndarray, augment: Augmentation, seed: int) -> np.ndarray:
     """The model's training-time flip and colour jitter applied to the host's uint8 images, for display."""
     pixels = images.astype(np.float32)
     for layer in augmentation_layers(augment, seed):
@@ -72,7 +73,7 @@ def _inspect(settings: Config, data) -> None:
     ]
     images, labels = _first_images(dataset, options.num_images)
     if options.augmented and options.split == "train":
-        images = _with_model_augmentation(images, model_augmentation(settings.dataset), settings.seed)
+        images = _with_model_augmentation(images, data.augment, settings.seed)
     captions = [data.class_names[label] if 0 <= label < len(data.class_names) else "?" for label in labels]
     run_dir = Path(settings.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""The training task: data, model and optimizer from the config, Keras `fit`, then the test split.
+"""The training task, in steps: plan the run, build the model, open the run folder, fit the phases, finish.
 
     python run.py                      # VGG19 on the bundled digits
     python run.py dataset=cifar dataset.data_dir=/data/cifar10 strategy=mirrored
@@ -12,110 +12,45 @@ the same files to a temporary folder (saving needs every worker) and delete it.
 from __future__ import annotations
 
 import contextlib
-import hashlib
+import inspect
 import logging
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import keras
-import numpy as np
 import tensorflow as tf
+from hydra.utils import get_method
 
-from trainer import distribute, folders, loggers, optim
-from trainer.backup import RunBackup, remove_backup
-from trainer.backup import restore as restore_backup
-from trainer.callbacks import Preempted, RunLabel, training_callbacks
-from trainer.checkpoints import ModelInfo
-from trainer.config import Config, VGG19Config, VGG19ImageNetConfig
+from trainer.config.schema import Config
+from trainer.distribute import strategies
+from trainer.distribute.failures import collective_errors
 from trainer.errors import ConfigError, DiskError
-from trainer.loss_options import build_loss
 from trainer.models.finetune import set_trainable
 from trainer.models.preprocessing import with_preprocessing
 from trainer.models.registry import build_model
-from trainer.reports import remove_temporaries, run_summary, write_json
-from trainer.resume import backup_folder, prepare_resume, read_history, resolve_resume
-from trainer.tasks import extensions
-from trainer.tasks.common import evaluate_checkpoint, run_folder, setup_strategy
-from trainer.tasks.data import Data, load_data, model_augmentation, normalization_for
+from trainer.runs import history, locks
+from trainer.runs.atomic import remove_temporaries, write_json
+from trainer.runs.backup import RunBackup, remove_backup
+from trainer.runs.backup import restore as restore_backup
+from trainer.runs.checkpoints import ModelInfo, weights_fingerprint
+from trainer.runs.resume import backup_folder, prepare_resume, resolve_resume
+from trainer.tasks import parts
+from trainer.tasks.data import Data, load_data
+from trainer.tasks.setup import evaluate_checkpoint, run_folder, setup_strategy
+from trainer.tracking import loggers
+from trainer.tracking.reports import run_summary
+from trainer.tracking.sweep import sweep_folder
+from trainer.tracking.tensorboard import RunLabel, SampleImages
+from trainer.training.callbacks import Preempted, RunFiles, training_callbacks
+from trainer.training.losses import build_loss
+from trainer.training.optimizers import build_learning_rate, build_optimizer, peak_learning_rate
 
 log = logging.getLogger(__name__)
 
 METRICS = ("loss", "accuracy")
-
-
-def weights_fingerprint(model: keras.Model) -> str:
-    """SHA-256 of every weight's bytes: equal exactly when two models hold identical weights."""
-    digest = hashlib.sha256()
-    for weight in model.get_weights():
-        digest.update(np.ascontiguousarray(weight).tobytes())
-    return digest.hexdigest()
-
-
-def _objective_metric(settings: Config) -> str:
-    metric = settings.objective.metric
-    names = [*METRICS, *(f"val_{name}" for name in METRICS)]
-    if metric not in names:
-        raise ConfigError(f"objective.metric must be one of {names}; got {metric!r}")
-    return metric
-
-
-def build_network(settings: Config, data: Data, replicas: int) -> keras.Model:
-    """The configured network (float input of `data.input_shape`), uncompiled; call inside `strategy.scope()`.
-
-    On more than one replica, VGG19's batch norm is synchronized: statistics over the global batch."""
-    options = vars(settings.model)
-    if isinstance(settings.model, VGG19Config):
-        options = {**options, "synchronized_batch_norm": replicas > 1}
-    return build_model(options, len(data.class_names), data.input_shape)
-
-
-def _run_title(settings: Config, output_dir: str) -> str:
-    """The run's name (its folder's last two parts), dataset and model, for the title of curves.png."""
-    name = "/".join(Path(output_dir).parts[-2:])
-    return f"{name}  ·  dataset={settings.dataset.name}  ·  model={settings.model.name}"
-
-
-def _log_xla(model: keras.Model, jit_compile: str) -> None:
-    log.info("XLA %s <trainer.jit_compile=%s>", "on" if model.jit_compile is True else "off", jit_compile)
-    if model.jit_compile is True and not tf.config.list_physical_devices("GPU"):
-        log.warning(
-            "XLA without a GPU: on the CPU it makes VGG19 training 3-7x slower; "
-            "use trainer.jit_compile=auto <trainer.jit_compile=%s>",
-            jit_compile,
-        )
-
-
-def _compile(model: keras.Model, settings: Config, lr: float, steps_per_epoch: int, epochs: int) -> None:
-    """Compiles with the configured optimizer and schedule at peak rate `lr`; call inside the scope."""
-    opt = settings.optimizer
-    learning_rate = optim.build_learning_rate(
-        opt.schedule.name,
-        lr,
-        steps_per_epoch,
-        epochs,
-        warmup_epochs=opt.schedule.warmup_epochs,
-        alpha=opt.schedule.alpha,
-        boundaries=list(opt.schedule.boundaries),
-        factor=opt.schedule.factor,
-    )
-    optimizer = optim.build_optimizer(
-        opt.name, learning_rate, opt.momentum, opt.nesterov, opt.weight_decay, opt.clipnorm
-    )
-    if settings.trainer.precision == "mixed_float16":
-        # Wrapped here rather than by compile, so the checkpoint's compile config names the loss-scale
-        # optimizer: load_model rebuilds it under any global policy and loads its saved variables (wrapped
-        # by compile, a float32 process rebuilt a bare Adam: "Skipping variable loading ... (117 vs 121)").
-        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-    jit = {"auto": "auto", "true": True, "false": False}[settings.trainer.jit_compile]
-    model.compile(
-        optimizer=optimizer,
-        loss=build_loss(settings.trainer.label_smoothing),
-        metrics=["accuracy"],
-        jit_compile=jit,
-        steps_per_execution=settings.trainer.steps_per_execution,
-    )
 
 
 @dataclass(frozen=True)
@@ -128,10 +63,46 @@ class Phase:
     lr_scale: float
 
 
+@dataclass
+class Plan:
+    """What a run will do, decided before anything is built: its folder, trackers, data, steps, rate, phases."""
+
+    strategy: tf.distribute.Strategy
+    chief: bool
+    output_dir: str  # the run folder: Hydra's new one, or the resumed run's
+    trackers: list[loggers.Tracker]  # MLflow, W&B (the chief's), connected
+    tensorboard: list[keras.callbacks.Callback]  # logger=tensorboard (the chief's)
+    data: Data
+    steps_per_epoch: int
+    lr: float  # the peak rate, after linear scaling
+    phases: list[Phase]
+    metric: str  # objective.metric
+
+
+@dataclass
+class Folder:
+    """The run folder while this process holds it: where it writes, its backup, and what is done already."""
+
+    run_dir: Path
+    backup_dir: Path
+    done: int  # epochs finished before this process started
+    invocation: dict  # this invocation's record in invocations.jsonl (its `outcome`)
+    run_name: str
+    tags: list[str] = field(default_factory=list)
+
+
+def _objective_metric(settings: Config) -> str:
+    metric = settings.objective.metric
+    names = [*METRICS, *(f"val_{name}" for name in METRICS)]
+    if metric not in names:
+        raise ConfigError(f"objective.metric must be one of {names}; got {metric!r}")
+    return metric
+
+
 def phases(settings: Config) -> list[Phase]:
-    """One phase for a model trained from scratch; for ImageNet weights, head first, then fine-tuning."""
+    """One phase for a model trained from scratch; for a pretrained base, the head first, then fine-tuning."""
     epochs = settings.trainer.epochs
-    if not isinstance(settings.model, VGG19ImageNetConfig):
+    if not settings.model.PRETRAINED_BASE:
         return [Phase(0, epochs, "all", 1.0)]
     tune = settings.finetune
     freeze = min(tune.freeze_epochs, epochs)
@@ -139,23 +110,34 @@ def phases(settings: Config) -> list[Phase]:
     return ([Phase(0, freeze, None, 1.0)] if freeze else []) + second
 
 
-def train(settings: Config) -> float | None:
-    """Trains, evaluates the best checkpoint on the test split and writes metrics.json.
+# --- 1. plan the run ------------------------------------------------------------------------------------------
 
-    Returns:
-        The best value of `objective.metric` over the epochs, as a plain float (None if preempted).
+
+def plan_run(settings: Config) -> Plan:
+    """The strategy, the run folder and its trackers, the data, the steps per epoch and the peak rate, each
+    checked and logged.
+
+    Raises:
+        ConfigError: an unknown objective, a tracking server that cannot be reached (before any data is
+            read), or a batch larger than the training split.
     """
     metric = _objective_metric(settings)
     strategy = setup_strategy(settings)
-    chief = distribute.is_chief(strategy)
-    trackers = extensions.trackers(settings) if chief else []  # only the chief logs; a dead server fails here
-    extra_callbacks = extensions.plateau_callbacks(settings)
+    chief = strategies.is_chief(strategy)
+    output_dir = resolve_resume(settings.resume, settings.output_dir)
+    # Only the chief logs: the other workers' files go to a temporary folder that is deleted.
+    trackers, tensorboard = parts.build_trackers(settings.logger, Path(output_dir)) if chief else ([], [])
     keras.utils.set_random_seed(settings.seed)
-    batch = settings.trainer.batch_size
-    replicas = strategy.num_replicas_in_sync
-    data = load_data(settings.dataset, batch, settings.seed, num_workers=distribute.num_input_pipelines(strategy))
-    steps_per_epoch = settings.trainer.steps_per_epoch or data.train_steps or data.num_examples["train"] // batch
-    if steps_per_epoch < 1:
+    batch, replicas = settings.trainer.batch_size, strategy.num_replicas_in_sync
+    data = load_data(
+        settings.dataset,
+        batch,
+        settings.seed,
+        model_preprocessing=settings.model.preprocessing,
+        num_workers=strategies.num_input_pipelines(strategy),
+    )
+    steps = settings.trainer.steps_per_epoch or data.train_steps or data.num_examples["train"] // batch
+    if steps < 1:
         raise ConfigError(
             f"trainer.batch_size={batch} is larger than the {data.num_examples['train']} training records"
         )
@@ -164,11 +146,11 @@ def train(settings: Config) -> float | None:
         batch,
         replicas,
         batch // replicas,
-        steps_per_epoch,
+        steps,
         batch,
     )
     opt = settings.optimizer
-    lr = optim.peak_learning_rate(opt.lr, batch, opt.lr_batch_size, replicas, opt.scale_with_replicas)
+    lr = peak_learning_rate(opt.lr, batch, opt.lr_batch_size, replicas, opt.scale_with_replicas)
     if opt.lr_batch_size and lr != opt.lr:
         log.info(
             "Peak lr %g = %g x batch %d / %d (linear scaling) <optimizer.lr_batch_size=%d>",
@@ -178,161 +160,306 @@ def train(settings: Config) -> float | None:
             opt.lr_batch_size,
             opt.lr_batch_size,
         )
+    return Plan(strategy, chief, output_dir, trackers, tensorboard, data, steps, lr, phases(settings), metric)
+
+
+# --- 2. build the model ---------------------------------------------------------------------------------------
+
+
+def _takes(target: str, argument: str) -> bool:
+    """Whether the builder `target` has a parameter `argument` (False when it cannot be imported: building it
+    then fails with its own clear error)."""
+    try:
+        return argument in inspect.signature(get_method(target)).parameters
+    except Exception:  # noqa: BLE001  # not importable, not a function: build_model names it
+        return False
+
+
+def build_network(settings: Config, data: Data, replicas: int) -> keras.Model:
+    """The configured network (float input of `data.input_shape`), uncompiled; call inside `strategy.scope()`.
+
+    On more than one replica, a builder that takes `synchronized_batch_norm` (VGG19's, or your own) gets True:
+    batch norm's statistics over the global batch."""
+    model = settings.model
+    options = model.builder_options()
+    if _takes(model._target_, "synchronized_batch_norm"):
+        options["synchronized_batch_norm"] = replicas > 1
+    return build_model(model._target_, options, len(data.class_names), data.input_shape)
+
+
+def build_run_model(settings: Config, plan: Plan) -> tuple[keras.Model, ModelInfo]:
+    """uint8 in; the model owns its cast, flip, colour jitter and normalization. Returns it with the `ModelInfo`
+    its checkpoints carry."""
+    data = plan.data
     keras.mixed_precision.set_global_policy(settings.trainer.precision)  # before any layer is built
-    normalization = normalization_for(settings.dataset, settings.model)
-    with strategy.scope():  # uint8 in; the model owns its cast, flip, colour jitter and normalization
-        model = with_preprocessing(
-            build_network(settings, data, replicas), normalization, model_augmentation(settings.dataset), settings.seed
-        )
-    info = ModelInfo(tuple(data.class_names), data.input_shape[0], data.resize_to, normalization, settings.dataset.name)
+    with plan.strategy.scope():
+        network = build_network(settings, data, plan.strategy.num_replicas_in_sync)
+        model = with_preprocessing(network, data.normalization, data.augment, settings.seed)
+    info = ModelInfo(
+        tuple(data.class_names), data.input_shape[0], data.resize_to, data.normalization, settings.dataset.name
+    )
     log.info(
         "Model %s: %s parameters, input %s, lr %g <model=%s optimizer=%s>",
         model.name,
         f"{model.count_params():,}",
         data.input_shape,
-        lr,
+        plan.lr,
         settings.model.name,
         settings.optimizer.name,
     )
+    return model, info
 
-    output_dir = resolve_resume(settings.resume, settings.output_dir)
-    run_name, tags = settings.name or Path(output_dir).name, list(settings.tags)
+
+def compile_model(model: keras.Model, settings: Config, lr: float, steps_per_epoch: int, epochs: int) -> None:
+    """Compiles with the configured optimizer and schedule at peak rate `lr`; call inside the scope."""
+    opt = settings.optimizer
+    schedule = opt.schedule
+    learning_rate = build_learning_rate(
+        schedule.name,
+        lr,
+        steps_per_epoch,
+        epochs,
+        warmup_epochs=schedule.warmup_epochs,
+        alpha=schedule.alpha,
+        boundaries=list(schedule.boundaries),
+        factor=schedule.factor,
+    )
+    optimizer = build_optimizer(opt._target_, learning_rate, opt.keras_options())
+    if settings.trainer.precision == "mixed_float16":
+        # Wrapped here rather than by compile, so the checkpoint's compile config names the loss-scale
+        # optimizer: load_model rebuilds it under any global policy and loads its saved variables (wrapped
+        # by compile, a float32 process rebuilt a bare Adam: "Skipping variable loading ... (117 vs 121)").
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    model.compile(
+        optimizer=optimizer,
+        loss=build_loss(settings.trainer.label_smoothing),
+        metrics=["accuracy"],
+        jit_compile={"auto": "auto", "true": True, "false": False}[settings.trainer.jit_compile],
+        steps_per_execution=settings.trainer.steps_per_execution,
+    )
+
+
+# --- 3. open the run folder -----------------------------------------------------------------------------------
+
+
+def _sweep_folder() -> Path | None:
+    """The sweep folder when Hydra runs this job as part of a multirun, else None."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return None
+    hydra = HydraConfig.get()
+    return sweep_folder(Path(hydra.runtime.output_dir), hydra.sweep.subdir)
+
+
+@contextlib.contextmanager
+def open_run_folder(settings: Config, plan: Plan) -> Iterator[Folder]:
+    """Holds the run folder while the body trains: its lock (the chief's), the trackers' runs, the errors
+    of collectives and of bad records as one line; reads what the backup says is done already.
+
+    Raises:
+        RunLocked: another process holds the folder.
+        ConfigError: the run finished already, or has more epochs done than `trainer.epochs`.
+    """
+    run_name, tags = settings.name or Path(plan.output_dir).name, list(settings.tags)
     log.info("Run %s, tags [%s] <name=%s tags=%s>", run_name, ", ".join(tags), settings.name, tags)
-    class_weight = extensions.class_weight(settings, data)
     params = {key: value for key, value in loggers.flatten(settings).items() if key != "output_dir"}
     with (
-        run_folder(output_dir, chief) as run_dir,
-        folders.hold(run_dir) if chief else contextlib.nullcontext({}) as invocation,  # one writer per folder
-        distribute.collective_errors(strategy),
-        data.named_bad_records(),
-        loggers.tracking(trackers, run_dir, run_name, tags, params, extensions.sweep_folder()),
+        run_folder(plan.output_dir, plan.chief) as run_dir,
+        locks.hold(run_dir) if plan.chief else contextlib.nullcontext({}) as invocation,  # one writer per folder
+        collective_errors(plan.strategy),
+        plan.data.named_bad_records(),
+        loggers.tracking(plan.trackers, run_dir, run_name, tags, params, _sweep_folder()),
     ):
-        # A few training images for TensorBoard, read in order: no shuffle buffer to fill at start-up.
-        sample_images = next(iter(data.train_plain.take(1)))[0][:8].numpy() if chief else None
-        labels = [RunLabel(run_dir / "tensorboard", run_name, tags)] if settings.logger.tensorboard and chief else []
-        backup_dir = backup_folder(run_dir, output_dir, None if chief else distribute.worker_name(strategy))
+        worker = None if plan.chief else strategies.worker_name(plan.strategy)
+        backup_dir = backup_folder(run_dir, plan.output_dir, worker)
         for folder in (run_dir, run_dir / "checkpoints"):
             remove_temporaries(folder)  # left by a killed process; this one holds the folder
         done = prepare_resume(run_dir, backup_dir, settings.resume)
         if done > settings.trainer.epochs:
             raise ConfigError(f"resume={settings.resume}: {done} epochs are done already; raise trainer.epochs")
-        started = time.perf_counter()
-        plan = phases(settings)
-        if done == settings.trainer.epochs:  # killed in the test evaluation: the final weights are in the backup
-            log.info("All %d epochs are done: running the test evaluation the interrupted run missed", done)
-            with strategy.scope():
-                _compile(model, settings, lr * plan[-1].lr_scale, steps_per_epoch, plan[-1].end - plan[-1].start)
-                restore_backup(model, backup_dir)  # builds the optimizer's variables: inside the scope
-        switched_here = False  # a phase ended in this process and the next one starts here
-        for phase in plan:
-            if done >= phase.end:
-                continue
-            if isinstance(settings.model, VGG19ImageNetConfig):
-                trainable = set_trainable(model, phase.unfreeze_from)
-                log.info(
-                    "Epochs %d-%d: %d base layers train, lr x %g <finetune.unfreeze_from=%s>",
-                    phase.start + 1,
-                    phase.end,
-                    len(trainable),
-                    phase.lr_scale,
-                    phase.unfreeze_from,
-                )
-            with strategy.scope():
-                _compile(model, settings, lr * phase.lr_scale, steps_per_epoch, phase.end - phase.start)
-            if len(plan) > 1 and settings.optimizer.schedule.name != "constant":
-                log.info(
-                    "Epochs %d-%d: the %s schedule starts again from lr %g over these %d epochs "
-                    "<optimizer.schedule.name=%s>",
-                    phase.start + 1,
-                    phase.end,
-                    settings.optimizer.schedule.name,
-                    lr * phase.lr_scale,
-                    phase.end - phase.start,
-                    settings.optimizer.schedule.name,
-                )
-            _log_xla(model, settings.trainer.jit_compile)
-            callbacks = training_callbacks(
-                run_dir,
-                info,
-                metric,
-                settings.objective.mode,
-                backup_dir,
-                settings.trainer.save_every_steps,
-                samples=sample_images,
-                tensorboard=settings.logger.tensorboard,
-                extra=[*extra_callbacks, *trackers, *labels],
-                progress=chief and settings.trainer.verbose == 1 and sys.stderr.isatty(),
-                title=_run_title(settings, output_dir),
-            )
-            if switched_here:
-                # The backup holds the previous phase's optimizer; restoring it into this one would skip its
-                # variables with a Keras warning. Back up the model as it stands, with this phase's optimizer.
-                with strategy.scope():
-                    model.optimizer.build(model.trainable_variables)
-                backup = next(callback for callback in callbacks if isinstance(callback, RunBackup))
-                backup.set_model(model)
-                backup.save(phase.start)
-            try:
-                model.fit(
-                    distribute.training_input(strategy, data.train, data.train_for_worker),
-                    initial_epoch=max(done, phase.start),
-                    epochs=phase.end,
-                    steps_per_epoch=steps_per_epoch,
-                    validation_data=data.val,
-                    verbose=0,  # EpochLog prints the one line per epoch (and ProgressBar the bar)
-                    callbacks=callbacks,
-                    shuffle=False,  # the pipeline shuffles, seeded
-                    class_weight=class_weight,
-                )
-                switched_here = True
-            except Preempted as stop:
-                log.warning(
-                    "Stopped by SIGTERM: epoch %d will be redone from the backup in %s. To continue, "
-                    "run: python run.py resume=%s",
-                    stop.epoch + 1,
-                    backup_dir,
-                    run_dir,
-                )
-                invocation["outcome"] = "preempted"
-                return None
-            except DiskError as error:
-                hint = f"Free space or fix permissions, then continue with: python run.py resume={run_dir}"
-                raise DiskError(f"{error}. {hint}") from None
-            if extensions.stopped_early(extra_callbacks):
-                break  # no fine-tuning phase after an early stop
-        seconds = time.perf_counter() - started
-        history = read_history(run_dir / "history.csv")
-        values = history[metric]
-        best_epoch = values.index((max if settings.objective.mode == "max" else min)(values))
+        yield Folder(run_dir, backup_dir, done, invocation, run_name, tags)
 
-        test = evaluate_checkpoint(strategy, run_dir / "checkpoints" / "best.keras", data, "test", run_dir)
-        metrics = {
-            "name": run_name,
-            "tags": tags,
-            "objective": float(values[best_epoch]),
-            "objective_metric": metric,
-            "best_epoch": best_epoch + 1,
-            "epochs_completed": len(values),
-            "stopped_early": extensions.stopped_early(extra_callbacks),
-            "val_accuracy": float(history["val_accuracy"][best_epoch]),
-            "val_loss": float(history["val_loss"][best_epoch]),
-            **{f"test_{name}": value for name, value in test.items() if name != "checkpoint"},
-            "train_seconds": round(seconds, 2),
-            "train_images_per_second": round((len(values) - done) * steps_per_epoch * batch / seconds, 1),
-            "num_examples": data.num_examples,
-            "num_replicas": replicas,
-            "weights_sha256": weights_fingerprint(model),
-        }
-        write_json(run_dir / "metrics.json", metrics)
-        remove_backup(backup_dir)  # only now: a kill before this resumes into the evaluation
-        log.info(  # on every worker: the figures and weights must agree across workers
-            "Test accuracy %.4f, test loss %.4f. Final weights sha256 %s",
-            metrics["test_accuracy"],
-            metrics["test_loss"],
-            metrics["weights_sha256"],
+
+# --- 4. fit the phases ----------------------------------------------------------------------------------------
+
+
+def _log_xla(model: keras.Model, jit_compile: str) -> None:
+    log.info("XLA %s <trainer.jit_compile=%s>", "on" if model.jit_compile is True else "off", jit_compile)
+    if model.jit_compile is True and not tf.config.list_physical_devices("GPU"):
+        log.warning(
+            "XLA without a GPU: on the CPU it makes VGG19 training 3-7x slower; "
+            "use trainer.jit_compile=auto <trainer.jit_compile=%s>",
+            jit_compile,
         )
-        for tracker in trackers:
-            tracker.finish(metrics, [run_dir / artifact for artifact in extensions.ARTIFACTS], run_dir)
-        if chief:
-            log.info("%s", run_summary(run_dir, metrics))
+
+
+def _loggers(plan: Plan, folder: Folder) -> list[keras.callbacks.Callback]:
+    """TensorBoard (`logger=tensorboard`), with the run's name and tags and a few training images."""
+    if not plan.tensorboard:
+        return []
+    # A few training images, read in order: no shuffle buffer to fill at start-up.
+    samples = next(iter(plan.data.train_plain.take(1)))[0][:8].numpy()
+    log_dir = folder.run_dir / "tensorboard"
+    return [*plan.tensorboard, RunLabel(log_dir, folder.run_name, folder.tags), SampleImages(log_dir, samples)]
+
+
+def _run_files(settings: Config, plan: Plan, folder: Folder, info: ModelInfo) -> RunFiles:
+    """What the run's own callbacks write; curves.png is titled with the run's name, dataset and model."""
+    name = "/".join(Path(plan.output_dir).parts[-2:])
+    title = f"{name}  ·  dataset={settings.dataset.name}  ·  model={settings.model.name}"
+    mode, every = settings.objective.mode, settings.trainer.save_every_steps
+    return RunFiles(folder.run_dir, folder.backup_dir, info, plan.metric, mode, every, title)
+
+
+def fit_phases(settings: Config, plan: Plan, folder: Folder, model: keras.Model, info: ModelInfo) -> str:
+    """Trains every phase not done yet, each with its own compile and schedule.
+
+    Returns:
+        `completed`, `stopped_early` (an early stop ended training; no later phase starts), or `preempted`
+        (SIGTERM stopped training: the backup is saved and the way to resume logged).
+    """
+    strategy, steps, last = plan.strategy, plan.steps_per_epoch, plan.phases[-1]
+    if folder.done == settings.trainer.epochs:  # killed in the test evaluation: the final weights are in the backup
+        log.info("All %d epochs are done: running the test evaluation the interrupted run missed", folder.done)
+        with strategy.scope():
+            compile_model(model, settings, plan.lr * last.lr_scale, steps, last.end - last.start)
+            restore_backup(model, folder.backup_dir)  # builds the optimizer's variables: inside the scope
+        return "completed"
+    extra = parts.build_callbacks(settings.callbacks, settings.optimizer.schedule.name)
+    loggers_ = _loggers(plan, folder)
+    class_weight = parts.class_weight(settings, plan.data)
+    progress = plan.chief and settings.trainer.verbose == 1 and sys.stderr.isatty()
+    switched_here = False  # a phase ended in this process and the next one starts here
+    for phase in plan.phases:
+        if folder.done >= phase.end:
+            continue
+        _start_phase(settings, plan, model, phase)
+        files = _run_files(settings, plan, folder, info)
+        callbacks = training_callbacks(files, loggers_, [*extra, *plan.trackers], progress)
+        if switched_here:
+            # The backup holds the previous phase's optimizer; restoring it into this one would skip its
+            # variables with a Keras warning. Back up the model as it stands, with this phase's optimizer.
+            with strategy.scope():
+                model.optimizer.build(model.trainable_variables)
+            backup = next(callback for callback in callbacks if isinstance(callback, RunBackup))
+            backup.set_model(model)
+            backup.save(phase.start)
+        try:
+            model.fit(
+                strategies.training_input(strategy, plan.data.train, plan.data.train_for_worker),
+                initial_epoch=max(folder.done, phase.start),
+                epochs=phase.end,
+                steps_per_epoch=steps,
+                validation_data=plan.data.val,
+                verbose=0,  # EpochLog prints the one line per epoch (and ProgressBar the bar)
+                callbacks=callbacks,
+                shuffle=False,  # the pipeline shuffles, seeded
+                class_weight=class_weight,
+            )
+        except Preempted as stop:
+            log.warning(
+                "Stopped by SIGTERM: epoch %d will be redone from the backup in %s. To continue, "
+                "run: python run.py resume=%s",
+                stop.epoch + 1,
+                folder.backup_dir,
+                folder.run_dir,
+            )
+            folder.invocation["outcome"] = "preempted"
+            return "preempted"
+        except DiskError as error:
+            hint = f"Free space or fix permissions, then continue with: python run.py resume={folder.run_dir}"
+            raise DiskError(f"{error}. {hint}") from None
+        switched_here = True
+        if parts.stopped_early(extra):
+            return "stopped_early"  # no fine-tuning phase after an early stop
+    return "completed"
+
+
+def _start_phase(settings: Config, plan: Plan, model: keras.Model, phase: Phase) -> None:
+    """Freezes what the phase freezes and compiles for its epochs, logging both."""
+    if settings.model.PRETRAINED_BASE:
+        trainable = set_trainable(model, phase.unfreeze_from)
+        log.info(
+            "Epochs %d-%d: %d base layers train, lr x %g <finetune.unfreeze_from=%s>",
+            phase.start + 1,
+            phase.end,
+            len(trainable),
+            phase.lr_scale,
+            phase.unfreeze_from,
+        )
+    with plan.strategy.scope():
+        compile_model(model, settings, plan.lr * phase.lr_scale, plan.steps_per_epoch, phase.end - phase.start)
+    schedule = settings.optimizer.schedule.name
+    if len(plan.phases) > 1 and schedule != "constant":
+        log.info(
+            "Epochs %d-%d: the %s schedule starts again from lr %g over these %d epochs <optimizer.schedule.name=%s>",
+            phase.start + 1,
+            phase.end,
+            schedule,
+            plan.lr * phase.lr_scale,
+            phase.end - phase.start,
+            schedule,
+        )
+    _log_xla(model, settings.trainer.jit_compile)
+
+
+# --- 5. finish ------------------------------------------------------------------------------------------------
+
+
+def finish(settings: Config, plan: Plan, folder: Folder, model: keras.Model, outcome: str, seconds: float) -> dict:
+    """The best epoch from history.csv, the best checkpoint on the test split, metrics.json; then the backup
+    goes, the trackers get the files and the summary is logged. Returns metrics.json's content."""
+    run_dir = folder.run_dir
+    values = history.columns(history.read_rows(run_dir / history.FILE))
+    best = history.best_index(values[plan.metric], settings.objective.mode)
+    test = evaluate_checkpoint(plan.strategy, run_dir / "checkpoints" / "best.keras", plan.data, "test", run_dir)
+    batch, epochs = settings.trainer.batch_size, len(values[plan.metric])
+    metrics = {
+        "name": folder.run_name,
+        "tags": folder.tags,
+        "objective": float(values[plan.metric][best]),
+        "objective_metric": plan.metric,
+        "best_epoch": best + 1,
+        "epochs_completed": epochs,
+        "stopped_early": outcome == "stopped_early",
+        "val_accuracy": float(values["val_accuracy"][best]),
+        "val_loss": float(values["val_loss"][best]),
+        **{f"test_{name}": value for name, value in test.items() if name != "checkpoint"},
+        "train_seconds": round(seconds, 2),
+        "train_images_per_second": round((epochs - folder.done) * plan.steps_per_epoch * batch / seconds, 1),
+        "num_examples": plan.data.num_examples,
+        "num_replicas": plan.strategy.num_replicas_in_sync,
+        "weights_sha256": weights_fingerprint(model),
+    }
+    write_json(run_dir / "metrics.json", metrics)
+    remove_backup(folder.backup_dir)  # only now: a kill before this resumes into the evaluation
+    log.info(  # on every worker: the figures and weights must agree across workers
+        "Test accuracy %.4f, test loss %.4f. Final weights sha256 %s",
+        metrics["test_accuracy"],
+        metrics["test_loss"],
+        metrics["weights_sha256"],
+    )
+    for tracker in plan.trackers:
+        tracker.finish(metrics, [run_dir / artifact for artifact in parts.ARTIFACTS], run_dir)
+    if plan.chief:
+        log.info("%s", run_summary(run_dir, metrics))
+    return metrics
+
+
+def train(settings: Config) -> float | None:
+    """Trains, evaluates the best checkpoint on the test split and writes metrics.json.
+
+    Returns:
+        The best value of `objective.metric` over the epochs, as a plain float (None if preempted).
+    """
+    plan = plan_run(settings)
+    model, info = build_run_model(settings, plan)
+    with open_run_folder(settings, plan) as folder:
+        started = time.perf_counter()
+        outcome = fit_phases(settings, plan, folder, model, info)
+        if outcome == "preempted":
+            return None
+        metrics = finish(settings, plan, folder, model, outcome, time.perf_counter() - started)
     return metrics["objective"]

@@ -1,25 +1,26 @@
-"""Keras callbacks for a training run: checkpoints, logs and the run folder's files.
+"""Keras callbacks for a training run: checkpoints, history.csv, the epoch log, the NaN and SIGTERM stops.
 
 python run.py   # writes checkpoints/, history.csv and tensorboard/ in the run folder
 """
 
 from __future__ import annotations
 
-import csv
 import logging
 import math
 import shutil
 import signal
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import keras
 
-from trainer import checkpoints
-from trainer.backup import RunBackup
 from trainer.errors import UserError
-from trainer.reports import write_atomic
+from trainer.runs import checkpoints, history
+from trainer.runs.atomic import write_atomic
+from trainer.runs.backup import RunBackup
+from trainer.tracking.curves import Curves
 
 log = logging.getLogger(__name__)
 
@@ -172,36 +173,15 @@ class StopOnNaN(keras.callbacks.Callback):
 
 
 class HistoryLog(keras.callbacks.Callback):
-    """Adds one row per epoch to history.csv, epochs numbered from 1 as in the log and metrics.json.
-
-    The file is rewritten atomically (it is small), so it never holds half a row, even on a full disk.
-    """
+    """Adds one row per epoch to history.csv, epochs numbered from 1 as in the log and metrics.json."""
 
     def __init__(self, path: Path):
         super().__init__()
         self.path = path
 
     def on_epoch_end(self, epoch, logs=None):
-        rows = read_history_rows(self.path)
         row = {"epoch": epoch + 1, **{name: float(value) for name, value in sorted((logs or {}).items())}}
-        header = list(rows[0]) if rows else []
-        header += [name for name in row if name not in header]
-
-        def write(temporary: Path) -> None:
-            with open(temporary, "w", newline="") as handle:
-                writer = csv.DictWriter(handle, fieldnames=header, restval="")
-                writer.writeheader()
-                writer.writerows([*rows, row])
-
-        write_atomic(self.path, write)
-
-
-def read_history_rows(path: Path) -> list[dict[str, str]]:
-    """The rows of history.csv, [] before the first epoch ends."""
-    if not path.is_file():
-        return []
-    with open(path, newline="") as handle:
-        return list(csv.DictReader(handle))
+        history.append_row(self.path, row)
 
 
 class LearningRateLog(keras.callbacks.Callback):
@@ -212,128 +192,31 @@ class LearningRateLog(keras.callbacks.Callback):
             logs["learning_rate"] = float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate))
 
 
-class Curves(keras.callbacks.Callback):
-    """Redraws curves.png from history.csv after epochs, in a background thread, and once more when training
-    ends with every epoch.
+@dataclass(frozen=True)
+class RunFiles:
+    """What the run's own callbacks write: checkpoints carrying `info`, history.csv, curves.png, the backup."""
 
-    A drawing holds Python's lock for about a second (matplotlib's layout and PNG writer), time the training
-    loop waits for. So the thread draws again only when at least `DRAW_SHARE` of the time since the last
-    drawing ended would have gone into drawing: every epoch of a run whose epochs take a minute, every third
-    or so of the digits demo's 6-second epochs.
-    """
-
-    DRAW_SHARE = 20  # the wall time between drawings, in drawing times: at most ~5% of the training time
-
-    def __init__(self, history_csv: Path, path: Path, title: str = "", monitor: str = "val_accuracy", mode="max"):
-        super().__init__()
-        self.history_csv, self.path = history_csv, path
-        self.title, self.monitor, self.mode = title, monitor, mode
-        self.drawing: threading.Thread | None = None
-        self.drawn_epochs = 0  # rows handed to the last drawing
-        self.next_drawing = 0.0  # time.monotonic() from which the next drawing may start
-
-    def on_epoch_end(self, epoch, logs=None):
-        from trainer.visualize import read_history
-
-        if (self.drawing is not None and self.drawing.is_alive()) or time.monotonic() < self.next_drawing:
-            return  # the next epoch end (or the train end) catches up
-        rows = read_history(self.history_csv)  # here, not in the thread: the next epoch rewrites the file
-        self.drawn_epochs = len(rows)
-        self.drawing = threading.Thread(target=self._draw_in_turn, args=(rows,), name="curves")  # joined at exit
-        self.drawing.start()
-
-    def _draw_in_turn(self, rows: list[dict]) -> None:
-        started = time.monotonic()
-        self._draw(rows)
-        ended = time.monotonic()
-        self.next_drawing = ended + self.DRAW_SHARE * (ended - started)
-
-    def on_train_end(self, logs=None):
-        from trainer.visualize import read_history
-
-        if self.drawing is not None:
-            self.drawing.join()
-        rows = read_history(self.history_csv)
-        if len(rows) != self.drawn_epochs:  # epochs ended while an earlier drawing was running
-            self._draw(rows)
-
-    def _draw(self, rows: list[dict]) -> None:
-        from trainer.visualize import draw_curves
-
-        try:
-            draw_curves(rows, self.path, self.title, self.monitor, self.mode)
-        except Exception as error:  # a plot must never stop training
-            log.warning("could not draw %s: %s", self.path, error)
-
-
-class RunLabel(keras.callbacks.Callback):
-    """Writes the run's name and tags to TensorBoard once, as text."""
-
-    def __init__(self, log_dir: Path, name: str, tags: list[str]):
-        super().__init__()
-        self.log_dir, self.name, self.tags = log_dir, name, tags
-
-    def on_train_begin(self, logs=None):
-        import tensorflow as tf
-
-        with tf.summary.create_file_writer(str(self.log_dir / "train")).as_default():
-            tf.summary.text("run/name", self.name, step=0)
-            tf.summary.text("run/tags", ", ".join(self.tags) or "(none)", step=0)
-
-
-class SampleImages(keras.callbacks.Callback):
-    """Writes a few input images (the model's uint8 inputs) to TensorBoard once at the start."""
-
-    def __init__(self, log_dir: Path, images):
-        super().__init__()
-        self.log_dir, self.images = log_dir, images
-
-    def on_train_begin(self, logs=None):
-        import tensorflow as tf
-
-        with tf.summary.create_file_writer(str(self.log_dir / "train")).as_default():
-            tf.summary.image("input_images", self.images, step=0, max_outputs=8)
-
-
-def rewrite_backup(backup: keras.callbacks.BackupAndRestore, model: keras.Model, epochs_done: int) -> None:
-    """Backs up `model` as it stands, recorded as `epochs_done` epochs done (its `fit` restores from it).
-
-    At a fine-tuning phase switch the old backup holds the previous phase's optimizer, whose
-    variables the new one cannot take ("Skipping variable loading for optimizer").
-    """
-    backup.set_model(model)
-    backup._current_epoch, backup._last_batch_seen = epochs_done, 0
-    backup._save_model()
-
-
-def best_so_far(history_csv: Path, monitor: str, mode: str) -> float | None:
-    """The best `monitor` value in an existing history.csv (a resumed run), else None."""
-    if not history_csv.is_file():
-        return None
-    with open(history_csv, newline="") as handle:
-        values = [float(row[monitor]) for row in csv.DictReader(handle) if row.get(monitor)]
-    return (max if mode == "max" else min)(values) if values else None
+    run_dir: Path
+    backup_dir: Path
+    info: checkpoints.ModelInfo
+    monitor: str  # objective.metric: best.keras and the best epoch of curves.png follow it
+    mode: str  # max | min
+    save_every_steps: int | None = None  # also back up every N steps
+    title: str = ""  # heads curves.png
 
 
 def training_callbacks(
-    run_dir: Path,
-    info: checkpoints.ModelInfo,
-    monitor: str,
-    mode: str,
-    backup_dir: Path,
-    save_every_steps: int | None = None,
-    samples=None,
-    tensorboard: bool = True,
-    extra: list[keras.callbacks.Callback] | None = None,
+    files: RunFiles,
+    loggers: list[keras.callbacks.Callback] = (),
+    extra: list[keras.callbacks.Callback] = (),
     progress: bool = False,
-    title: str = "",
 ) -> list[keras.callbacks.Callback]:
-    """The callbacks every run gets, writing into `run_dir`; checkpoints carry `info`.
+    """The callbacks every run gets, writing into `files.run_dir`.
 
-    `samples` is a few uint8 input images for TensorBoard. `extra` (early stopping,
-    LR on plateau, experiment trackers) run after the epoch's files are written,
-    with the learning rate in the logs, before the backup commits the epoch.
-    `progress` adds a progress bar within each epoch (for a terminal); `title` heads curves.png.
+    `loggers` (TensorBoard, its run label and sample images) write the epoch's logs once the learning
+    rate is in them; `extra` (early stopping, LR on plateau, experiment trackers) run after the epoch's
+    files are written, before the backup commits the epoch. `progress` adds a progress bar within each
+    epoch (for a terminal).
 
     Order matters: the NaN check runs before anything saves; the learning rate
     joins the logs before history.csv and TensorBoard write them; the backup
@@ -341,23 +224,22 @@ def training_callbacks(
     (a kill in between redoes the epoch, never skips it); the SIGTERM stop
     comes last, after the epoch's files and backup are written.
     """
-    folder = run_dir / "checkpoints"
+    run_dir, folder = files.run_dir, files.run_dir / "checkpoints"
     folder.mkdir(parents=True, exist_ok=True)
-    backup = RunBackup(backup_dir, save_every_steps)
+    backup = RunBackup(files.backup_dir, files.save_every_steps)
+    history_csv = run_dir / history.FILE
+    best = history.best_value(history_csv, files.monitor, files.mode)
     callbacks = [
         StopOnNaN(folder),
         LearningRateLog(),
-        Checkpoints(folder, info, monitor, mode, best=best_so_far(run_dir / "history.csv", monitor, mode)),
-        HistoryLog(run_dir / "history.csv"),
-        Curves(run_dir / "history.csv", run_dir / "curves.png", title, monitor, mode),
+        Checkpoints(folder, files.info, files.monitor, files.mode, best=best),
+        HistoryLog(history_csv),
+        Curves(history_csv, run_dir / "curves.png", files.title, files.monitor, files.mode),
         EpochLog(),
+        *([ProgressBar()] if progress else []),
+        *loggers,
+        *extra,
+        backup,
+        StopOnSignal(backup),
     ]
-    if progress:
-        callbacks.append(ProgressBar())
-    if tensorboard:
-        callbacks.append(keras.callbacks.TensorBoard(str(run_dir / "tensorboard"), write_graph=False))
-    if tensorboard and samples is not None:
-        callbacks.append(SampleImages(run_dir / "tensorboard", samples))
-    callbacks.extend(extra or [])
-    callbacks += [backup, StopOnSignal(backup)]
     return callbacks

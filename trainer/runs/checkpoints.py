@@ -8,20 +8,19 @@ anywhere, in safe mode, without this project's code.
 
     python run.py mode=evaluate checkpoint=outputs/2026-11-30/12-00-00        # a run folder: its best.keras
     python run.py mode=predict checkpoint=model.keras predict.input=photos/    # a bare file is enough
-    python -m trainer.checkpoints upgrade old.keras new.keras --classes cat,dog --normalization standardize
 """
 
 from __future__ import annotations
 
-import argparse
+import hashlib
 import json
 import os
-import sys
 import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import keras
+import numpy as np
 
 from trainer.errors import DataError
 
@@ -79,9 +78,8 @@ def resolve(path: str | os.PathLike) -> Path:
 
 def _outdated(file: Path) -> DataError:
     return DataError(
-        f"checkpoint={file} was saved by an older vggtrain (float inputs, no class names inside) and cannot say "
-        f"how its inputs were prepared; retrain it, or wrap it once: python -m trainer.checkpoints upgrade "
-        f"{file} NEW.keras --classes NAME,NAME,... --normalization standardize|caffe|none"
+        f"checkpoint={file} was saved by an older vggtrain (float inputs, no class names inside) or by another "
+        f"tool: it cannot say how its inputs were prepared; train it again with this version"
     )
 
 
@@ -142,41 +140,9 @@ def check_data(file: str | os.PathLike, info: ModelInfo, class_names: list[str],
         )
 
 
-def upgrade(old: Path, new: Path, class_names: list[str], normalization: str, resize_to: int | None) -> ModelInfo:
-    """Wraps a float-input checkpoint of an older version with uint8 input and its normalization layers."""
-    from trainer.models.preprocessing import with_preprocessing
-
-    model = _load_keras(old)
-    if model.input.dtype == "uint8":
-        raise DataError(f"{old}: already takes uint8 images; nothing to upgrade")
-    if model.output_shape[-1] != len(class_names):
-        raise DataError(f"--classes: {len(class_names)} names but {old} predicts {model.output_shape[-1]} classes")
-    wrapped = with_preprocessing(model, normalization)
-    size = int(model.input_shape[1])
-    info = ModelInfo(tuple(class_names), size, resize_to or size, normalization)
-    if new.exists():
-        raise DataError(f"{new}: already exists (nothing is overwritten)")
-    save(wrapped, new, info)
-    return info
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m trainer.checkpoints", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    command = commands.add_parser("upgrade", help="wrap a checkpoint of an older version (float inputs)")
-    command.add_argument("old", type=Path, help="the old .keras file")
-    command.add_argument("new", type=Path, help="the new .keras file to write")
-    command.add_argument("--classes", required=True, help="class names in output order, comma-separated")
-    command.add_argument("--normalization", required=True, choices=["standardize", "caffe", "none"])
-    command.add_argument("--resize-to", type=int, help="evaluation resize before the centre crop (default: none)")
-    args = parser.parse_args(argv)
-    try:
-        info = upgrade(args.old, args.new, args.classes.split(","), args.normalization, args.resize_to)
-    except DataError as error:
-        sys.exit(f"error: {error}")
-    print(f"wrote {args.new}: uint8 {info.image_size}x{info.image_size} input, classes {list(info.class_names)}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def weights_fingerprint(model: keras.Model) -> str:
+    """SHA-256 of every weight's bytes: equal exactly when two models hold identical weights."""
+    digest = hashlib.sha256()
+    for weight in model.get_weights():
+        digest.update(np.ascontiguousarray(weight).tobytes())
+    return digest.hexdigest()

@@ -87,11 +87,9 @@ def upstream_bugs() -> list[str]:
 
 
 def _multi_worker(strategy) -> bool:
-    import tensorflow as tf
+    from trainer.distribute.strategies import in_multi_worker_mode
 
-    return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) and (
-        strategy.extended._in_multi_worker_mode()
-    )
+    return in_multi_worker_mode(strategy)
 
 
 def apply() -> bool:

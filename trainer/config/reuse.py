@@ -18,7 +18,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from trainer.config import SCHEMAS, Config
+from trainer.config import legacy, schema
+from trainer.config.schema import Config
+from trainer.config.store import SCHEMAS, open_node
 from trainer.errors import ConfigError
 
 SAVED_CONFIG = Path(".hydra") / "config.yaml"
@@ -48,16 +50,23 @@ def run_folder_of(checkpoint: str | None) -> Path | None:
     return next((folder for folder in candidates if (folder / SAVED_CONFIG).is_file()), None)
 
 
+def _schema_name(schema_class: type) -> str | None:
+    default = getattr(schema_class, "name", None)
+    return default if isinstance(default, str) else None
+
+
 def _typed_group(group: str, node: DictConfig, source: Path) -> DictConfig:
-    """`node` under the first schema of its config group that accepts every key (unknown keys are errors)."""
+    """`node` under its group's schema: the one whose `name` it has, else the first that accepts every key
+    (unknown keys are errors; a model with its own builder keys fits `custom`'s open schema)."""
+    schemas = list(SCHEMAS[group].values())
+    named = [candidate for candidate in schemas if _schema_name(candidate) == node.get("name")]
     errors = []
-    for schema in SCHEMAS[group].values():
+    for candidate in named or schemas:
+        base = open_node(candidate) if getattr(candidate, "OPEN", None) else OmegaConf.structured(candidate)
         try:
-            return OmegaConf.merge(OmegaConf.structured(schema), node)
+            return OmegaConf.merge(base, node)
         except Exception as error:  # OmegaConf's validation errors have no common public base
             errors.append(str(error).splitlines()[0])
-    if group == "model" and "_target_" in node:  # model=custom: the user's own keys, as composed
-        return OmegaConf.create(OmegaConf.to_container(node), flags={"struct": False})
     raise ConfigError(f"{source}: its `{group}` section fits no {group} schema of this version ({'; '.join(errors)})")
 
 
@@ -73,7 +82,8 @@ def load_saved(run_dir: Path) -> DictConfig:
     except Exception as error:  # YAML syntax, a truncated file
         raise ConfigError(f"{source}: not a readable config ({str(error).splitlines()[0]})") from None
     typed = OmegaConf.structured(Config)
-    raw = OmegaConf.to_container(saved, resolve=False)  # interpolations stay as written (`${hydra:...}`)
+    typed.callbacks = open_node(schema.CallbacksConfig)
+    raw = legacy.upgrade(OmegaConf.to_container(saved, resolve=False))  # interpolations stay as written
     for key, value in raw.items():
         try:
             if key in SCHEMAS:

@@ -24,13 +24,12 @@ from pathlib import Path
 import keras
 
 from trainer.errors import ConfigError
-from trainer.reports import remove_temporaries, write_atomic
+from trainer.runs.atomic import remove_temporaries, write_atomic
 
 log = logging.getLogger(__name__)
 
 METADATA = "training_metadata.json"
 PREVIOUS = METADATA + ".bkp"
-LEGACY_WEIGHTS = "latest.weights.h5"  # Keras's BackupAndRestore file, for backups made before this module
 
 
 @dataclass(frozen=True)
@@ -48,7 +47,7 @@ def _parse(metadata: Path) -> BackupState | None:
     try:
         data = json.loads(metadata.read_text())
         epoch, batch = int(data["epoch"]), int(data.get("batch", 0))
-        weights = metadata.parent / data.get("weights", LEGACY_WEIGHTS)
+        weights = metadata.parent / data["weights"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return BackupState(epoch, batch, weights, metadata) if weights.is_file() else None

@@ -1,4 +1,4 @@
-"""Export a trained model for serving: a SavedModel that takes uint8 images of any size.
+"""Serving signatures: a trained model as a SavedModel that takes uint8 images of any size.
 
     python run.py mode=export checkpoint=outputs/2026-11-30/12-00-00 export.dir=serving/cats_dogs
 
@@ -20,9 +20,9 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
-from trainer.checkpoints import ModelInfo
-from trainer.data.augment import Preprocess, prepare_images
+from trainer.data.preprocess import Preprocess, prepare_images
 from trainer.errors import DataError
+from trainer.runs.checkpoints import ModelInfo
 
 VERSION = "1"
 

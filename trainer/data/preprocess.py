@@ -1,10 +1,10 @@
-"""Decode and augment whole batches of images on the host, drawing every random parameter per image.
+"""The host's preprocessing of whole batches of uint8 images: resize, then crops, every random parameter per image.
 
 The host's job ends at uint8 pixels of the model's input size: resize, then crops,
-which cut windows out of the stored bytes. Flips, colour augmentation and
-normalization run inside the model, on the accelerator
-(`trainer.models.preprocessing`), so the pipeline moves a quarter of the bytes of
-float32 and the saved model owns its preprocessing.
+which cut windows out of the stored bytes (the host view of `dataset.augment`).
+Flips, colour augmentation and normalization run inside the model, on the
+accelerator (`trainer.models.preprocessing`), so the pipeline moves a quarter of the
+bytes of float32 and the saved model owns its preprocessing.
 
 These are pure functions of a batch and a seed, so they behave the same eagerly
 and inside `tf.data.Dataset.map`. They work on a `[batch, height, width, channels]`
@@ -20,24 +20,14 @@ operation, so a seeded run replays exactly, whatever the parallelism.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import tensorflow as tf
 
-from trainer.data.records import RecordFormat
+from trainer.data.augmentation import Augmentation, Crop
 
 # One stateless stream per random operation, derived from the batch seed.
 _CROP_Y, _CROP_X, _AREA, _RATIO = 0, 1, 3, 4
-
-
-@dataclass(frozen=True)
-class Augmentation:
-    """The host's training augmentation (crops); see `conf/dataset/*.yaml` for each field."""
-
-    crop: str = "none"  # random | pad | random_resized | none
-    crop_size: int = 0
-    padding: int = 4
-    min_area: float = 0.25  # random_resized: smallest crop, as a fraction of the image area
 
 
 @dataclass(frozen=True)
@@ -45,34 +35,19 @@ class Preprocess:
     """How stored pixels become the model's uint8 inputs."""
 
     image_size: int  # resize stored images to this square size first
-    augment: Augmentation = Augmentation()
+    augment: Augmentation = field(default_factory=Augmentation)  # only its host view (the crops) is read here
 
     @classmethod
     def for_evaluation(cls, resize_to: int, image_size: int) -> Preprocess:
         """The evaluation preprocessing of a model: resize to `resize_to`, centre-crop to `image_size`."""
         if resize_to == image_size:
             return cls(image_size)
-        return cls(resize_to, Augmentation(crop="random", crop_size=image_size))
+        return cls(resize_to, Augmentation(crop=Crop.random, crop_size=image_size))
 
     @property
     def output_size(self) -> int:
         """Side of the square image the model sees."""
-        if self.augment.crop == "random" and self.augment.crop_size:
-            return self.augment.crop_size
-        return self.image_size
-
-
-def decode_records(records: tf.Tensor, fmt: RecordFormat) -> tuple[tf.Tensor, tf.Tensor]:
-    """Splits a batch of raw records into uint8 NHWC images and int32 labels.
-
-    Image and label come from the same record, so they cannot drift apart.
-    """
-    raw = tf.io.decode_raw(records, tf.uint8)
-    raw = tf.reshape(raw, [-1, fmt.record_bytes])
-    labels = tf.cast(raw[:, fmt.label_index], tf.int32)
-    # Pixels are stored channel-first: all of R, then G, then B.
-    planes = tf.reshape(raw[:, fmt.label_bytes :], [-1, fmt.channels, fmt.height, fmt.width])
-    return tf.transpose(planes, [0, 2, 3, 1]), labels
+        return self.augment.output_size(self.image_size)
 
 
 def to_uint8(images: tf.Tensor) -> tf.Tensor:
@@ -143,7 +118,7 @@ def _resized_crop(images: tf.Tensor, augment: Augmentation, seed: tf.Tensor) -> 
     """Applies a random_resized crop; returns the images and the augmentation left to do."""
     if augment.crop != "random_resized":
         return images, augment
-    return random_resized_crop(images, augment.min_area, seed), replace(augment, crop="none")
+    return random_resized_crop(images, augment.min_area, seed), replace(augment, crop=Crop.none)
 
 
 def center_crop(images: tf.Tensor, size: int) -> tf.Tensor:
@@ -166,17 +141,6 @@ def augment_batch(images: tf.Tensor, augment: Augmentation, seed: tf.Tensor) -> 
     """The host's training augmentation of uint8 images: a random-resized crop, or a random/padded crop."""
     images, augment = _resized_crop(images, augment, seed)
     return augment_geometry(images, augment, draw_parameters(images, augment, seed))
-
-
-def preprocess_batch(
-    records: tf.Tensor,
-    fmt: RecordFormat,
-    preprocess: Preprocess,
-    seed: tf.Tensor | None = None,
-) -> tuple[tf.Tensor, tf.Tensor]:
-    """Raw records to (uint8 model inputs, labels); augments when a seed is given, else evaluates."""
-    images, labels = decode_records(records, fmt)
-    return prepare_images(images, preprocess, seed), labels
 
 
 def prepare_images(images: tf.Tensor, preprocess: Preprocess, seed: tf.Tensor | None = None) -> tf.Tensor:

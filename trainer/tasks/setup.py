@@ -1,4 +1,7 @@
-"""Pieces every task shares: the strategy, the run folder, and evaluating a checkpoint with its reports."""
+"""What every task sets up first: threads, determinism and the strategy; the folder it writes; a checkpoint evaluated.
+
+python run.py mode=evaluate checkpoint=RUN strategy=mirrored strategy.cpu_devices=2
+"""
 
 from __future__ import annotations
 
@@ -10,15 +13,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import tensorflow as tf
-from tensorflow.python.framework import config as tf_config  # disable_op_determinism has no public alias
 
-from trainer import checkpoints, distribute, evaluation
-from trainer.cluster import WORKER_PREFIX
-from trainer.config import Config
-from trainer.reports import plot_confusion_png, write_confusion_csv
+from trainer.config.schema import Config, StrategyConfig
+from trainer.distribute import strategies
+from trainer.distribute.cluster import WORKER_PREFIX
+from trainer.models.registry import build_target
+from trainer.runs import checkpoints
 from trainer.tasks.data import Data
+from trainer.tracking.reports import plot_confusion_png, write_confusion_csv
+from trainer.training import metrics
 
 log = logging.getLogger(__name__)
+_determinism = {"on": False}  # TensorFlow has no public call to turn op determinism off again
 
 
 def setup_threads(threads: int) -> None:
@@ -36,18 +42,36 @@ def setup_threads(threads: int) -> None:
         )
 
 
+def setup_determinism(deterministic: bool, jit_compile: str) -> None:
+    """Turns TensorFlow's op determinism on for `trainer.deterministic=true`. It is process-wide and has no
+    public switch back, so a later run in the same process (a sweep's jobs) keeps it, and says so."""
+    if deterministic:
+        tf.config.experimental.enable_op_determinism()
+        _determinism["on"] = True
+        log.info("Op determinism on <trainer.deterministic=true>")
+        if jit_compile == "true":
+            log.warning("Keras turns XLA off under op determinism <trainer.deterministic=true>")
+    elif _determinism["on"]:
+        log.warning(
+            "Op determinism stays on: an earlier run of this process turned it on, and TensorFlow cannot turn it "
+            "off again <trainer.deterministic=false>"
+        )
+
+
+def build_strategy(options: StrategyConfig) -> tf.distribute.Strategy:
+    """The strategy `strategy._target_` builds from the section's other keys, logged."""
+    keys = {key: value for key, value in vars(options).items() if key not in ("_target_", "name")}
+    strategy = build_target("strategy", options._target_, keys)
+    strategies.describe(strategy, options.name)
+    return strategy
+
+
 def setup_strategy(settings: Config) -> tf.distribute.Strategy:
     """Builds the strategy first (it may split the CPU) and checks the global batch against it."""
     setup_threads(settings.trainer.threads)
-    if settings.trainer.deterministic:
-        tf.config.experimental.enable_op_determinism()
-        log.info("Op determinism on <trainer.deterministic=true>")
-        if settings.trainer.jit_compile == "true":
-            log.warning("Keras turns XLA off under op determinism <trainer.deterministic=true>")
-    else:  # process-wide in TensorFlow: a run in the same process must not inherit an earlier one's setting
-        tf_config.disable_op_determinism()
-    strategy = distribute.build_strategy(**vars(settings.strategy))
-    distribute.per_replica_batch(settings.trainer.batch_size, strategy)
+    setup_determinism(settings.trainer.deterministic, settings.trainer.jit_compile)
+    strategy = build_strategy(settings.strategy)
+    strategies.per_replica_batch(settings.trainer.batch_size, strategy)
     return strategy
 
 
@@ -75,7 +99,7 @@ def evaluate_checkpoint(
     confusion matrix as CSV and PNG.
 
     Returns:
-        The metrics of `trainer.evaluation.evaluate`, plus the checkpoint's path.
+        The metrics of `trainer.training.metrics.evaluate`, plus the checkpoint's path.
 
     Raises:
         DataError: the data's class names or image size differ from the model's.
@@ -84,22 +108,22 @@ def evaluate_checkpoint(
     with strategy.scope():
         model, info = checkpoints.load(checkpoint)
         checkpoints.check_data(checkpoints.resolve(checkpoint), info, class_names, data.input_shape[0], "the dataset")
-        evaluation.compile_for_evaluation(model, len(class_names))
-    metrics, matrix = evaluation.evaluate(model, getattr(data, split), class_names)
+        metrics.compile_for_evaluation(model, len(class_names))
+    results, matrix = metrics.evaluate(model, getattr(data, split), class_names)
     write_confusion_csv(run_dir / f"confusion_matrix_{split}.csv", matrix, class_names)
     plot_confusion_png(
         run_dir / f"confusion_matrix_{split}.png",
         matrix,
         class_names,
-        f"{split} split: accuracy {metrics['accuracy']:.4f}",
+        f"{split} split: accuracy {results['accuracy']:.4f}",
     )
-    metrics["checkpoint"] = str(checkpoints.resolve(checkpoint))
+    results["checkpoint"] = str(checkpoints.resolve(checkpoint))
     log.info(
         "Evaluated %s on %s: accuracy %.4f, loss %.4f over %d examples",
-        metrics["checkpoint"],
+        results["checkpoint"],
         split,
-        metrics["accuracy"],
-        metrics["loss"],
-        metrics["num_examples"],
+        results["accuracy"],
+        results["loss"],
+        results["num_examples"],
     )
-    return metrics
+    return results

@@ -1,13 +1,17 @@
-"""Optimizers and learning-rate schedules, chosen by name from small registries.
+"""Optimizers (a Keras class named by `optimizer._target_`) and learning-rate schedules (a registry by name).
 
 python run.py optimizer=sgd optimizer.lr=0.05 optimizer.schedule.name=cosine
+python run.py optimizer=adam optimizer._target_=keras.optimizers.Nadam    # any Keras optimizer with Adam's keys
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import keras
+
+from trainer.models.registry import build_target
 
 
 def constant(lr: float, steps_per_epoch: int, epochs: int, **_) -> float:
@@ -40,21 +44,6 @@ def cosine(lr: float, steps_per_epoch: int, epochs: int, warmup_epochs: float = 
 
 
 SCHEDULES: dict[str, Callable] = {"constant": constant, "step": step_decay, "cosine": cosine}
-
-
-def _sgd(lr, momentum, nesterov, weight_decay, clipnorm):
-    return keras.optimizers.SGD(lr, momentum=momentum, nesterov=nesterov, clipnorm=clipnorm)
-
-
-def _adam(lr, momentum, nesterov, weight_decay, clipnorm):
-    return keras.optimizers.Adam(lr, clipnorm=clipnorm)
-
-
-def _adamw(lr, momentum, nesterov, weight_decay, clipnorm):
-    return keras.optimizers.AdamW(lr, weight_decay=weight_decay, clipnorm=clipnorm)
-
-
-OPTIMIZERS: dict[str, Callable] = {"sgd": _sgd, "adam": _adam, "adamw": _adamw}
 
 
 def _lookup(registry: dict[str, Callable], kind: str, name: str) -> Callable:
@@ -94,13 +83,14 @@ def build_learning_rate(name: str, lr: float, steps_per_epoch: int, epochs: int,
     return _lookup(SCHEDULES, "learning-rate schedule", name)(lr, steps_per_epoch, epochs, **options)
 
 
-def build_optimizer(
-    name: str,
-    learning_rate,
-    momentum: float = 0.9,
-    nesterov: bool = False,
-    weight_decay: float = 0.0,
-    clipnorm: float | None = None,
-) -> keras.optimizers.Optimizer:
-    """One of `OPTIMIZERS` (sgd, adam, adamw); settings another optimizer has no use for are ignored."""
-    return _lookup(OPTIMIZERS, "optimizer", name)(learning_rate, momentum, nesterov, weight_decay, clipnorm)
+def build_optimizer(target: str, learning_rate, options: dict[str, Any]) -> keras.optimizers.Optimizer:
+    """The Keras optimizer `target` (e.g. `keras.optimizers.SGD`) at `learning_rate` (a float or a schedule), with
+    the option's own keyword arguments (momentum, clipnorm, weight_decay...).
+
+    Raises:
+        ConfigError: the class cannot be imported or does not take these keys.
+    """
+    optimizer = build_target("optimizer", target, options, learning_rate=learning_rate)
+    if not isinstance(optimizer, keras.optimizers.Optimizer):
+        raise ValueError(f"optimizer._target_={target} must be a Keras optimizer; got {type(optimizer).__name__}")
+    return optimizer

@@ -1,4 +1,4 @@
-"""Fixed-length binary records on disk: find, download and check them.
+"""Fixed-length binary records on disk (CIFAR, the bundled digits): find, download, check and split them.
 
 One record is `label_bytes` label bytes followed by the pixels stored
 channel-first (all of R, then all of G, then all of B), as in the CIFAR-10
@@ -16,12 +16,13 @@ from pathlib import Path
 
 import numpy as np
 
+from trainer.data.shares import Records, ranges_of
 from trainer.errors import DataError
 
 
 @dataclass(frozen=True)
-class RecordFormat:
-    """Layout of one record."""
+class BinaryLayout:
+    """Layout of one fixed-length record: label bytes, then the pixels channel-first."""
 
     height: int
     width: int
@@ -36,15 +37,6 @@ class RecordFormat:
     @property
     def record_bytes(self) -> int:
         return self.label_bytes + self.image_bytes
-
-
-@dataclass(frozen=True)
-class RecordSlice:
-    """A contiguous run of records across files read in order: records [start, start + count)."""
-
-    files: tuple[str, ...]
-    start: int
-    count: int
 
 
 def find_files(data_dir: str | os.PathLike, names: list[str], search_subdirs: list[str]) -> list[Path] | None:
@@ -115,28 +107,28 @@ def locate(
     return paths
 
 
-def count_records(path: str | os.PathLike, fmt: RecordFormat) -> int:
+def count_records(path: str | os.PathLike, layout: BinaryLayout) -> int:
     """Number of records in one file, checking that its size is a whole number of records."""
     size = os.path.getsize(path)
     if size == 0:
-        raise DataError(f"{path}: the file is empty, expected {fmt.record_bytes}-byte records")
-    if size % fmt.record_bytes:
+        raise DataError(f"{path}: the file is empty, expected {layout.record_bytes}-byte records")
+    if size % layout.record_bytes:
         raise DataError(
-            f"{path}: {size} bytes is not a whole number of {fmt.record_bytes}-byte records "
-            f"({fmt.label_bytes} label + {fmt.height}x{fmt.width}x{fmt.channels} pixels)"
+            f"{path}: {size} bytes is not a whole number of {layout.record_bytes}-byte records "
+            f"({layout.label_bytes} label + {layout.height}x{layout.width}x{layout.channels} pixels)"
         )
-    return size // fmt.record_bytes
+    return size // layout.record_bytes
 
 
-def read_labels(path: str | os.PathLike, fmt: RecordFormat, num_classes: int) -> np.ndarray:
+def read_labels(path: str | os.PathLike, layout: BinaryLayout, num_classes: int) -> np.ndarray:
     """Reads every label of one file without loading its pixels, and checks their range.
 
     Raises:
         DataError: the file size is wrong or a label is outside [0, num_classes).
     """
-    count = count_records(path, fmt)
-    records = np.memmap(path, dtype=np.uint8, mode="r", shape=(count, fmt.record_bytes))
-    labels = np.array(records[:, fmt.label_index], dtype=np.int64)
+    count = count_records(path, layout)
+    records = np.memmap(path, dtype=np.uint8, mode="r", shape=(count, layout.record_bytes))
+    labels = np.array(records[:, layout.label_index], dtype=np.int64)
     bad = np.flatnonzero(labels >= num_classes)
     if bad.size:
         raise DataError(
@@ -149,13 +141,13 @@ def read_labels(path: str | os.PathLike, fmt: RecordFormat, num_classes: int) ->
 def make_splits(
     train_paths: list[Path],
     test_paths: list[Path],
-    fmt: RecordFormat,
+    layout: BinaryLayout,
     num_classes: int,
     val_size: float,
     val_source: str,
     check_val: bool = True,
-) -> dict[str, RecordSlice]:
-    """Checks every file and returns the train, val and test record slices.
+) -> dict[str, Records]:
+    """Checks every file and returns the records of the train, val and test splits.
 
     With `val_source="train"` the last `val_size` training records are held
     out for validation (a `val_size` below 1 is a fraction of them); with
@@ -167,24 +159,25 @@ def make_splits(
         DataError: a file is malformed, or the training files hold too few records.
     """
     for path in [*train_paths, *test_paths]:
-        read_labels(path, fmt, num_classes)
-    train_files = tuple(str(path) for path in train_paths)
-    test_files = tuple(str(path) for path in test_paths)
-    num_train = sum(count_records(path, fmt) for path in train_paths)
-    num_test = sum(count_records(path, fmt) for path in test_paths)
-    test = RecordSlice(test_files, 0, num_test)
+        read_labels(path, layout, num_classes)
+    train_files = [str(path) for path in train_paths]
+    train_counts = [count_records(path, layout) for path in train_paths]
+    num_train = sum(train_counts)
+    test = Records.whole_files([str(path) for path in test_paths], sum(count_records(p, layout) for p in test_paths))
     if 0 < val_size < 1:
         val_size = max(1, round(val_size * num_train))
     val_size = int(val_size)
+    whole = Records.whole_files(train_files, num_train)
     if val_source == "test" or (not check_val and not 0 < val_size < num_train):
-        return {"train": RecordSlice(train_files, 0, num_train), "val": test, "test": test}
+        return {"train": whole, "val": test, "test": test}
     if not 0 < val_size < num_train:
         raise DataError(
             f"dataset.val_size={val_size} must be between 1 and the {num_train} training records "
             f"in {', '.join(train_files)}"
         )
+    held_out = num_train - val_size
     return {
-        "train": RecordSlice(train_files, 0, num_train - val_size),
-        "val": RecordSlice(train_files, num_train - val_size, val_size),
+        "train": Records(ranges_of(train_files, train_counts, 0, held_out), held_out),
+        "val": Records(ranges_of(train_files, train_counts, held_out, num_train), val_size),
         "test": test,
     }

@@ -41,6 +41,12 @@ COLUMNS = [
 ]
 
 
+def sweep_folder(job_dir: Path, subdir: str) -> Path:
+    """The sweep folder of a job whose folder is `<sweep dir>/<subdir>`. Not `hydra.sweep.dir` itself: read
+    again, it would re-resolve `${now:...}`."""
+    return job_dir.parents[len(Path(str(subdir)).parts) - 1]
+
+
 def _metrics(run_dir: Path) -> dict[str, Any]:
     try:
         return json.loads((run_dir / "metrics.json").read_text())
@@ -114,9 +120,7 @@ class SweepSummary(Callback):
             "run_dir": str(run_dir),
             **{key: metrics.get(key, "") for key in COLUMNS[3:8]},
         }
-        # The job folder is <sweep dir>/<subdir>; `hydra.sweep.dir` itself would re-resolve ${now:...}.
-        sweep_dir = run_dir.parents[len(Path(str(hydra.sweep.subdir)).parts) - 1]
-        append_row(sweep_dir / self.filename, row)
+        append_row(sweep_folder(run_dir, hydra.sweep.subdir) / self.filename, row)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         summary = Path(config.hydra.sweep.dir) / self.filename
@@ -212,7 +216,7 @@ class SweepHParams(Callback):
                 log.warning("could not write the TensorBoard HParams config in %s: %s", sweep_dir, error)
         if not (sweep_dir / "mlflow_parent.json").is_file():
             return
-        from trainer.loggers import finish_parent
+        from trainer.tracking.loggers import finish_parent
 
         objectives = [float(row["objective"]) for row in rows if row["status"] == "ok" and row["objective"]]
         mode = config.get("objective", {}).get("mode", "max")

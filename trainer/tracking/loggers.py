@@ -31,7 +31,7 @@ from typing import Any
 import keras
 
 from trainer.errors import ConfigError
-from trainer.reports import write_json
+from trainer.runs.atomic import write_json
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,8 @@
 
 Hydra needs the answer before it creates the run folder, so only the chief
 writes to `outputs/`; the other workers get a temporary folder (see the
-`worker_dir` resolver in `trainer.config`).
+`worker_dir` resolver in `trainer.config.resolvers`). `is_chief_task` is the one rule for
+"who is the chief", used here and for a running strategy (`trainer.distribute.strategies`).
 
     TF_CONFIG='{"cluster": {"worker": ["host1:12345", "host2:12345"]}, "task": {"type": "worker", "index": 1}}' \\
         python run.py strategy=multi_worker
@@ -20,17 +21,30 @@ CLUSTER_SOURCES = ("auto", "tf_config", "workers", "slurm")
 WORKER_PREFIX = "vggtrain-worker-"  # temporary folders of non-chief workers, removed when they finish
 
 
+def is_chief_task(task_type: str | None, task_index: int, cluster_has_chief: bool) -> bool:
+    """The chief writes the outputs: task `chief`, or worker 0 when the cluster names no chief task
+    (TensorFlow's own rule); a process outside any cluster (no task type) is its own chief."""
+    if not task_type:
+        return True
+    return task_type == "chief" or (task_type == "worker" and task_index == 0 and not cluster_has_chief)
+
+
+def count_workers(cluster: dict[str, list]) -> int:
+    """The processes that train in a cluster spec (`chief` and `worker` tasks); 1 for an empty spec."""
+    return max(1, len(cluster.get("worker", [])) + len(cluster.get("chief", [])))
+
+
 @dataclass(frozen=True)
 class Role:
     task_type: str
     task_index: int
     num_workers: int
     source: str  # where the cluster came from: tf_config | workers | slurm | local
+    cluster_has_chief: bool = False
 
     @property
     def is_chief(self) -> bool:
-        """The chief writes the outputs: task `chief`, or worker 0 when the cluster names no chief."""
-        return self.task_type == "chief" or (self.task_type == "worker" and self.task_index == 0)
+        return is_chief_task(self.task_type, self.task_index, self.cluster_has_chief)
 
 
 def _from_tf_config(text: str) -> Role:
@@ -42,9 +56,7 @@ def _from_tf_config(text: str) -> Role:
         task_type, index = task["type"], int(task["index"])
     except (ValueError, KeyError, TypeError) as error:
         raise ConfigError(f"TF_CONFIG must be JSON with 'cluster' and 'task' (type, index); {error}") from None
-    if chief and task_type == "worker":
-        task_type = "worker_with_chief"  # worker 0 is not the chief when a chief task exists
-    return Role(task_type, index, len(cluster.get("worker", [])) + len(chief), "tf_config")
+    return Role(task_type, index, count_workers(cluster), "tf_config", bool(chief))
 
 
 def worker_role(source: str, workers: list[str] | None, task_index: int | None) -> Role:

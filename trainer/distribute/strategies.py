@@ -1,23 +1,22 @@
-"""Distribution strategies by name: `strategy=single|mirrored|multi_worker` builds a `tf.distribute.Strategy`.
+"""The strategies `strategy=single|mirrored|multi_worker` name: each YAML option's `_target_` is a builder here.
 
     python run.py strategy=mirrored strategy.cpu_devices=2    # 2 logical CPUs: the multi-device path, on CPU
     TF_CONFIG=... python run.py strategy=multi_worker
 
-The task code only sees a `tf.distribute.Strategy`, its replica count and
-whether this process is the chief.
+The task code only sees a `tf.distribute.Strategy`, its replica count, its
+input pipelines and whether this process is the chief; everything here reads
+TensorFlow's public API (the Keras multi-worker workaround is `trainer.distribute.compat`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import tensorflow as tf
 
-from trainer import cluster
-from trainer.errors import ClusterError, ConfigError, DataError
+from trainer.distribute import cluster as roles
+from trainer.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +56,7 @@ def mirrored(devices: list[str] | None = None, cpu_devices: int = 0) -> tf.distr
 
 
 def _resolver(source: str, workers: list[str] | None, task_index: int | None):
-    role = cluster.worker_role(source, workers, task_index)  # validates the settings first
+    role = roles.worker_role(source, workers, task_index)  # validates the settings first
     resolvers = tf.distribute.cluster_resolver
     if role.source == "workers":
         spec = tf.train.ClusterSpec({"worker": list(workers)})
@@ -77,7 +76,7 @@ def multi_worker(
 
     A collective that waits longer than `timeout_seconds` (a worker died) fails instead of hanging.
     """
-    from trainer import compat
+    from trainer.distribute import compat
 
     compat.apply()
     options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=timeout_seconds)
@@ -87,36 +86,26 @@ def multi_worker(
     )
 
 
-STRATEGIES: dict[str, Callable[..., tf.distribute.Strategy]] = {
-    "single": single,
-    "mirrored": mirrored,
-    "multi_worker": multi_worker,
-}
-
-
-def build_strategy(name: str, **options) -> tf.distribute.Strategy:
-    """Builds the strategy `name` with its own options.
-
-    Raises:
-        ConfigError: `name` is not a known strategy.
-    """
-    if name not in STRATEGIES:
-        raise ConfigError(f"strategy.name must be one of {sorted(STRATEGIES)}; got {name!r}")
-    strategy = STRATEGIES[name](**options)
+def describe(strategy: tf.distribute.Strategy, name: str) -> None:
+    """Logs which strategy runs and on how many replicas."""
     kind = "TensorFlow's default strategy" if strategy is tf.distribute.get_strategy() else type(strategy).__name__
     log.info("Strategy %s with %d replica(s) <strategy=%s>", kind, strategy.num_replicas_in_sync, name)
-    return strategy
+
+
+def _cluster(strategy: tf.distribute.Strategy) -> tuple[object | None, dict[str, list]]:
+    """(cluster resolver, cluster spec as a dict) of a multi-worker strategy; (None, {}) for any other."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) or resolver is None:
+        return None, {}
+    return resolver, resolver.cluster_spec().as_dict()
 
 
 def is_chief(strategy: tf.distribute.Strategy) -> bool:
     """Whether this process writes the run's outputs (always, outside multi-worker runs)."""
-    resolver = getattr(strategy, "cluster_resolver", None)
-    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) or resolver is None:
+    resolver, spec = _cluster(strategy)
+    if resolver is None:
         return True
-    if not resolver.task_type:
-        return True
-    has_chief = "chief" in resolver.cluster_spec().as_dict()
-    return resolver.task_type == "chief" or (resolver.task_type == "worker" and resolver.task_id == 0 and not has_chief)
+    return roles.is_chief_task(resolver.task_type, resolver.task_id or 0, "chief" in spec)
 
 
 def worker_name(strategy: tf.distribute.Strategy) -> str:
@@ -127,48 +116,15 @@ def worker_name(strategy: tf.distribute.Strategy) -> str:
     return f"{resolver.task_type}{resolver.task_id}"
 
 
-def error_reason(error: tf.errors.OpError) -> str:
-    """The useful part of a TensorFlow error: the text of our pipeline's assertions or of the ValueError
-    of a Python step, else the first 300 characters."""
-    match = re.search(r"assertion failed: \[([^\]]+)\]", error.message) or re.search(
-        r"ValueError: ([^\n]+)", error.message
-    )
-    if match:
-        return match.group(1)
-    text = re.sub(r"\{\{function_node [^}]*\}\}|\[Op:.*", "", error.message)  # TensorFlow's op plumbing
-    text = " ".join(text.split())[:300]
-    if isinstance(error, tf.errors.DataLossError) and text.startswith("corrupted record at"):
-        text += " in a TFRecord file (without a manifest.json beside them, every file is checked at start-up and named)"
-    return text
-
-
-@contextlib.contextmanager
-def collective_errors(strategy: tf.distribute.Strategy) -> Iterator[None]:
-    """Turns a lost worker or a collective timeout into one clear `ClusterError`, and a check failing
-    inside the input pipeline (a bad label, a corrupted record) into a `DataError`."""
-    try:
-        yield
-    except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as error:
-        raise DataError(f"bad input data: {error_reason(error)}") from None
-    except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.CancelledError) as error:
-        if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-            raise
-        reason = " ".join(str(error.message).split())[:300]
-        raise ClusterError(
-            f"strategy=multi_worker: a worker stopped responding or a collective timed out "
-            f"(strategy.timeout_seconds); restart every worker with the same command. Cause: {reason}"
-        ) from None
+def num_input_pipelines(strategy: tf.distribute.Strategy) -> int:
+    """The input pipelines `distribute_datasets_from_function` builds: one per worker process under
+    multi-worker training, else 1 (one pipeline feeds every replica of this machine)."""
+    return roles.count_workers(_cluster(strategy)[1])
 
 
 def in_multi_worker_mode(strategy: tf.distribute.Strategy) -> bool:
     """Whether `strategy` spans several worker processes (a one-worker `multi_worker` run does not)."""
-    return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) and strategy.extended._in_multi_worker_mode()
-
-
-def num_input_pipelines(strategy: tf.distribute.Strategy) -> int:
-    """The input pipelines `distribute_datasets_from_function` builds: one per worker under multi-worker
-    training, else 1 (one pipeline feeds every replica of this machine)."""
-    return strategy.extended._num_workers if in_multi_worker_mode(strategy) else 1
+    return num_input_pipelines(strategy) > 1
 
 
 def training_input(

@@ -1,0 +1,34 @@
+"""The config: typed schemas, their registration with Hydra, run-folder resolvers, and reuse of a run's config.
+
+    python run.py --cfg job        # the composed config, every key with its value
+
+Only this package and `trainer.tasks` read the Hydra config; every other function
+takes plain arguments.
+"""
+
+from trainer.config.schema import (
+    BinaryDatasetConfig,
+    Config,
+    CustomModelConfig,
+    DatasetConfig,
+    ModelConfig,
+    TFRecordDatasetConfig,
+    VGG19Config,
+    VGG19ImageNetConfig,
+)
+from trainer.config.store import SCHEMA_GROUP, SCHEMAS, register, to_settings
+
+__all__ = [
+    "SCHEMAS",
+    "SCHEMA_GROUP",
+    "BinaryDatasetConfig",
+    "Config",
+    "CustomModelConfig",
+    "DatasetConfig",
+    "ModelConfig",
+    "TFRecordDatasetConfig",
+    "VGG19Config",
+    "VGG19ImageNetConfig",
+    "register",
+    "to_settings",
+]

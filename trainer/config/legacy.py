@@ -1,0 +1,34 @@
+"""Saved configs of vggtrain 0.1 (run folders made before parts were built from `_target_`), read as today's.
+
+    python run.py mode=evaluate checkpoint=RUN_MADE_WITH_0.1     # its .hydra/config.yaml still loads
+
+Two sections changed shape; each change keeps what the old run did:
+- `optimizer` had one schema for every optimizer, whose keys another optimizer ignored
+  (Adam never read `momentum`, `nesterov` or `weight_decay`): they are dropped, and the
+  option's `_target_` comes from its `name`.
+- `logger.tensorboard`, `logger.mlflow` and `logger.wandb` were booleans: `true` is now the
+  tracker's entry with its defaults, `false` no entry.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+OPTIMIZER_KEYS = {"momentum": ("sgd",), "nesterov": ("sgd",), "weight_decay": ("adamw",)}  # who read them in 0.1
+TRACKERS = ("tensorboard", "mlflow", "wandb")
+
+
+def upgrade(saved: dict[str, Any]) -> dict[str, Any]:
+    """`saved` (a run's `.hydra/config.yaml` as a dict) in today's shape; a config of today is returned as it is."""
+    optimizer = saved.get("optimizer")
+    if isinstance(optimizer, dict) and "_target_" not in optimizer:
+        name = optimizer.get("name")
+        saved["optimizer"] = {
+            key: value for key, value in optimizer.items() if name in OPTIMIZER_KEYS.get(key, (name,))
+        }
+    logger = saved.get("logger")
+    if isinstance(logger, dict):
+        for key in TRACKERS:
+            if isinstance(logger.get(key), bool):
+                logger[key] = {} if logger[key] else None
+    return saved

@@ -1,0 +1,414 @@
+"""Image folders to sharded TFRecords: `python -m trainer.convert INPUT_DIR OUTPUT_DIR [options]`.
+
+    python -m trainer.convert PetImages/ records/ --format jpeg --val-fraction 0.1 --test-fraction 0.1
+
+INPUT_DIR holds one subfolder per class (Cat/, Dog/), or image files only (an
+unlabeled test set whose file names are kept in the records). Examples are
+split per class and shuffled with the seed; each shard's examples are fixed before
+any is decoded, and each worker process decodes and writes whole shards, so the
+bytes are the same whatever `--workers` is. Unreadable files (corrupt, empty,
+Thumbs.db, decompression bombs, ...), stray top-level files, broken symlinks and
+FIFOs are skipped and listed with the reason in the log and in OUTPUT_DIR/manifest.json,
+which the reader (`dataset=cats_dogs`) uses.
+
+A rerun over a killed conversion is safe: shards are written into OUTPUT_DIR/.staging
+and moved into place, manifest.json last; an OUTPUT_DIR without manifest.json that holds
+only the converter's own files is cleared first, and one holding anything else is refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import multiprocessing
+import os
+import random
+import re
+import shutil
+import stat
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm import tqdm
+
+from trainer import quiet
+from trainer.data import record_writer
+from trainer.data.images import RESIZE_MODES, encode_file
+from trainer.errors import UserError
+
+log = logging.getLogger("trainer.convert")
+SPLITS = ("train", "val", "test")
+MANIFEST = "manifest.json"
+STAGING = ".staging"  # shards being written; moved into OUTPUT_DIR when every one is done
+OWN_FILE = re.compile(r"(train|val|test)\.tfrecords_\d{3,}|manifest\.json|\..*\.tmp|\.staging")
+
+
+@dataclass(frozen=True)
+class ConvertOptions:
+    image_size: int = 224
+    format: str = "raw"  # raw | jpeg
+    resize: str = "resize"  # resize | crop | pad
+    val_fraction: float = 0.0
+    test_fraction: float = 0.0
+    records_per_shard: int = 1000
+    workers: int = 0  # 0: one per core
+    seed: int = 0
+    jpeg_quality: int = 95
+    classes: tuple[str, ...] = ()  # default: the sorted subfolder names
+    compression: str = "none"  # none | gzip | zlib
+
+
+def display_name(path: Path, root: Path) -> str:
+    """A relative path as text for logs and the manifest; bytes that are not UTF-8 become backslash escapes."""
+    return os.fsencode(path.relative_to(root)).decode("utf-8", errors="backslashreplace")
+
+
+def _special(path: Path) -> str | None:
+    """Why `path` is not a readable file (broken symlink, FIFO, socket, device), or None for a regular file."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return "broken symlink" if path.is_symlink() else "cannot be read"
+    if stat.S_ISREG(mode):
+        return None
+    return "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file (socket or device)"
+
+
+def _walk(folder: Path, root: Path, skipped: list[dict]) -> list[Path]:
+    """Regular files below `folder`, sorted; everything else goes to `skipped` with its reason."""
+    files = []
+    for path in sorted(folder.rglob("*")):
+        if path.is_dir():
+            continue
+        reason = _special(path)
+        if reason is None:
+            files.append(path)
+        else:
+            skipped.append({"file": display_name(path, root), "reason": reason})
+    return files
+
+
+def scan(input_dir: Path, classes: tuple[str, ...]) -> tuple[list[str] | None, list[tuple[Path, int | None]], list]:
+    """(class names, [(file, label)], skipped): labeled when INPUT_DIR has subfolders, else (None, unlabeled files).
+
+    In a labeled input, files beside the class folders, broken symlinks and FIFOs are skipped (and listed).
+
+    Raises:
+        UserError: the folder is missing, or a requested class has no folder.
+    """
+    if not input_dir.is_dir():
+        raise UserError(f"INPUT_DIR {input_dir}: no such folder")
+    skipped = []
+    folders = sorted(path.name for path in input_dir.iterdir() if path.is_dir() and not path.name.startswith("."))
+    if not folders:
+        return None, [(path, None) for path in _walk(input_dir, input_dir, skipped)], skipped
+    names = list(classes) or folders
+    missing = [name for name in names if not (input_dir / name).is_dir()]
+    if missing:
+        raise UserError(f"--classes {','.join(missing)}: no such subfolder of {input_dir} (found {folders})")
+    for path in sorted(input_dir.iterdir()):
+        if not path.is_dir():
+            reason = _special(path) or "a top-level file, not in a class folder"
+            skipped.append({"file": display_name(path, input_dir), "reason": reason})
+    items = [(path, label) for label, name in enumerate(names) for path in _walk(input_dir / name, input_dir, skipped)]
+    return names, items, skipped
+
+
+def assign_splits(items: list, labeled: bool, options: ConvertOptions) -> dict[str, list]:
+    """Splits per class (so each split keeps the class balance), then shuffles each split with the seed."""
+    if not labeled:
+        return {"test": items}
+    rng = random.Random(options.seed)
+    splits = {name: [] for name in SPLITS}
+    for label in sorted({label for _, label in items}):
+        members = [item for item in items if item[1] == label]
+        rng.shuffle(members)
+        num_val = round(len(members) * options.val_fraction)
+        num_test = round(len(members) * options.test_fraction)
+        splits["val"] += members[:num_val]
+        splits["test"] += members[num_val : num_val + num_test]
+        splits["train"] += members[num_val + num_test :]
+    for members in splits.values():
+        rng.shuffle(members)
+    return {name: members for name, members in splits.items() if members}
+
+
+def _shard_name(split: str, index: int) -> str:
+    return f"{split}.tfrecords_{index:03d}"
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    """One shard for one worker: its examples are fixed before any image is decoded."""
+
+    path: str  # in the staging folder
+    files: tuple[str, ...]
+    labels: tuple[int | None, ...]
+    names: tuple[bytes, ...]  # relative paths as bytes (kept exactly, UTF-8 or not)
+    shown: tuple[str, ...]  # the same names as text, for the manifest
+
+
+def write_shard(task: ShardTask, options: ConvertOptions) -> tuple[Counter, list[dict]]:
+    """Decodes the shard's images and writes its records (a worker process; no TensorFlow here).
+
+    Returns:
+        (records per label, skipped files with their reasons).
+    """
+    keys = record_writer.DEFAULT_KEYS[options.format]
+    counts, skipped = Counter(), []
+    with record_writer.RecordFile(task.path, options.compression) as shard:
+        for file, label, name, shown in zip(task.files, task.labels, task.names, task.shown, strict=True):
+            data, error = encode_file(file, options.image_size, options.resize, options.format, options.jpeg_quality)
+            if error is not None:
+                skipped.append({"file": shown, "reason": error})
+                continue
+            size = options.image_size
+            features = record_writer.example_features(options.format, keys, data, label, name, size, size)
+            shard.write(record_writer.encode_example(features))
+            counts[label] += 1
+    return counts, skipped
+
+
+def _write_shard(args: tuple[ShardTask, ConvertOptions]) -> tuple[Counter, list[dict]]:
+    return write_shard(*args)
+
+
+def prepare_output(input_dir: Path, output_dir: Path) -> None:
+    """Makes OUTPUT_DIR ready: new, empty, or left by a killed conversion (its own files are removed).
+
+    Raises:
+        UserError: OUTPUT_DIR is inside INPUT_DIR, holds a finished conversion, or holds other files.
+    """
+    if output_dir.resolve().is_relative_to(input_dir.resolve()):
+        raise UserError(
+            f"OUTPUT_DIR {output_dir} is inside INPUT_DIR {input_dir}: the next conversion would read it as a "
+            f"class of its own; choose a folder outside it"
+        )
+    if output_dir.exists() and not output_dir.is_dir():
+        raise UserError(f"OUTPUT_DIR {output_dir}: exists and is not a folder")
+    if (output_dir / MANIFEST).exists():
+        raise UserError(f"OUTPUT_DIR {output_dir} already holds a converted dataset; choose another folder")
+    if output_dir.is_dir():
+        entries = sorted(output_dir.iterdir())
+        foreign = [entry.name for entry in entries if not OWN_FILE.fullmatch(entry.name)]
+        if foreign:
+            raise UserError(
+                f"OUTPUT_DIR {output_dir} holds files the converter did not write ({', '.join(foreign[:3])}"
+                f"{' ...' if len(foreign) > 3 else ''}); choose a new or empty folder"
+            )
+        if entries:
+            log.warning(
+                "OUTPUT_DIR %s holds %d file(s) of an unfinished conversion: removing them", output_dir, len(entries)
+            )
+        for entry in entries:
+            shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+    try:
+        (output_dir / STAGING).mkdir(parents=True)
+    except OSError as error:
+        raise UserError(f"OUTPUT_DIR {output_dir}: cannot create it ({error.strerror})") from None
+
+
+def _tasks(splits: dict[str, list], input_dir: Path, options: ConvertOptions, staging: Path) -> list[tuple]:
+    """(split, ShardTask) for every shard: `records_per_shard` consecutive examples of a split each."""
+    tasks = []
+    for split, members in splits.items():
+        size = options.records_per_shard
+        for index, start in enumerate(range(0, len(members), size)):
+            chunk = members[start : start + size]
+            names = tuple(os.fsencode(path.relative_to(input_dir)) for path, _ in chunk)
+            task = ShardTask(
+                str(staging / f"{split}-{index:05d}"),
+                tuple(str(path) for path, _ in chunk),
+                tuple(label for _, label in chunk),
+                names,
+                tuple(display_name(path, input_dir) for path, _ in chunk),
+            )
+            tasks.append((split, task))
+    return tasks
+
+
+def convert(input_dir: Path, output_dir: Path, options: ConvertOptions) -> dict:
+    """Converts a folder and writes the shards and manifest.json; returns the manifest.
+
+    Raises:
+        UserError: bad input or output folder, or no readable image at all.
+    """
+    class_names, items, skipped = scan(input_dir, options.classes)
+    for entry in skipped:
+        log.warning("Skipped %s: %s", entry["file"], entry["reason"])
+    if not items:
+        raise UserError(f"INPUT_DIR {input_dir}: holds no files")
+    prepare_output(input_dir, output_dir)
+    staging = output_dir / STAGING
+    splits = assign_splits(items, class_names is not None, options)
+    tasks = _tasks(splits, input_dir, options, staging)
+    workers = min(options.workers or os.cpu_count() or 1, len(tasks))
+    log.info(
+        "Converting %d files from %s into %d shard(s) with %d worker(s): %s",
+        len(items),
+        input_dir,
+        len(tasks),
+        workers,
+        {name: len(members) for name, members in splits.items()},
+    )
+    keys = record_writer.DEFAULT_KEYS[options.format]
+    manifest = {
+        "format": options.format,
+        "image_size": options.image_size,
+        "resize": options.resize,
+        "compression": options.compression,
+        "class_names": class_names,
+        "labeled": class_names is not None,
+        "seed": options.seed,
+        "feature_keys": keys,
+        "splits": {},
+        "skipped": skipped,
+    }
+    # Each worker decodes and writes whole shards: no single writer, nothing handed back but counts.
+    context = multiprocessing.get_context("spawn")
+    arguments = [(task, options) for _, task in tasks]
+    with (
+        context.Pool(workers) if workers > 1 else contextlib.nullcontext() as pool,
+        tqdm(total=len(items), unit="img", desc="convert", disable=None) as progress,
+    ):
+        results = pool.imap(_write_shard, arguments) if pool else map(_write_shard, arguments)
+        outcomes = []
+        for (_, task), outcome in zip(tasks, results, strict=True):
+            progress.update(len(task.files))
+            outcomes.append(outcome)
+    for split in splits:
+        files, counts, file_counts = [], Counter(), []
+        for (task_split, task), (shard_counts, shard_skipped) in zip(tasks, outcomes, strict=True):
+            if task_split != split:
+                continue
+            for entry in shard_skipped:
+                log.warning("Skipped %s: %s", entry["file"], entry["reason"])
+            manifest["skipped"] += shard_skipped
+            if not shard_counts:  # every image of this shard was skipped
+                os.remove(task.path)
+                continue
+            files.append(_shard_name(split, len(files)))
+            os.replace(task.path, output_dir / files[-1])
+            counts += shard_counts
+            file_counts.append(sum(shard_counts.values()))  # per-worker shares need them (trainer.data.shares)
+        per_class = {
+            (class_names[label] if class_names else "unlabeled"): count
+            for label, count in sorted(counts.items(), key=lambda pair: (pair[0] is None, pair[0]))
+        }
+        manifest["splits"][split] = {"files": files, "count": sum(counts.values()), "per_class": per_class}
+        manifest["splits"][split]["file_counts"] = file_counts
+    staging.rmdir()
+    if not any(split["count"] for split in manifest["splits"].values()):
+        raise UserError(f"INPUT_DIR {input_dir}: no readable image among {len(items)} files")
+    temporary = output_dir / f".{MANIFEST}.tmp"
+    temporary.write_text(json.dumps(manifest, indent=2) + "\n")
+    os.replace(temporary, output_dir / MANIFEST)  # last: a folder with manifest.json is complete
+    log.info(
+        "Wrote %s; skipped %d file(s)",
+        {name: split["count"] for name, split in manifest["splits"].items()},
+        len(manifest["skipped"]),
+    )
+    return manifest
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1); got {text}")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1; got {text}")
+    return value
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends `(default: X)` only where X says something: not for an empty default or a flag."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False or action.default == "":
+            return action.help
+        return super()._get_help_string(action)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m trainer.convert",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=_HelpFormatter,
+    )
+    parser.add_argument("input_dir", type=Path, help="folder with one subfolder per class, or unlabeled images")
+    parser.add_argument("output_dir", type=Path, help="where the shards and manifest.json go (new or empty)")
+    parser.add_argument("--image-size", type=_positive, default=224, help="side of the stored square images")
+    parser.add_argument(
+        "--format",
+        choices=("raw", "jpeg"),
+        default="raw",
+        help="raw: classic label + img_raw pixels; jpeg: TFDS/Model Garden keys, several times smaller",
+    )
+    parser.add_argument(
+        "--resize",
+        choices=RESIZE_MODES,
+        default="resize",
+        help="resize: plain; crop: centre crop to a square first; pad: pad to a square first",
+    )
+    parser.add_argument("--val-fraction", type=_fraction, default=0.0, help="share of each class for val")
+    parser.add_argument("--test-fraction", type=_fraction, default=0.0, help="share of each class for test")
+    parser.add_argument("--records-per-shard", type=_positive, default=1000, help="records in each shard file")
+    parser.add_argument(
+        "--workers", type=int, default=0, help="processes decoding and writing whole shards; 0 means one per core"
+    )
+    parser.add_argument(
+        "--compression",
+        choices=record_writer.COMPRESSIONS,
+        default="none",
+        help="compress each shard (dataset.compression=auto reads any of them)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seeds the split and the shuffle")
+    parser.add_argument("--jpeg-quality", type=int, default=95, help="JPEG quality for --format jpeg")
+    parser.add_argument(
+        "--classes",
+        default="",
+        help="comma-separated class subfolders, in label order (default: all subfolders, sorted)",
+    )
+    parser.add_argument("--tf-logs", action="store_true", help="show TensorFlow's own start-up and INFO logs")
+    args = parser.parse_args(argv)
+    if args.val_fraction + args.test_fraction >= 1:
+        parser.error("--val-fraction plus --test-fraction must be below 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
+    args = parse_args(argv)
+    quiet.configure(args.tf_logs)
+    options = ConvertOptions(
+        image_size=args.image_size,
+        format=args.format,
+        resize=args.resize,
+        val_fraction=args.val_fraction,
+        test_fraction=args.test_fraction,
+        records_per_shard=args.records_per_shard,
+        workers=args.workers,
+        seed=args.seed,
+        jpeg_quality=args.jpeg_quality,
+        classes=tuple(name for name in args.classes.split(",") if name),
+        compression=args.compression,
+    )
+    try:
+        convert(args.input_dir, args.output_dir, options)
+    except UserError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

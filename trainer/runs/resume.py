@@ -1,0 +1,67 @@
+"""Continue a killed or preempted run: find its folder, its backup, and trim its history to what is saved.
+
+python run.py resume=outputs/2026-11-30/12-00-00     # or resume=latest
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import tempfile
+from pathlib import Path
+
+from trainer.errors import ConfigError
+from trainer.runs import folders, history
+from trainer.runs.backup import read_state
+
+log = logging.getLogger(__name__)
+
+
+def resolve_resume(resume: str | None, output_dir: str) -> str:
+    """The folder a run writes to: `resume` (an earlier run folder, or `latest`) or Hydra's new folder.
+
+    With run.py, Hydra's folder already is the resumed one (`hydra.run.dir` follows `resume`).
+
+    Raises:
+        ConfigError: `resume` names no run folder.
+    """
+    if not resume:
+        return output_dir
+    picked = resume == "latest" and (Path(output_dir) / "backup").is_dir()  # Hydra's resolver picked it
+    folder = output_dir if picked else folders.resume_folder(resume)
+    if resume == "latest":
+        log.info("resume=latest: continuing %s, the interrupted run whose backup was written last", folder)
+    return folder
+
+
+def backup_folder(run_dir: Path, output_dir: str, worker: str | None) -> Path:
+    """Where the backup (trainer.backup) keeps this worker's state: the run folder for the chief (`worker=None`),
+    else a temporary folder named after the run and the worker, so a rerun of that worker (with
+    resume=PATH) finds it and two workers never share one."""
+    if worker is None:
+        return run_dir / "backup"
+    key = hashlib.sha1(str(Path(output_dir).resolve()).encode()).hexdigest()[:12]
+    return Path(tempfile.gettempdir()) / f"vggtrain-backup-{key}-{worker}"
+
+
+def prepare_resume(run_dir: Path, backup_dir: Path, resume: str | None) -> int:
+    """Epochs already done per the backup; trims history.csv to exactly those, so none appears twice.
+
+    A run killed before its first epoch ended has no backup: it starts again
+    from epoch 1. A run whose epochs are all done but whose metrics.json is
+    missing (killed in the test evaluation) still has its backup.
+
+    Raises:
+        ConfigError: `resume` points at a run that finished (it has its metrics.json), or at an unreadable backup.
+    """
+    if resume and (run_dir / "metrics.json").is_file():
+        raise ConfigError(f"resume={resume}: the run finished (it has metrics.json); start a new run instead")
+    state = read_state(backup_dir)
+    done = state.epoch if state else 0
+    history.trim(run_dir / history.FILE, done)
+    if resume:
+        if done:
+            log.info("Resuming %s after epoch %d from %s <resume=%s>", run_dir, done, state.weights, resume)
+        else:
+            log.info("No epoch of %s was finished: training it from epoch 1 <resume=%s>", run_dir, resume)
+    return done

@@ -1,0 +1,118 @@
+"""The optional parts of a training run, built from their `_target_`: callbacks, trackers; and class weights.
+
+    python run.py logger=[tensorboard,mlflow] callbacks=early_stopping trainer.class_weight=balanced
+    python run.py +callbacks.csv._target_=keras.callbacks.CSVLogger +callbacks.csv.filename=log.csv
+
+Each chosen entry of `callbacks` and `logger` that has a `_target_` is built with
+`hydra.utils.instantiate`, as lightning-hydra-template's `instantiate_callbacks` and
+`instantiate_loggers` do; what only the run knows (the TensorBoard folder) is passed then.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+from typing import Any
+
+import keras
+
+from trainer.config.schema import CallbacksConfig, Config, LoggerConfig
+from trainer.errors import ConfigError
+from trainer.models.registry import build_target
+from trainer.tasks.data import Data
+from trainer.tracking.loggers import Tracker
+from trainer.training.losses import class_weights, count_labels
+
+log = logging.getLogger(__name__)
+
+ARTIFACTS = (
+    "metrics.json",
+    "history.csv",
+    "curves.png",
+    "confusion_matrix_test.png",
+    "confusion_matrix_test.csv",
+    "config_tree.txt",
+    ".hydra/config.yaml",
+    "checkpoints/best.keras",
+)
+
+
+def _entries(section: Any) -> dict[str, dict[str, Any]]:
+    """{name: options} of every entry of a config section that names a `_target_` (None entries are off)."""
+    found = {}
+    for name, value in vars(section).items():
+        if dataclasses.is_dataclass(value):
+            value = {item.name: getattr(value, item.name) for item in dataclasses.fields(value)}
+        if isinstance(value, dict) and "_target_" in value:
+            found[name] = value
+        elif isinstance(value, dict):  # the open part of a section: `extra` holds the user's own entries
+            found.update(
+                {key: entry for key, entry in value.items() if isinstance(entry, dict) and "_target_" in entry}
+            )
+    return found
+
+
+def _build(key: str, options: dict[str, Any], **runtime: Any) -> Any:
+    rest = {name: value for name, value in options.items() if name != "_target_"}
+    return build_target(key, options["_target_"], rest, **runtime)
+
+
+def build_callbacks(callbacks: CallbacksConfig, schedule: str) -> list[keras.callbacks.Callback]:
+    """Every callback `callbacks=` chose (early stopping, LR on plateau, your own), built from its `_target_`.
+
+    Raises:
+        ConfigError: reduce_lr_on_plateau with a schedule that sets the rate every step; a target that is
+            not a Keras callback.
+    """
+    if callbacks.reduce_lr_on_plateau is not None and schedule != "constant":
+        raise ConfigError(
+            f"callbacks=reduce_lr_on_plateau needs optimizer.schedule.name=constant (the {schedule} schedule sets "
+            f"the rate every step); got {schedule}"
+        )
+    built = []
+    for name, options in _entries(callbacks).items():
+        callback = _build(f"callbacks.{name}", options)
+        if not isinstance(callback, keras.callbacks.Callback):
+            raise ConfigError(f"callbacks.{name}._target_={options['_target_']} must be a Keras callback")
+        built.append(callback)
+    return built
+
+
+def build_trackers(logger: LoggerConfig, run_dir: Path) -> tuple[list[Tracker], list[keras.callbacks.Callback]]:
+    """(experiment trackers, other logging callbacks) that `logger=` chose, the trackers connected (a server
+    that cannot be reached fails here, before any data is read). TensorBoard writes into `run_dir/tensorboard`."""
+    trackers, others = [], []
+    for name, options in _entries(logger).items():
+        runtime = {"log_dir": str(run_dir / "tensorboard")} if name == "tensorboard" else {}
+        part = _build(f"logger.{name}", options, **runtime)
+        if isinstance(part, Tracker):
+            part.connect()
+            trackers.append(part)
+        elif isinstance(part, keras.callbacks.Callback):
+            others.append(part)
+        else:
+            raise ConfigError(f"logger.{name}._target_={options['_target_']} must be a Keras callback")
+    return trackers, others
+
+
+def stopped_early(callbacks: list[keras.callbacks.Callback]) -> bool:
+    """Whether an EarlyStopping among `callbacks` ended the last `fit` early."""
+    return any(isinstance(item, keras.callbacks.EarlyStopping) and item.stopped_epoch > 0 for item in callbacks)
+
+
+def class_weight(settings: Config, data: Data) -> dict[int, float] | None:
+    """`trainer.class_weight` as fit's argument; `balanced` counts the training split (manifest, else the data)."""
+    option = settings.trainer.class_weight
+    counts = None
+    if option == "balanced":
+        known = (data.class_counts or {}).get("train")
+        if known and set(known) == set(data.class_names):
+            counts = [int(known[name]) for name in data.class_names]
+        else:
+            counts = count_labels(data.train_plain, len(data.class_names))
+    weights = class_weights(option, counts, len(data.class_names))
+    if weights is not None:
+        shown = ", ".join(f"{index}: {weight:.3g}" for index, weight in weights.items())
+        log.info("Class weights {%s} <trainer.class_weight=%s>", shown, "balanced" if option == "balanced" else "{...}")
+    return weights

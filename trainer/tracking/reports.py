@@ -1,0 +1,88 @@
+"""What a finished evaluation leaves for people to read: the confusion matrix (CSV and PNG) and the run summary.
+
+python run.py mode=evaluate checkpoint=RUN     # confusion_matrix_test.csv and .png
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path
+from typing import Any
+
+from trainer.runs.atomic import write_atomic
+
+
+def write_confusion_csv(path: str | os.PathLike, matrix, class_names: list[str]) -> Path:
+    """The confusion matrix as CSV: one row per true class, one column per predicted class."""
+
+    def write(temporary: Path) -> None:
+        with open(temporary, "w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["true \\ predicted", *class_names])
+            for name, row in zip(class_names, matrix, strict=True):
+                writer.writerow([name, *(int(count) for count in row)])
+
+    return write_atomic(path, write)
+
+
+def plot_confusion_png(path: str | os.PathLike, matrix, class_names: list[str], title: str) -> Path:
+    """The confusion matrix as a labelled heat map, counts in the cells."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    matrix = np.asarray(matrix)
+    size = max(4.0, 0.6 * len(class_names) + 2.0)
+    figure, axes = plt.subplots(figsize=(size, size), dpi=100)
+    shown = axes.imshow(matrix, cmap="Blues")
+    ticks = range(len(class_names))
+    axes.set_xticks(ticks, class_names, rotation=45, ha="right")
+    axes.set_yticks(ticks, class_names)
+    axes.set_xlabel("predicted")
+    axes.set_ylabel("true")
+    axes.set_title(title)
+    if len(class_names) <= 30:
+        threshold = matrix.max() / 2 if matrix.size else 0
+        for (row, column), count in np.ndenumerate(matrix):
+            axes.text(
+                column,
+                row,
+                int(count),
+                ha="center",
+                va="center",
+                fontsize=8,
+                color="white" if count > threshold else "black",
+            )
+    figure.colorbar(shown, ax=axes, fraction=0.046, pad=0.04)
+    figure.tight_layout()
+    write_atomic(path, lambda temporary: figure.savefig(temporary, format="png"))
+    plt.close(figure)
+    return Path(path)
+
+
+RUN_FILES = (
+    "curves.png",
+    "confusion_matrix_test.png",
+    "metrics.json",
+    "history.csv",
+    "run.log",
+    "checkpoints/best.keras",
+)
+
+
+def run_summary(run_dir: Path, metrics: dict[str, Any]) -> str:
+    """The end-of-run summary: the folder, the best epoch, val and test accuracy, and the files to open."""
+    files = [name for name in RUN_FILES if (run_dir / name).exists()]
+    return "\n".join(
+        [
+            f"Run finished: {run_dir.resolve()}",
+            f"  best epoch {metrics['best_epoch']} of {metrics['epochs_completed']} by {metrics['objective_metric']}: "
+            f"val_accuracy {metrics['val_accuracy']:.4f}, test_accuracy {metrics['test_accuracy']:.4f} "
+            f"(test_loss {metrics['test_loss']:.4f}), {metrics['train_seconds']:.0f} s of training",
+            f"  open: {', '.join(files)}",
+            f"  tensorboard --logdir {(run_dir / 'tensorboard').resolve()}",
+        ]
+    )
