@@ -11,6 +11,7 @@ HYDRA_FULL_ERROR=1 for the full traceback.
 import logging
 import os
 import sys
+from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -35,7 +36,7 @@ def _share_cores(cfg: DictConfig) -> None:
         cfg.trainer.threads = max(1, (os.cpu_count() or 1) // jobs)
 
 
-@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+@hydra.main(version_base="1.3", config_path=str(Path(__file__).resolve().parent / "conf"), config_name="config")
 def main(cfg: DictConfig) -> float | None:
     from trainer.tasks import run_task
 

@@ -1,8 +1,19 @@
-"""Shared fixtures: the real config composed with Hydra, and tiny datasets made on the fly."""
+"""Shared fixtures: the real config composed with Hydra, tiny datasets made on the fly, `run.py` run in this
+process, and one tiny trained run shared by every test that evaluates, predicts or exports.
+
+Tiers (markers): `unit` (a function or class), `integration` (a task or pipeline end to end, in process),
+`e2e` (a real process: `python run.py`, kills, workers, locks, sweeps, console output) and `slow` (left
+out of the default run: `pytest -m slow`).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
 import os
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +24,88 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 CIFAR_TRAIN = [f"data_batch_{index}.bin" for index in range(1, 6)]
+LOGICAL_CPUS = 2  # `strategy=mirrored strategy.cpu_devices=2` runs in this process on these
+
+
+def _split_cpu() -> None:
+    """Two logical CPU devices, made once before TensorFlow's runtime starts, so that the mirrored strategy
+    runs in process as `strategy.cpu_devices=2` would make it."""
+    import tensorflow as tf
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * LOGICAL_CPUS)
+
+
+_split_cpu()
+
+
+@pytest.fixture(autouse=True)
+def _one_run_leaves_no_global_state():
+    """TensorFlow's op determinism and Keras's precision policy are process-wide: one test's run must not
+    leave them to the next (a real `python run.py` starts without them)."""
+    yield
+    import keras
+    from tensorflow.python.framework import config as tf_config  # the only switch back; tests may use it
+
+    from trainer.tasks import setup
+
+    tf_config.disable_op_determinism()
+    setup._determinism["on"] = False
+    keras.mixed_precision.set_global_policy("float32")
+
+
+@dataclass
+class CliResult:
+    """What `python run.py ARGS` would have returned and printed."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    value: float | None = None  # what the task returned (the objective of a training run)
+
+
+def run_cli(arguments: list[str], cwd: Path | None = None) -> CliResult:
+    """`python run.py ARGUMENTS` in this process, as a user types it: Hydra composes, runs the task, and a bad
+    input ends in one `error: ...` line on stderr and exit code 1. Hydra's global state and its log handlers
+    are cleared afterwards; `SystemExit` is caught. Costs a fraction of a subprocess (no TensorFlow import)."""
+    from absl import logging as absl_logging
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+
+    import run as entry
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    out, err = io.StringIO(), io.StringIO()
+    previous = os.getcwd()
+    # Hydra's logging set-up (dictConfig) closes every handler made so far. absl's handler closes its stream
+    # unless it is the current sys.stderr: pointed at the redirected stream, it leaves pytest's alone.
+    absl_handler = absl_logging.get_absl_handler().python_handler
+    absl_stream = absl_handler.stream
+    GlobalHydra.instance().clear()
+    result = CliResult(0, "", "")
+    try:
+        os.chdir(cwd or previous)
+        absl_handler.stream = err
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                result.value = entry.cli(list(arguments), exit_hard_on_disk_error=False)
+            except SystemExit as exit_:
+                if isinstance(exit_.code, str):
+                    print(exit_.code, file=sys.stderr)
+                result.returncode = 1 if isinstance(exit_.code, str) else int(exit_.code or 0)
+    finally:
+        absl_handler.stream = absl_stream
+        os.chdir(previous)
+        GlobalHydra.instance().clear()
+        HydraConfig.instance().cfg = None
+        for handler in root.handlers:
+            if handler not in handlers:
+                handler.close()
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    result.stdout, result.stderr = out.getvalue(), err.getvalue()
+    return result
 
 
 def compose(overrides: list[str], output_dir: Path | str = "unused"):
@@ -137,3 +230,27 @@ def check_run_metrics(run_dir: Path, mode: str = "max") -> dict:
     assert metrics["test_accuracy"] == pytest.approx(np.trace(counts) / counts.sum(), abs=1e-6)
     assert math.isfinite(metrics["test_loss"]) and math.isfinite(metrics["val_loss"])
     return metrics
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory) -> tuple[Path, Path]:
+    """(CIFAR-format data folder, run folder) of one tiny run trained by `run.py` for 2 epochs, dropout on
+    (the CIFAR default 0.5): 5 x 16 training records (16 held out for validation) and 24 test records. Its
+    folder holds `.hydra/config.yaml`, so it serves `checkpoint=RUN` as users type it. Shared by every test
+    that evaluates, predicts, exports or reuses a run's config; none of them may write into it."""
+    root = tmp_path_factory.mktemp("trained")
+    data = write_cifar(root / "cifar", records_per_file=16, num_test=24)
+    run_dir = root / "run"
+    result = run_cli([*cifar_overrides(data), "trainer.epochs=2", f"hydra.run.dir={run_dir}"], cwd=root)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return data, run_dir
+
+
+TIERS = ("unit", "integration", "e2e")
+
+
+def pytest_collection_modifyitems(items):
+    """Every test belongs to exactly one tier, so `pytest -m unit` (or integration, e2e) runs a whole tier."""
+    untiered = [item.nodeid for item in items if sum(item.get_closest_marker(tier) is not None for tier in TIERS) != 1]
+    if untiered:
+        raise pytest.UsageError(f"tests without exactly one tier marker {TIERS}: {', '.join(untiered[:10])}")

@@ -1,7 +1,7 @@
 """The bad-input matrix: every entry point meets every kind of bad input with one clear line.
 
 Each case must fail with a `UserError` (run.py prints it as one `error: ...` line
-and exits 1; see the subprocess cases at the end), name the file or key, and
+and exits 1; see the command-line cases at the end), name the file or key, and
 leave what was already written untouched. Unreadable images are not errors:
 the converter and predict skip them and report each one.
 """
@@ -9,9 +9,7 @@ the converter and predict skip them and report each one.
 from __future__ import annotations
 
 import hashlib
-import os
-import subprocess
-import sys
+import re
 from pathlib import Path
 
 import numpy as np
@@ -20,29 +18,31 @@ import tensorflow as tf
 from hydra.errors import ConfigCompositionException
 from test_cats_dogs import _classic_records
 
-from conftest import ROOT, cifar_overrides, compose, pattern_records, write_cifar
+from conftest import cifar_overrides, compose, pattern_records, run_cli, write_cifar
 from trainer.data import tfrecords
 from trainer.data.convert import ConvertOptions, convert
+from trainer.data.convert import main as convert_main
 from trainer.errors import UserError
 from trainer.tasks import run_task
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    """Good CIFAR files, good classic TFRecords and a trained checkpoint, shared by every case."""
+def world(tmp_path_factory, trained_run):
+    """Good CIFAR files (`cifar/`), good classic TFRecords and a trained run (`run/`), shared by every case."""
     root = tmp_path_factory.mktemp("world")
-    cifar = write_cifar(root / "cifar")
+    data, run_dir = trained_run
+    (root / "cifar").symlink_to(data)
+    (root / "run").symlink_to(run_dir)
     _classic_records(root / "good.tfrecords", 16, 40)
-    run_task(compose(cifar_overrides(cifar), root / "run"))
     return root
 
 
 def _fingerprint(folder: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(folder.rglob("*"))
-        if p.is_file()
-    }
+    """Every file below `folder` and below the folders its links point at, with its content's digest."""
+    files = [path for entry in folder.iterdir() for path in [entry, *entry.resolve().rglob("*")]]
+    return {str(path): hashlib.sha256(path.read_bytes()).hexdigest() for path in sorted(files) if path.is_file()}
 
 
 def _pets_train(world: Path, train: Path | str) -> list[str]:
@@ -278,32 +278,16 @@ def test_converter_skips_bad_images_and_rejects_bad_folders(tmp_path):
         ),
     ],
 )
-def test_run_py_prints_one_line_without_traceback(tmp_path, arguments, expected):
-    def run(folder: str, **env: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, str(ROOT / "run.py"), *arguments, f"hydra.run.dir={tmp_path}/{folder}"],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **env},
-        )
-
-    result = run("r")
+def test_run_py_prints_one_line_without_traceback(tmp_path, monkeypatch, arguments, expected):
+    result = run_cli([*arguments, f"hydra.run.dir={tmp_path}/r"], cwd=tmp_path)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1].startswith(expected)
     assert "Traceback" not in result.stderr
-    debug = run("d", HYDRA_FULL_ERROR="1")
-    assert debug.returncode == 1 and "Traceback" in debug.stderr, "the debug flag shows the full traceback"
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")  # the debug flag: the error with its full traceback
+    with pytest.raises(UserError, match=re.escape(expected.removeprefix("error: "))):
+        run_cli([*arguments, f"hydra.run.dir={tmp_path}/d"], cwd=tmp_path)
 
 
-def test_converter_command_line_errors_are_one_line(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "trainer.convert", str(tmp_path / "missing"), str(tmp_path / "o")],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 1
-    assert result.stderr.strip().splitlines() == [f"error: INPUT_DIR {tmp_path / 'missing'}: no such folder"]
+def test_converter_command_line_errors_are_one_line(tmp_path, capsys):
+    assert convert_main([str(tmp_path / "missing"), str(tmp_path / "o")]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [f"error: INPUT_DIR {tmp_path / 'missing'}: no such folder"]

@@ -15,6 +15,8 @@ import pytest
 from benchmarks import cases
 from conftest import ROOT
 
+pytestmark = pytest.mark.e2e
+
 
 @pytest.mark.slow
 def test_quick_benchmarks_print_every_row():

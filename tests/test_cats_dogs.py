@@ -49,6 +49,7 @@ def _read_all(files, spec, labeled=True):
     return np.concatenate(images), np.concatenate(labels)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("format, tolerance", [("raw", 0), ("jpeg", 3)])
 def test_round_trip_gives_the_same_pixels_and_labels(tmp_path, format, tolerance):
     colours = make_pets(tmp_path / "in")
@@ -73,6 +74,7 @@ def test_round_trip_gives_the_same_pixels_and_labels(tmp_path, format, tolerance
     assert manifest["class_names"] == ["Cat", "Dog"] and manifest["format"] == format
 
 
+@pytest.mark.integration
 def test_jpeg_records_use_the_tfds_keys_and_are_smaller(tmp_path):
     make_pets(tmp_path / "in", per_class=4, noise=5.0)
     raw = convert(tmp_path / "in", tmp_path / "raw", ConvertOptions(image_size=64, workers=1))
@@ -87,6 +89,7 @@ def test_jpeg_records_use_the_tfds_keys_and_are_smaller(tmp_path):
     assert set(tf.train.Example.FromString(first_raw.numpy()).features.feature) == {"label", "img_raw"}
 
 
+@pytest.mark.integration
 def test_bad_files_are_skipped_and_reported_and_odd_ones_handled(tmp_path):
     folder = tmp_path / "in"
     make_pets(folder, per_class=3)
@@ -112,6 +115,7 @@ def test_bad_files_are_skipped_and_reported_and_odd_ones_handled(tmp_path):
     assert json.loads((tmp_path / "out" / "manifest.json").read_text()) == manifest
 
 
+@pytest.mark.unit
 def test_pixel_modes_and_exif_orientation(tmp_path):
     sixteen = tmp_path / "sixteen.png"
     Image.fromarray(np.full((4, 4), 65535, np.uint16)).save(sixteen)
@@ -135,6 +139,7 @@ def test_pixel_modes_and_exif_orientation(tmp_path):
         load_rgb(tmp_path / "zero.jpg", 8)
 
 
+@pytest.mark.integration
 def test_the_same_bytes_for_one_and_three_workers(tmp_path):
     make_pets(tmp_path / "in", per_class=10, noise=20)
     (tmp_path / "in" / "Cat" / "broken.jpg").write_bytes(b"\xff\xd8 broken")  # a skip inside a worker's shard
@@ -159,6 +164,7 @@ def test_the_same_bytes_for_one_and_three_workers(tmp_path):
         assert all(a.read_bytes() == b.read_bytes() for a, b in zip(one, three, strict=True))
 
 
+@pytest.mark.integration
 def test_converter_command_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as help_exit:
         main(["--help"])
@@ -231,6 +237,7 @@ def _classic_dataset(folder: Path, *extra: str) -> list[str]:
     )
 
 
+@pytest.mark.integration
 def test_classic_files_train_without_conversion(tmp_path):
     overrides = _classic_dataset(tmp_path)
     objective = run_task(compose(overrides, tmp_path / "run"))
@@ -239,6 +246,7 @@ def test_classic_files_train_without_conversion(tmp_path):
     assert objective == metrics["objective"]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "case, message",
     [
@@ -276,6 +284,7 @@ def test_reader_errors_name_the_file(tmp_path, case, message):
     assert ("nothing_" if case == "glob" else "bad.tfrecords") in str(error.value)
 
 
+@pytest.mark.integration
 def test_the_training_reader_keeps_each_image_beside_its_label(tmp_path):
     """TFRecordDataset over the shards in a seeded order, batched, parse_example + decode_raw on whole batches."""
     size, count, batch = 16, 24, 4
@@ -305,6 +314,7 @@ def test_the_training_reader_keeps_each_image_beside_its_label(tmp_path):
     assert labels.tolist() == [int(image[0, 0, 0]) % 2 for image in images]
 
 
+@pytest.mark.integration
 def test_training_on_separable_cats_and_dogs_reaches_high_accuracy(tmp_path):
     """Cats are reddish, dogs bluish: a label drifting from its image anywhere on the path shows as ~50%."""
     rng = np.random.default_rng(1)
@@ -339,6 +349,7 @@ def test_training_on_separable_cats_and_dogs_reaches_high_accuracy(tmp_path):
     assert metrics["test_accuracy"] >= 0.85, metrics
 
 
+@pytest.mark.e2e
 def test_raw_records_train_under_mirrored_and_the_process_exits(tmp_path):
     """Under MirroredStrategy one pipeline feeds both replicas, and `run.py` exits."""
     overrides = _classic_dataset(tmp_path, "strategy=mirrored", "strategy.cpu_devices=2")
@@ -355,6 +366,7 @@ def test_raw_records_train_under_mirrored_and_the_process_exits(tmp_path):
     assert "then broadcast" not in (tmp_path / "run" / "run.log").read_text() + result.stdout + result.stderr
 
 
+@pytest.mark.integration
 def test_a_record_corrupted_after_conversion_stops_training_with_its_name(tmp_path):
     """With the converter's manifest the records are not counted (nor checked) at start-up; the reader
     checks each record's checksum as it reads it, and the files are then read again to name the bad one."""

@@ -8,6 +8,8 @@ import pytest
 from trainer.distribute import compat
 from trainer.errors import ConfigError
 
+pytestmark = pytest.mark.unit
+
 
 def test_upstream_keras_still_has_both_multi_worker_bugs():
     """When this fails, Keras fixed keras#20585 / tensorflow#72388: delete trainer/compat.py and its call."""

@@ -4,16 +4,15 @@
 from __future__ import annotations
 
 import dataclasses
-import os
-import subprocess
-import sys
 
 import pytest
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from conftest import CONF, ROOT, compose
+from conftest import CONF, compose, run_cli
 from trainer import config
+
+pytestmark = pytest.mark.unit
 
 
 def _defaults(schema: type) -> dict:
@@ -99,13 +98,7 @@ def test_a_choice_compares_and_prints_as_its_string():
 
 
 def test_help_offers_no_internal_schema_as_a_choice():
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "run.py"), "--help"],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
-        timeout=120,
-    )
+    result = run_cli(["--help"])
     assert result.returncode == 0, result.stderr
     groups = result.stdout.split("== Config ==")[0]
     assert "model: custom, vgg19, vgg19_imagenet" in groups

@@ -10,6 +10,8 @@ from conftest import CONF, compose
 from trainer.config import BinaryDatasetConfig, to_settings
 from trainer.errors import ConfigError
 
+pytestmark = pytest.mark.unit
+
 GROUP_OPTIONS = [
     (group, path.stem)
     for group in ("dataset", "model", "optimizer", "strategy", "experiment", "debug", "callbacks", "logger")

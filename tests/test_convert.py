@@ -21,6 +21,7 @@ from trainer.errors import UserError
 OPTIONS = ConvertOptions(image_size=SIZE, records_per_shard=5, workers=1)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("format", ["raw", "jpeg"])
 @pytest.mark.parametrize("label", [None, 0, 7, 2**40, -3])
 def test_records_are_the_bytes_of_deterministic_protobuf(format, label):
@@ -46,6 +47,7 @@ def _shards(folder: Path) -> list[str]:
     return sorted(name for name in os.listdir(folder) if ".tfrecords_" in name)
 
 
+@pytest.mark.integration
 def test_a_rerun_over_a_killed_conversion_leaves_no_stale_shard(tmp_path):
     make_pets(tmp_path / "big", per_class=20)
     make_pets(tmp_path / "small", per_class=6)
@@ -62,6 +64,7 @@ def test_a_rerun_over_a_killed_conversion_leaves_no_stale_shard(tmp_path):
     assert records == manifest["splits"]["train"]["count"] == 12
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "case, message",
     [
@@ -96,6 +99,7 @@ def _png_header_only(path: Path, width: int, height: int) -> None:
     path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\0" * 10)))
 
 
+@pytest.mark.integration
 def test_odd_inputs_are_skipped_with_their_reason_or_kept_safely(tmp_path):
     folder = tmp_path / "in"
     make_pets(folder, per_class=3)
@@ -129,6 +133,7 @@ def test_odd_inputs_are_skipped_with_their_reason_or_kept_safely(tmp_path):
     assert tfrecords.read_filenames([str(out / manifest["splits"]["test"]["files"][0])], spec) == ["caf\\xe9.png"]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("compression", ["gzip", "zlib"])
 def test_compressed_shards_are_detected_and_read(tmp_path, compression):
     make_pets(tmp_path / "in", per_class=4)

@@ -41,6 +41,7 @@ def _custom(cifar_dir, *extra):
     return [*overrides, "trainer.epochs=1", "trainer.verbose=0", "model=custom", *extra]
 
 
+@pytest.mark.integration
 def test_a_custom_three_layer_model_trains_with_its_own_keys(tmp_path, cifar_dir):
     run_dir = tmp_path / "run"
     overrides = _custom(cifar_dir, f"model._target_={TARGET}", "model.units=5", "logger=csv")
@@ -56,6 +57,7 @@ def test_a_custom_three_layer_model_trains_with_its_own_keys(tmp_path, cifar_dir
     assert (run_dir / "history.csv").is_file() and not (run_dir / "tensorboard").exists()  # logger=csv
 
 
+@pytest.mark.unit
 def test_the_built_in_vgg19_goes_through_the_same_registry():
     settings = to_settings(compose(["debug=smoke"]))
     assert settings.model._target_ == "trainer.models.vgg19.build_vgg19"
@@ -63,6 +65,7 @@ def test_the_built_in_vgg19_goes_through_the_same_registry():
     assert model.get_layer("block1_conv1").filters == 8 and model.output_shape == (None, 10)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
@@ -80,6 +83,7 @@ def test_a_bad_custom_model_is_one_clear_error(overrides, message):
     assert "\n" not in str(caught.value)
 
 
+@pytest.mark.unit
 def test_a_builder_s_own_clear_error_passes_through_unchanged():
     with pytest.raises(DataError, match=r"^model\.weights=/nowhere\.h5: no such file$"):
         build_model("test_custom_model.build_missing_weights", {}, 10, (32, 32, 3))

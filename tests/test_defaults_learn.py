@@ -19,6 +19,8 @@ from conftest import CIFAR_TRAIN, check_run_metrics, compose
 from trainer.runs.history import columns, read_rows
 from trainer.tasks import run_task
 
+pytestmark = pytest.mark.integration
+
 EPOCHS = 8
 
 

@@ -18,6 +18,8 @@ import pytest
 
 from conftest import ROOT
 
+pytestmark = pytest.mark.e2e
+
 
 @pytest.mark.slow
 def test_default_run_reaches_99_percent_on_the_digits(tmp_path):

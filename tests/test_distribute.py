@@ -1,7 +1,8 @@
 """Strategies train the same model: mirrored on 2 logical CPUs, and 2 multi-worker processes on 127.0.0.1.
 
-Each run is a `python run.py` subprocess: the logical-device layout and the
-multi-worker runtime must be set up before TensorFlow starts.
+The mirrored runs go in this process, on the two logical CPUs conftest.py sets up before
+TensorFlow starts; each multi-worker run is two `python run.py` processes: its runtime is
+the process's own.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import keras
 import numpy as np
 import pytest
 
-from conftest import ROOT, write_cifar
+from conftest import ROOT, run_cli, write_cifar
 from trainer.distribute import cluster
 from trainer.errors import ConfigError
 
@@ -31,12 +32,12 @@ def _command(data_dir: Path, *overrides: str) -> list[str]:
     return [sys.executable, str(ROOT / "run.py"), *SMALL, f"dataset.data_dir={data_dir}", *overrides]
 
 
-def _run(command: list[str], cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
-    result = subprocess.run(
-        command, cwd=cwd, env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=300
-    )
+def _run(data_dir: Path, *overrides: str) -> str:
+    """`python run.py` with SMALL on `data_dir` and `overrides`, in this process; returns its log."""
+    arguments = [*SMALL, f"dataset.data_dir={data_dir}", *overrides]
+    result = run_cli(arguments, cwd=data_dir.parent)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
-    return result
+    return result.stdout + result.stderr
 
 
 def _weights(run_dir: Path) -> list[np.ndarray]:
@@ -47,6 +48,7 @@ def _max_difference(a: list[np.ndarray], b: list[np.ndarray]) -> float:
     return max(float(np.max(np.abs(x - y))) for x, y in zip(a, b, strict=True))
 
 
+@pytest.mark.integration
 def test_mirrored_on_two_devices_trains_the_same_weights_as_single(tmp_path):
     data = write_cifar(tmp_path / "cifar")
     # No randomness inside the model (dropout, the flip and colour jitter layers): each replica draws its own there.
@@ -63,12 +65,12 @@ def test_mirrored_on_two_devices_trains_the_same_weights_as_single(tmp_path):
         ("mirrored", ["strategy=mirrored", "strategy.cpu_devices=2"]),
         ("fewer_steps", ["strategy=single", "trainer.steps_per_epoch=3"]),
     ]:
-        result = _run(_command(data, *common, *extra, f"hydra.run.dir={tmp_path / name}"), tmp_path)
+        output = _run(data, *common, *extra, f"hydra.run.dir={tmp_path / name}")
         runs[name] = _weights(tmp_path / name)
         if name == "mirrored":
-            assert "Global batch 16 = 2 replica(s) x 8" in result.stdout + result.stderr
+            assert "Global batch 16 = 2 replica(s) x 8" in output
         if name == "single":  # no distribution at all: a OneDeviceStrategy made each CPU step 2.3x slower
-            assert "Strategy TensorFlow's default strategy with 1 replica(s)" in result.stdout + result.stderr
+            assert "Strategy TensorFlow's default strategy with 1 replica(s)" in output
     assert _max_difference(runs["single"], runs["mirrored"]) < 1e-5
     # The tolerance is far below what one training step changes (1e-3 with SGD; Adam's first steps ~1e-3 too).
     assert _max_difference(runs["single"], runs["fewer_steps"]) > 1e-4
@@ -109,6 +111,7 @@ def _start_workers(tmp_path: Path, data: Path, *overrides: str) -> list[subproce
     return processes
 
 
+@pytest.mark.e2e
 def test_two_workers_train_identical_weights_and_only_the_chief_writes(tmp_path):
     data = write_cifar(tmp_path / "cifar")
     # Batch norm's moving statistics are each worker's own (Keras's BatchNormalization is not synchronized):
@@ -131,6 +134,7 @@ def test_two_workers_train_identical_weights_and_only_the_chief_writes(tmp_path)
     assert not list((tmp_path / "tmp1").iterdir()), "the other worker must clean up its temporary folder"
 
 
+@pytest.mark.e2e
 def test_a_dead_worker_fails_the_other_one_clearly_and_in_bounded_time(tmp_path):
     data = write_cifar(tmp_path / "cifar")
     chief, other = _start_workers(tmp_path, data, "trainer.epochs=500", "strategy.timeout_seconds=20")
@@ -149,6 +153,7 @@ def test_a_dead_worker_fails_the_other_one_clearly_and_in_bounded_time(tmp_path)
     assert "error: strategy=multi_worker: a worker stopped responding" in output.strip().splitlines()[-1]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "tf_config, workers, task_index, chief",
     [
@@ -175,6 +180,7 @@ def test_only_one_process_is_the_chief(monkeypatch, tf_config, workers, task_ind
     assert cluster.worker_role("auto", workers, task_index).is_chief is chief
 
 
+@pytest.mark.unit
 def test_cluster_settings_are_checked(monkeypatch):
     monkeypatch.delenv("TF_CONFIG", raising=False)
     with pytest.raises(ConfigError, match="strategy.task_index"):
@@ -186,6 +192,7 @@ def test_cluster_settings_are_checked(monkeypatch):
         cluster.worker_role("auto", None, None)
 
 
+@pytest.mark.unit
 def test_single_is_the_default_strategy_unless_a_device_is_pinned():
     import tensorflow as tf
 
@@ -196,16 +203,11 @@ def test_single_is_the_default_strategy_unless_a_device_is_pinned():
     assert isinstance(pinned, tf.distribute.OneDeviceStrategy) and pinned.num_replicas_in_sync == 1
 
 
+@pytest.mark.integration
 def test_batch_not_divisible_by_replicas_is_a_startup_error(tmp_path):
     data = write_cifar(tmp_path / "cifar")
-    command = _command(
-        data,
-        "strategy=mirrored",
-        "strategy.cpu_devices=2",
-        "trainer.batch_size=15",
-        f"hydra.run.dir={tmp_path / 'run'}",
-    )
-    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    arguments = [*SMALL, f"dataset.data_dir={data}", "strategy=mirrored", "strategy.cpu_devices=2"]
+    result = run_cli([*arguments, "trainer.batch_size=15", f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == (
         "error: trainer.batch_size=15 must be divisible by the 2 replicas of the strategy"

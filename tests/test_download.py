@@ -15,6 +15,8 @@ from conftest import CIFAR_TRAIN, write_cifar
 from trainer.data import binary
 from trainer.errors import DataError
 
+pytestmark = pytest.mark.integration
+
 NAMES = [*CIFAR_TRAIN, "test_batch.bin"]
 
 

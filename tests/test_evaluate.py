@@ -12,24 +12,27 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import cifar_overrides, compose, write_cifar
+from conftest import cifar_overrides, compose
 from trainer.config import to_settings
 from trainer.errors import ConfigError, DataError
 from trainer.tasks import run_task
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """A tiny CIFAR model trained for 2 epochs, with dropout on (model.dropout=0.5)."""
-    root = tmp_path_factory.mktemp("trained")
-    data = write_cifar(root / "cifar", records_per_file=16, num_test=24)
-    run_dir = root / "run"
-    run_task(compose([*cifar_overrides(data), "trainer.epochs=2"], run_dir))
-    return data, run_dir
+def trained(trained_run):
+    """The session's tiny CIFAR model trained for 2 epochs, with dropout on (model.dropout=0.5)."""
+    return trained_run
+
+
+def _task(overrides: list[str], out):
+    """What `python run.py OVERRIDES` runs, with the run folder `out`."""
+    return run_task(compose(overrides, out), overrides=overrides)
 
 
 def _evaluate(data, checkpoint, out, *extra):
-    run_task(compose([*cifar_overrides(data), "mode=evaluate", f"checkpoint={checkpoint}", *extra], out))
+    _task([*cifar_overrides(data), "mode=evaluate", f"checkpoint={checkpoint}", *extra], out)
     return json.loads((out / "metrics.json").read_text())
 
 
@@ -79,17 +82,15 @@ def test_predict_on_records_keeps_input_order(trained, tmp_path):
     data, run_dir = trained
     labels = np.frombuffer((data / "test_batch.bin").read_bytes(), np.uint8).reshape(24, 3073)[:, 0]
     output = tmp_path / "predictions.csv"
-    accuracy = run_task(
-        compose(
-            [
-                *cifar_overrides(data),
-                "mode=predict",
-                f"checkpoint={run_dir}",
-                f"predict.input={data}/test_batch.bin",
-                f"predict.output={output}",
-            ],
-            tmp_path / "r",
-        )
+    accuracy = _task(
+        [
+            *cifar_overrides(data),
+            "mode=predict",
+            f"checkpoint={run_dir}",
+            f"predict.input={data}/test_batch.bin",
+            f"predict.output={output}",
+        ],
+        tmp_path / "r",
     )
     rows = _read_csv(output)
     assert [row["id"] for row in rows] == [str(index) for index in range(24)]
@@ -130,17 +131,15 @@ def test_predict_on_an_image_folder_reports_skipped_files(trained, tmp_path):
         Image.fromarray(np.full((size[1], size[0], 3), 90, np.uint8)).save(folder / name)
     (folder / "cat" / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
     output = tmp_path / "out.csv"
-    run_task(
-        compose(
-            [
-                *cifar_overrides(data),
-                "mode=predict",
-                f"checkpoint={run_dir}",
-                f"predict.input={folder}",
-                f"predict.output={output}",
-            ],
-            tmp_path / "r",
-        )
+    _task(
+        [
+            *cifar_overrides(data),
+            "mode=predict",
+            f"checkpoint={run_dir}",
+            f"predict.input={folder}",
+            f"predict.output={output}",
+        ],
+        tmp_path / "r",
     )
     rows = _read_csv(output)
     assert [row["id"] for row in rows] == ["cat/b.png", "cat/broken.jpg", "dog/a.jpg", "dog/c.jpg"]
@@ -183,7 +182,7 @@ def test_bad_input_is_a_clear_error(trained, tmp_path, case, message):
         overrides.append(f"checkpoint={checkpoint}")
     before = {path: path.read_bytes() for path in (run_dir / "checkpoints").iterdir()}
     with pytest.raises((DataError, ConfigError), match=message):
-        run_task(compose(overrides, tmp_path / "run"))
+        _task(overrides, tmp_path / "run")
     # Nothing already written is lost: the run's checkpoints are untouched, and no partial CSV is left behind.
     assert {path: path.read_bytes() for path in (run_dir / "checkpoints").iterdir()} == before
     assert not (run_dir / "predictions.csv").exists() and not list(tmp_path.rglob("*.csv"))
@@ -203,7 +202,7 @@ def test_the_validation_split_is_checked_only_where_it_is_read(trained, tmp_path
     too_big = "dataset.val_size=5000"
     metrics = _evaluate(data, run_dir, tmp_path / "test", too_big)
     assert metrics["split"] == "test" and metrics["num_examples"] == 24
-    run_task(compose([*cifar_overrides(data), too_big, "mode=inspect", "inspect.num_images=4"], tmp_path / "inspect"))
+    _task([*cifar_overrides(data), too_big, "mode=inspect", "inspect.num_images=4"], tmp_path / "inspect")
     assert json.loads((tmp_path / "inspect" / "inspect.json").read_text())["num_examples"] == 80
     with pytest.raises(DataError, match=r"dataset.val_size=5000 must be between 1 and the 80 training records"):
         _evaluate(data, run_dir, tmp_path / "val", too_big, "evaluate.split=val")

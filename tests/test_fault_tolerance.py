@@ -1,4 +1,6 @@
-"""A kill, a preemption or a NaN costs at most the work since the last save, never the run."""
+"""A kill, a preemption or a NaN costs at most the work since the last save, never the run.
+
+The killed runs are real processes; each resume is `python run.py resume=RUN`, run in this process."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import keras
 import numpy as np
 import pytest
 
-from conftest import ROOT, cifar_overrides, compose, write_cifar
+from conftest import ROOT, cifar_overrides, compose, run_cli, write_cifar
 from trainer.errors import UserError
 from trainer.runs.atomic import write_atomic
 from trainer.tasks import run_task
@@ -51,6 +53,7 @@ def _wait_for_epochs(process: subprocess.Popen, history: Path, count: int, timeo
         time.sleep(0.05)
 
 
+@pytest.mark.e2e
 def test_sigkill_then_resume_has_every_epoch_exactly_once(tmp_path):
     data = write_cifar(tmp_path / "cifar", records_per_file=32)
     run_dir = tmp_path / "run"
@@ -61,13 +64,7 @@ def test_sigkill_then_resume_has_every_epoch_exactly_once(tmp_path):
     process.wait()
     assert not (run_dir / "metrics.json").exists()
     assert (run_dir / "backup").is_dir()
-    resumed = subprocess.run(
-        _command(data, tmp_path / "second", *slow, f"resume={run_dir}"),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    resumed = run_cli([*_command(data, tmp_path / "second", *slow, f"resume={run_dir}")[2:]], cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"Resuming {run_dir} after epoch" in resumed.stdout + resumed.stderr
     assert _epochs(run_dir / "history.csv") == [1, 2, 3, 4]
@@ -76,6 +73,7 @@ def test_sigkill_then_resume_has_every_epoch_exactly_once(tmp_path):
     assert not (run_dir / "backup").exists(), "a finished run removes its backup"
 
 
+@pytest.mark.e2e
 def test_sigterm_saves_a_backup_and_exits_cleanly(tmp_path):
     data = write_cifar(tmp_path / "cifar", records_per_file=32)
     run_dir = tmp_path / "run"
@@ -88,17 +86,12 @@ def test_sigterm_saves_a_backup_and_exits_cleanly(tmp_path):
     metadata = json.loads((run_dir / "backup" / "training_metadata.json").read_text())
     done = metadata["epoch"]
     assert 1 <= done < 4 and _epochs(run_dir / "history.csv") == list(range(1, done + 1))
-    resumed = subprocess.run(  # the run's own config: nothing but resume= is needed
-        [sys.executable, str(ROOT / "run.py"), f"resume={run_dir}"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    resumed = run_cli([f"resume={run_dir}"], cwd=tmp_path)  # the run's own config: nothing but resume= is needed
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert _epochs(run_dir / "history.csv") == [1, 2, 3, 4]
 
 
+@pytest.mark.integration
 def test_nan_loss_stops_with_a_clear_message_and_keeps_the_last_good_checkpoint(tmp_path):
     data = write_cifar(tmp_path / "cifar")
     run_dir = tmp_path / "run"
@@ -120,6 +113,7 @@ def test_nan_loss_stops_with_a_clear_message_and_keeps_the_last_good_checkpoint(
     assert _epochs(run_dir / "history.csv") == list(range(1, failed_epoch)), "the diverged epoch is not recorded"
 
 
+@pytest.mark.unit
 def test_a_kill_at_the_rename_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
     path = tmp_path / "last.keras"
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
@@ -139,6 +133,7 @@ def test_a_kill_at_the_rename_leaves_the_previous_checkpoint(tmp_path, monkeypat
     assert [p.name for p in tmp_path.iterdir()] == ["last.keras"], "no temporary file is left behind"
 
 
+@pytest.mark.integration
 def test_deterministic_runs_give_identical_weights(tmp_path):
     data = write_cifar(tmp_path / "cifar")
     fingerprints = []
@@ -148,6 +143,7 @@ def test_deterministic_runs_give_identical_weights(tmp_path):
     assert fingerprints[0] == fingerprints[1]
 
 
+@pytest.mark.integration
 def test_resume_of_a_finished_run_is_refused(tmp_path):
     data = write_cifar(tmp_path / "cifar")
     run_task(compose(cifar_overrides(data), tmp_path / "run"))

@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 from test_cats_dogs import make_pets
 
-from conftest import compose, run_py
+from conftest import compose, run_cli
 from trainer.data.convert import ConvertOptions, convert
 from trainer.errors import DataError
 from trainer.models.finetune import base_layers
@@ -64,6 +64,7 @@ def _original(initial, layer):
     return [initial[f"{layer}/kernel"], initial[f"{layer}/bias"]] if f"{layer}/kernel" in initial else []
 
 
+@pytest.mark.integration
 def test_phase_one_keeps_the_base_bit_for_bit(setup, tmp_path):
     root, weights, initial = setup
     run_task(compose(_overrides(root, weights, "trainer.epochs=1", "finetune.freeze_epochs=1"), tmp_path / "run"))
@@ -76,6 +77,7 @@ def test_phase_one_keeps_the_base_bit_for_bit(setup, tmp_path):
     assert head.trainable
 
 
+@pytest.mark.integration
 def test_phase_two_trains_from_unfreeze_from_only(setup, tmp_path, recwarn, caplog):
     caplog.set_level("INFO", logger="trainer.tasks.train")
     root, weights, initial = setup
@@ -100,6 +102,7 @@ def test_phase_two_trains_from_unfreeze_from_only(setup, tmp_path, recwarn, capl
     assert "Epochs 2-2: the cosine schedule starts again from lr 0.005 over these 1 epochs" in caplog.text
 
 
+@pytest.mark.unit
 def test_the_model_applies_the_preprocessing_the_weights_expect(setup, tmp_path):
     root, weights, _ = setup
     run_task(compose(_overrides(root, weights, "trainer.epochs=1", "finetune.freeze_epochs=1"), tmp_path / "run"))
@@ -111,19 +114,21 @@ def test_the_model_applies_the_preprocessing_the_weights_expect(setup, tmp_path)
     np.testing.assert_allclose(model.predict(image, verbose=0), expected, atol=1e-5)
 
 
+@pytest.mark.integration
 def test_evaluate_and_export_with_only_the_run_folder(setup, tmp_path):
     """A vgg19_imagenet run evaluated without repeating model=vgg19_imagenet: its caffe preprocessing is its own."""
     root, weights, _ = setup
     run_dir = tmp_path / "run"
-    result = run_py([*_overrides(root, weights, "trainer.epochs=1"), f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    result = run_cli([*_overrides(root, weights, "trainer.epochs=1"), f"hydra.run.dir={run_dir}"], cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    result = run_py(["mode=evaluate", f"checkpoint={run_dir}", f"hydra.run.dir={tmp_path / 'e'}"], cwd=tmp_path)
+    result = run_cli(["mode=evaluate", f"checkpoint={run_dir}", f"hydra.run.dir={tmp_path / 'e'}"], cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     evaluated = json.loads((tmp_path / "e" / "metrics.json").read_text())
     assert evaluated["accuracy"] == json.loads((run_dir / "metrics.json").read_text())["test_accuracy"]
     assert evaluated["loss"] == pytest.approx(json.loads((run_dir / "metrics.json").read_text())["test_loss"])
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("case, message", [("missing", "no such file"), ("mismatch", "does not match VGG19")])
 def test_bad_weights_files_are_clear_errors(setup, tmp_path, case, message):
     root, _, _ = setup
@@ -135,6 +140,7 @@ def test_bad_weights_files_are_clear_errors(setup, tmp_path, case, message):
     assert str(weights) in str(error.value)
 
 
+@pytest.mark.e2e
 def test_export_round_trip_in_a_fresh_process(setup, tmp_path):
     root, weights, _ = setup
     run_task(compose(_overrides(root, weights, "trainer.epochs=1", "finetune.freeze_epochs=1"), tmp_path / "run"))

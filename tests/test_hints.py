@@ -15,6 +15,7 @@ def _nothing_installed(module: str) -> bool:
     return False
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "arguments, expected",
     [
@@ -30,6 +31,7 @@ def test_a_missing_plugin_names_the_extra(arguments, expected):
     assert hint == expected if expected is None else hint.startswith(expected) and "pip install" in hint
 
 
+@pytest.mark.unit
 def test_installed_plugins_give_no_hint():
     assert missing_extra(["hparams_search=vgg19_optuna", "launcher=joblib"], lambda module: True) is None
 
@@ -46,6 +48,7 @@ runpy.run_path("run.py", run_name="__main__")
 """
 
 
+@pytest.mark.e2e
 def test_run_py_says_which_extra_to_install(tmp_path):
     result = subprocess.run([sys.executable, "-c", BLOCK], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 1

@@ -17,6 +17,7 @@ from trainer.tasks.train import train
 from trainer.training.losses import build_loss, class_weights
 
 
+@pytest.mark.integration
 def test_early_stopping_stops_on_a_plateau_and_metrics_json_says_so(tmp_path, cifar_dir):
     run_dir = tmp_path / "run"
     overrides = [
@@ -48,6 +49,7 @@ IMAGES = np.random.default_rng(0).normal(size=(6, 4)).astype("float32")
 LABELS = np.array([0, 0, 0, 1, 2, 2])
 
 
+@pytest.mark.unit
 def test_class_weights_change_the_loss_as_computed_by_hand():
     weights = class_weights({1: 4.0, 2: 0.5}, None, 3)
     assert weights == {0: 1.0, 1: 4.0, 2: 0.5}
@@ -60,6 +62,7 @@ def test_class_weights_change_the_loss_as_computed_by_hand():
     assert weighted != pytest.approx(plain, rel=1e-3)
 
 
+@pytest.mark.unit
 def test_label_smoothing_matches_the_formula():
     smoothing = 0.2
     loss, probabilities = _one_batch_loss(build_loss(smoothing), None, IMAGES, LABELS)
@@ -68,6 +71,7 @@ def test_label_smoothing_matches_the_formula():
     assert loss == pytest.approx(-(targets * np.log(probabilities)).sum(axis=1).mean(), rel=1e-5)
 
 
+@pytest.mark.integration
 def test_balanced_weights_come_from_the_training_split_counts(cifar_dir):
     settings = to_settings(compose([*cifar_overrides(cifar_dir), "trainer.class_weight=balanced"]))
     data = load_data(settings.dataset, 8, 0)
@@ -80,6 +84,7 @@ def test_balanced_weights_come_from_the_training_split_counts(cifar_dir):
     assert class_weights("balanced", [30, 10], 2) == {0: pytest.approx(40 / 60), 1: pytest.approx(40 / 20)}
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
@@ -97,6 +102,7 @@ def test_bad_loss_and_callback_values_are_one_clear_error(overrides, message):
     assert message in str(caught.value) and "\n" not in str(caught.value)
 
 
+@pytest.mark.unit
 def test_a_class_outside_the_dataset_and_a_plateau_rule_fighting_a_schedule_are_refused():
     with pytest.raises(ConfigError, match="class 12 is outside the dataset's 10 classes"):
         class_weights({12: 2.0}, None, 10)

@@ -11,6 +11,8 @@ import pytest
 from trainer.models.vgg19 import build_vgg19
 from trainer.training.optimizers import build_learning_rate, build_optimizer, peak_learning_rate
 
+pytestmark = pytest.mark.unit
+
 CONV_NAMES = [f"block{b}_conv{c}" for b, n in enumerate((2, 2, 4, 4, 4), 1) for c in range(1, n + 1)]
 
 

@@ -15,6 +15,8 @@ import tensorflow as tf
 from conftest import check_run_metrics, compose
 from trainer.tasks import run_task
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.mark.parametrize(
     "overrides",

@@ -28,18 +28,21 @@ def _tiny_network(size: int = 24, classes: int = 3) -> keras.Model:
     return keras.Model(inputs, keras.layers.Dense(classes, activation="softmax", name="predictions")(x), name="tiny")
 
 
+@pytest.mark.unit
 def test_standardize_layer_matches_per_image_standardization():
     ours = normalization_layer("standardize")(IMAGES.astype(np.float32))
     expected = tf.image.per_image_standardization(IMAGES.astype(np.float32))
     np.testing.assert_allclose(np.asarray(ours), expected.numpy(), atol=1e-5)
 
 
+@pytest.mark.unit
 def test_caffe_layer_matches_keras_preprocess_input():
     ours = normalization_layer("caffe")(IMAGES.astype(np.float32))
     expected = keras.applications.vgg19.preprocess_input(IMAGES.astype(np.float32))
     np.testing.assert_allclose(np.asarray(ours), expected, atol=1e-4)
 
 
+@pytest.mark.unit
 def test_color_jitter_draws_one_factor_per_image_and_is_off_at_evaluation():
     count = 1024
     noise = np.clip(RNG.normal(128, 20, (count, 8, 8, 3)), 0, 255).astype(np.float32)
@@ -55,6 +58,7 @@ def test_color_jitter_draws_one_factor_per_image_and_is_off_at_evaluation():
         np.testing.assert_array_equal(np.asarray(layer(noise, training=False)), noise)
 
 
+@pytest.mark.unit
 def test_the_flip_mirrors_about_half_the_images_each_whole_and_is_off_at_evaluation():
     grid = np.arange(16, dtype=np.float32)[None, None, :, None] * np.ones((512, 4, 1, 3), np.float32)
     (flip,) = augmentation_layers(Augmentation(flip=True), seed=5)
@@ -66,6 +70,7 @@ def test_the_flip_mirrors_about_half_the_images_each_whole_and_is_off_at_evaluat
     np.testing.assert_array_equal(np.asarray(flip(grid, training=False)), grid)
 
 
+@pytest.mark.unit
 def test_the_model_takes_uint8_and_evaluates_without_augmentation():
     model = with_preprocessing(
         _tiny_network(),
@@ -81,6 +86,7 @@ def test_the_model_takes_uint8_and_evaluates_without_augmentation():
     assert not np.allclose(model(IMAGES, training=True), first, atol=1e-4), "jitter must act in training"
 
 
+@pytest.mark.e2e
 def test_a_checkpoint_carries_its_class_names_and_loads_without_project_code(tmp_path):
     model = with_preprocessing(_tiny_network(), "caffe")
     info = checkpoints.ModelInfo(("cat", "dog", "bird"), 24, 28, "caffe", "pets")
@@ -100,6 +106,7 @@ def test_a_checkpoint_carries_its_class_names_and_loads_without_project_code(tmp
     np.testing.assert_allclose(np.load(tmp_path / "out.npy"), model.predict(IMAGES, verbose=0), atol=1e-6)
 
 
+@pytest.mark.unit
 def test_an_old_float_input_checkpoint_is_one_error(tmp_path):
     old = tmp_path / "old.keras"
     _tiny_network().save(old)
@@ -108,6 +115,7 @@ def test_an_old_float_input_checkpoint_is_one_error(tmp_path):
     assert "\n" not in str(error.value)
 
 
+@pytest.mark.unit
 def test_the_info_entry_is_checked_against_the_model(tmp_path):
     path = tmp_path / "model.keras"
     checkpoints.save(with_preprocessing(_tiny_network()), path, checkpoints.ModelInfo(("a", "b"), 24, 24, "none"))
@@ -116,6 +124,7 @@ def test_the_info_entry_is_checked_against_the_model(tmp_path):
     assert checkpoints.INFO_ENTRY in zipfile.ZipFile(path).namelist()
 
 
+@pytest.mark.unit
 def test_data_with_other_class_names_is_one_error_naming_both_lists():
     info = checkpoints.ModelInfo(("cat", "dog"), 24, 24, "standardize")
     with pytest.raises(DataError, match=r"trained on classes \['cat', 'dog'\] but the dataset has \['dog', 'cat'\]"):

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from test_cats_dogs import make_pets
 
 from conftest import ROOT
@@ -21,17 +22,20 @@ NOISY = (
 )
 
 
+@pytest.mark.unit
 def test_noise_lines_go_and_other_lines_stay():
     assert drop_noise(NOISY + "a real problem\n") == "a real problem\n"
     assert drop_noise("F0000 00:00:1.5   1 check.cc:1] Check failed\n") != "", "fatal lines stay"
 
 
+@pytest.mark.unit
 def test_what_cpp_writes_to_stderr_is_filtered(capfd):
     with filtered_stderr():
         os.write(2, (NOISY + "kept line\n").encode())
     assert capfd.readouterr().err == "kept line\n"
 
 
+@pytest.mark.e2e
 def test_the_converter_prints_no_tensorflow_noise(tmp_path):
     make_pets(tmp_path / "in", per_class=2)
     command = [sys.executable, "-m", "trainer.convert", str(tmp_path / "in"), str(tmp_path / "out"), "--image-size=16"]

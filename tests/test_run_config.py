@@ -13,6 +13,8 @@ from trainer.config import reuse as run_config
 from trainer.errors import ConfigError
 from trainer.tasks import with_run_config
 
+pytestmark = pytest.mark.unit
+
 
 def _save_run(run_dir: Path, overrides: list[str]) -> Path:
     """A run folder as Hydra leaves it: `.hydra/config.yaml` holds the composed config."""

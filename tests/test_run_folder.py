@@ -2,7 +2,8 @@
 run's own config and folder, one writer per folder, no two runs in one folder, files the team can read.
 
 The kills are timed by patching the trainer inside a subprocess that then kills itself at that exact
-point (inside a checkpoint save, inside the backup commit, in epoch 1, in the test evaluation).
+point (inside a checkpoint save, inside the backup commit, in epoch 1, in the test evaluation); the
+resumes that follow run in this process.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import keras
 import numpy as np
 import pytest
 
-from conftest import ROOT, cifar_overrides, write_cifar
+from conftest import ROOT, cifar_overrides, run_cli, write_cifar
 from trainer.errors import ConfigError, DiskError
 from trainer.runs.atomic import write_atomic, write_json
 from trainer.runs.backup import METADATA, PREVIOUS, RunBackup, read_state
@@ -75,7 +76,11 @@ target.evaluate_checkpoint = evaluate_checkpoint
 """
 
 
-def _run(cwd: Path, arguments: list[str], patch: str = "", timeout: float = 300) -> subprocess.CompletedProcess:
+def _run(cwd: Path, arguments: list[str], patch: str = "", process: bool = False, timeout: float = 300):
+    """`python run.py ARGUMENTS`: in a real process when the case needs one (a kill patched in, a full disk whose
+    HDF5 handles must not outlive the test), else in this process (`conftest.run_cli`)."""
+    if not (patch or process):
+        return run_cli(arguments, cwd=cwd)
     script = SCRIPT.format(root=str(ROOT), patch=textwrap.dedent(patch), arguments=arguments)
     command = [sys.executable, "-c", script] if patch else [sys.executable, str(ROOT / "run.py"), *arguments]
     return subprocess.run(command, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=timeout)
@@ -130,6 +135,7 @@ KILL_POINTS = [
 ]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(("patch", "history_after_kill"), KILL_POINTS)
 def test_sigkill_at_the_end_of_an_epoch_redoes_that_epoch_and_skips_none(tmp_path, patch, history_after_kill):
     run_dir = tmp_path / "run"
@@ -158,6 +164,7 @@ SIGNALS_IN_EPOCH_1 = [
 ]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("signum", SIGNALS_IN_EPOCH_1)
 def test_a_run_stopped_in_epoch_1_resumes_from_epoch_1(tmp_path, signum):
     run_dir = tmp_path / "run"
@@ -181,6 +188,7 @@ def test_a_run_stopped_in_epoch_1_resumes_from_epoch_1(tmp_path, signum):
     ]
 
 
+@pytest.mark.e2e
 def test_a_kill_in_the_test_evaluation_is_resumed_into_the_evaluation(tmp_path):
     run_dir = tmp_path / "run"
     killed = _run(tmp_path, _train_arguments(tmp_path, run_dir, epochs=2), KILL_IN_EVALUATION)
@@ -201,6 +209,7 @@ def _backup_model() -> keras.Model:
     return keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
 
 
+@pytest.mark.unit
 def test_a_truncated_backup_metadata_falls_back_to_its_bkp_copy(tmp_path):
     model = _backup_model()
     backup = RunBackup(tmp_path / "backup")
@@ -219,6 +228,7 @@ def test_a_truncated_backup_metadata_falls_back_to_its_bkp_copy(tmp_path):
     assert all(np.array_equal(a, b) for a, b in zip(model.get_weights(), first, strict=True)), "epoch 1's weights"
 
 
+@pytest.mark.unit
 def test_a_backup_with_both_metadata_copies_unreadable_is_one_clear_error(tmp_path):
     backup = RunBackup(tmp_path / "backup")
     backup.set_model(_backup_model())
@@ -230,6 +240,7 @@ def test_a_backup_with_both_metadata_copies_unreadable_is_one_clear_error(tmp_pa
         read_state(tmp_path / "backup")
 
 
+@pytest.mark.unit
 def test_the_backup_keeps_only_the_weights_its_two_metadata_files_name(tmp_path):
     backup = RunBackup(tmp_path / "backup")
     backup.set_model(_backup_model())
@@ -254,9 +265,10 @@ def small_disk(tmp_path):
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
+@pytest.mark.e2e
 def test_a_full_disk_is_one_line_and_resume_after_freeing_space_gives_every_epoch_once(tmp_path, small_disk):
     run_dir = small_disk / "run"
-    full = _run(tmp_path, _train_arguments(tmp_path, run_dir, epochs=3))
+    full = _run(tmp_path, _train_arguments(tmp_path, run_dir, epochs=3), process=True)
     assert full.returncode == 1
     assert "Traceback" not in full.stdout + full.stderr
     error = full.stderr.strip().splitlines()[-1]
@@ -271,6 +283,7 @@ def test_a_full_disk_is_one_line_and_resume_after_freeing_space_gives_every_epoc
     _assert_finished_once(run_dir, 3)
 
 
+@pytest.mark.unit
 def test_an_unwritable_file_is_a_disk_error_and_leaves_the_previous_file(tmp_path, monkeypatch):
     path = tmp_path / "metrics.json"
     write_json(path, {"a": 1})
@@ -287,6 +300,7 @@ def test_an_unwritable_file_is_a_disk_error_and_leaves_the_previous_file(tmp_pat
 # --- files the team can read ---------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
 def test_atomic_files_get_the_mode_the_umask_gives(tmp_path, umask, mode):
     previous = os.umask(umask)
@@ -307,6 +321,7 @@ def test_atomic_files_get_the_mode_the_umask_gives(tmp_path, umask, mode):
 CLAIM = "import sys; from trainer.runs.folders import claim_new_folder; print(claim_new_folder(sys.argv[1]))"
 
 
+@pytest.mark.e2e
 def test_runs_started_in_the_same_second_get_their_own_folders(tmp_path):
     path = str(tmp_path / "outputs" / "2026-11-30" / "12-00-00")
     processes = [
@@ -318,6 +333,7 @@ def test_runs_started_in_the_same_second_get_their_own_folders(tmp_path):
     assert claim_new_folder(path) == claim_new_folder(path), "one answer per process, however often resolved"
 
 
+@pytest.mark.unit
 def test_run_and_sweep_folders_are_claimed_through_the_config(tmp_path, monkeypatch):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
@@ -334,6 +350,7 @@ def test_run_and_sweep_folders_are_claimed_through_the_config(tmp_path, monkeypa
     assert OmegaConf.select(cfg, "hydra.output_subdir") == ".hydra"
 
 
+@pytest.mark.unit
 def test_a_second_writer_gets_one_error_naming_the_holder(tmp_path):
     with run_lock(tmp_path):
         holder = json.loads((tmp_path / ".lock").read_text())
@@ -345,6 +362,7 @@ def test_a_second_writer_gets_one_error_naming_the_holder(tmp_path):
         pass
 
 
+@pytest.mark.e2e
 def test_the_lock_of_a_killed_process_is_taken_over(tmp_path, caplog):
     holder = subprocess.Popen(
         [
@@ -388,6 +406,7 @@ CHANGED_EXPERIMENTS = [
 ]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(("overrides", "expected"), CHANGED_EXPERIMENTS)
 def test_resume_refuses_a_command_line_that_changes_the_experiment(saved_run, overrides, expected):
     from conftest import compose
@@ -401,6 +420,7 @@ def test_resume_refuses_a_command_line_that_changes_the_experiment(saved_run, ov
     assert message.startswith(f"resume={saved_run} continues {saved_run} with its own config")
 
 
+@pytest.mark.integration
 def test_resume_alone_takes_the_run_config_and_allows_safe_changes(saved_run, caplog):
     from conftest import compose
     from trainer.config.resume import bind_to_run
@@ -413,6 +433,7 @@ def test_resume_alone_takes_the_run_config_and_allows_safe_changes(saved_run, ca
     assert "Resume with a changed setting (allowed): trainer.epochs: 3 -> 5" in caplog.text
 
 
+@pytest.mark.integration
 def test_run_py_resume_with_another_optimizer_is_one_line(tmp_path, saved_run):
     result = _run(tmp_path, [f"resume={saved_run}", "optimizer=sgd"])
     assert result.returncode == 1 and "Traceback" not in result.stderr
@@ -421,6 +442,7 @@ def test_run_py_resume_with_another_optimizer_is_one_line(tmp_path, saved_run):
     assert "optimizer.name: 'adam' -> 'sgd'" in error and error.endswith("Drop these overrides, or start a new run")
 
 
+@pytest.mark.integration
 def test_resume_of_a_folder_that_is_no_run_is_one_line_and_makes_no_folder(tmp_path):
     result = _run(tmp_path, [f"resume={tmp_path / 'nothere'}"])
     assert result.returncode == 1
@@ -431,6 +453,7 @@ def test_resume_of_a_folder_that_is_no_run_is_one_line_and_makes_no_folder(tmp_p
     assert sorted(path.name for path in tmp_path.iterdir()) == [], "no dated folder is left"
 
 
+@pytest.mark.unit
 def test_resume_latest_picks_the_run_whose_backup_was_written_last(tmp_path, monkeypatch):
     from trainer.runs.folders import resume_folder
 
@@ -446,6 +469,7 @@ def test_resume_latest_picks_the_run_whose_backup_was_written_last(tmp_path, mon
 # --- no collisions: the real thing (several trainings at once) -----------------------------------------
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_two_trainings_with_one_folder_name_get_two_folders(tmp_path):
     data = write_cifar(tmp_path / "cifar")
@@ -476,6 +500,7 @@ target.EpochLog.on_train_batch_end = wait_for_go
 """
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_a_second_resume_of_a_running_resume_gets_the_lock_error(tmp_path):
     run_dir = tmp_path / "run"
@@ -524,12 +549,13 @@ def unwritable_checkpoints(tmp_path):
             folder.chmod(0o755)
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_unwritable_checkpoints_is_one_line_and_resume_once_writable_gives_every_epoch_once(
     tmp_path, unwritable_checkpoints
 ):
     run_dir = unwritable_checkpoints.parent
-    failed = _run(tmp_path, _train_arguments(tmp_path, run_dir, epochs=2))
+    failed = _run(tmp_path, _train_arguments(tmp_path, run_dir, epochs=2), process=True)
     assert failed.returncode == 1 and "Traceback" not in failed.stderr
     error = failed.stderr.strip().splitlines()[-1]
     assert error.startswith(f"error: cannot write {unwritable_checkpoints}/last.keras: ")

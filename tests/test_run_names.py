@@ -2,33 +2,26 @@
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 
+import pytest
 from omegaconf import OmegaConf
 
-from conftest import ROOT
+from conftest import run_cli
 from trainer.config.resolvers import run_label
 
 
+@pytest.mark.unit
 def test_the_label_joins_name_and_tags_with_safe_characters():
     assert run_label(_root_=OmegaConf.create({"name": "my run", "tags": ["a", "b/c"]})) == "_my-run_a-b-c"
     assert run_label(_root_=OmegaConf.create({"name": None, "tags": ["x"]})) == "_x"
     assert run_label(_root_=OmegaConf.create({"name": None, "tags": []})) == ""
 
 
+@pytest.mark.integration
 def test_run_py_puts_name_and_tags_into_the_run_folder(tmp_path):
     # trainer.epochs=0 stops at the config check, after Hydra made the run folder
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "run.py"), "name=baseline run", "tags=[cifar,sgd]", "trainer.epochs=0"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
-        timeout=120,
-    )
+    result = run_cli(["name=baseline run", "tags=[cifar,sgd]", "trainer.epochs=0"], cwd=tmp_path)
     assert result.returncode == 1 and "trainer.epochs must be >= 1" in result.stderr
     (folder,) = (tmp_path / "outputs").glob("*/*")
     assert re.fullmatch(r"\d\d-\d\d-\d\d_baseline-run_cifar-sgd", folder.name), folder.name

@@ -12,30 +12,29 @@ import tensorflow as tf
 from PIL import Image
 from test_cats_dogs import make_pets
 
-from conftest import cifar_overrides, compose, run_py, tfrecord_parts, write_cifar
+from conftest import compose, run_cli, tfrecord_parts
 from trainer.data import pipeline, tfrecords
 from trainer.data.convert import ConvertOptions, convert
 from trainer.data.preprocess import Preprocess
 from trainer.errors import DataError
 from trainer.tasks import run_task
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture(scope="module")
-def cifar_run(tmp_path_factory):
-    """A tiny CIFAR-format run trained by `python run.py`, so its folder holds `.hydra/config.yaml`."""
-    root = tmp_path_factory.mktemp("cifar_run")
-    data = write_cifar(root / "cifar", records_per_file=16, num_test=24)
-    run_dir = root / "run"
-    result = run_py([*cifar_overrides(data), "trainer.epochs=2", f"hydra.run.dir={run_dir}"], cwd=root)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return root, run_dir
+def cifar_run(trained_run):
+    """(data folder's parent, run folder) of the session's tiny CIFAR-format run, trained by `run.py`, so its
+    folder holds `.hydra/config.yaml`."""
+    data, run_dir = trained_run
+    return data.parent, run_dir
 
 
-def test_evaluate_with_only_the_run_folder_equals_training(cifar_run):
+def test_evaluate_with_only_the_run_folder_equals_training(cifar_run, tmp_path):
     root, run_dir = cifar_run
     training = json.loads((run_dir / "metrics.json").read_text())
-    out = root / "evaluate"
-    result = run_py(["mode=evaluate", f"checkpoint={run_dir}", f"hydra.run.dir={out}"], cwd=root)
+    out = tmp_path / "evaluate"
+    result = run_cli(["mode=evaluate", f"checkpoint={run_dir}", f"hydra.run.dir={out}"], cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["accuracy"] == pytest.approx(training["test_accuracy"], abs=1e-9)
@@ -83,7 +82,7 @@ def test_a_checkpoint_evaluated_on_data_with_other_classes_is_one_error(cifar_ru
     with pytest.raises(DataError, match=r"trained on classes \['airplane', 'automobile', .* has \['plane', 'car'"):
         run_task(compose(typed, tmp_path / "e"), overrides=typed)
     checkpoint = f"checkpoint={run_dir}/checkpoints/best.keras"
-    result = run_py(["mode=evaluate", checkpoint, "dataset=digits", f"hydra.run.dir={tmp_path / 'digits'}"], cwd=root)
+    result = run_cli(["mode=evaluate", checkpoint, "dataset=digits", f"hydra.run.dir={tmp_path / 'digits'}"], cwd=root)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("error: checkpoint=") and "trained on classes ['airplane'" in last and "['0', '1'" in last

@@ -42,6 +42,7 @@ def _sweep(tmp_path: Path, *overrides: str) -> tuple[subprocess.CompletedProcess
         return result, sorted(csv.DictReader(handle), key=lambda row: int(row["job"]))
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("launcher", ["basic", "joblib"])
 def test_grid_sweep_summarises_every_job(tmp_path, launcher):
     extra = [] if launcher == "basic" else ["launcher=joblib"]
@@ -59,6 +60,7 @@ def test_grid_sweep_summarises_every_job(tmp_path, launcher):
         assert f"TensorFlow threads: {threads} intra-op" in (Path(rows[0]["run_dir"]) / "run.log").read_text()
 
 
+@pytest.mark.e2e
 def test_a_failing_job_keeps_the_others_and_says_why(tmp_path):
     result, rows = _sweep(tmp_path, "model.dropout=0.2,1.5")
     assert result.returncode != 0
@@ -67,6 +69,7 @@ def test_a_failing_job_keeps_the_others_and_says_why(tmp_path):
     assert rows[1]["error"] == "model.dropout must be in [0, 1); got 1.5"
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(
     importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is None,
     reason='needs the sweep extra: pip install -e ".[sweep]"',
@@ -83,6 +86,7 @@ def test_optuna_search_runs_trials_and_optimises_the_returned_float(tmp_path):
     )
 
 
+@pytest.mark.unit
 def test_best_table_rounds_the_figures():
     from trainer.tracking.sweep import best_table
 

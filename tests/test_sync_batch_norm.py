@@ -35,6 +35,7 @@ def _batch_norm_layers(model: keras.Model) -> list[keras.layers.BatchNormalizati
     return [layer for layer in inner_layers(model) if isinstance(layer, keras.layers.BatchNormalization)]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("replicas", [1, 2])
 def test_vgg19_batch_norm_is_synchronized_exactly_on_more_than_one_replica(replicas):
     settings = to_settings(compose(["debug=smoke"]))
@@ -44,6 +45,7 @@ def test_vgg19_batch_norm_is_synchronized_exactly_on_more_than_one_replica(repli
     assert {layer.synchronized for layer in layers} == {replicas > 1}
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_mirrored_run_saves_synchronized_batch_norm_that_loads_and_evaluates_on_one_device(tmp_path):
     data = write_cifar(tmp_path / "cifar")
@@ -101,6 +103,7 @@ ONE_STEP = textwrap.dedent(
 )
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_synchronized_batch_norm_on_two_replicas_updates_like_one_device_on_the_whole_batch(tmp_path):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(ROOT)}
@@ -118,6 +121,7 @@ def test_synchronized_batch_norm_on_two_replicas_updates_like_one_device_on_the_
     assert np.min(reference[1] - variance) > 1.0
 
 
+@pytest.mark.integration
 def test_synchronized_batch_norm_model_saves_loads_in_safe_mode_and_exports(tmp_path: Path):
     from trainer.models.preprocessing import with_preprocessing
     from trainer.models.vgg19 import build_vgg19
@@ -141,6 +145,7 @@ def test_synchronized_batch_norm_model_saves_loads_in_safe_mode_and_exports(tmp_
     np.testing.assert_allclose(probabilities, expected, atol=1e-6)
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_two_workers_with_synchronized_batch_norm_end_with_identical_weights(tmp_path):
     """Unsynchronized, each worker kept the moving statistics of its own share and the weights differed

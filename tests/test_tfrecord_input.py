@@ -58,6 +58,7 @@ def _predict(tmp_path: Path, data_dir: str, checkpoint: Path, pattern: str, *ext
         return list(csv.DictReader(handle))
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_ram_filesystem_shards_train_evaluate_and_predict(tmp_path):
     """ram:// lives in this process, as gs:// would be seen: every path goes through tf.io.gfile."""
@@ -77,6 +78,7 @@ def test_ram_filesystem_shards_train_evaluate_and_predict(tmp_path):
     assert hits / 4 == pytest.approx(accuracy), "the CSV's predictions score what evaluation measured"
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 @pytest.mark.parametrize("compression", ["gzip", "zlib"])
 def test_compressed_records_train_and_predict(tmp_path, compression):
@@ -88,6 +90,7 @@ def test_compressed_records_train_and_predict(tmp_path, compression):
     assert len(rows) == 4 and all(row["error"] == "" for row in rows)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("compression, setting", [("gzip", "none"), ("zlib", "gzip"), ("none", "zlib")])
 def test_a_compression_mismatch_names_the_file_and_the_setting(tmp_path, compression, setting):
     records = _converted(tmp_path, compression)
@@ -96,6 +99,7 @@ def test_a_compression_mismatch_names_the_file_and_the_setting(tmp_path, compres
         run_task(compose(overrides, tmp_path / "run"))
 
 
+@pytest.mark.unit
 def test_detect_compression_from_the_first_bytes(tmp_path):
     for compression in ("none", "gzip", "zlib"):
         path = str(tmp_path / f"a.{compression}")
@@ -144,6 +148,7 @@ BAD_RECORDS = [
 ]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("case, records, mode, message", BAD_RECORDS, ids=[case[0] for case in BAD_RECORDS])
 def test_bad_records_give_one_line_naming_the_file(tmp_path, case, records, mode, message):
     good = tmp_path / "good.tfrecords"
@@ -207,6 +212,7 @@ AFTER_START_UP = [
 ]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("case, mode, name, message", AFTER_START_UP, ids=[case[0] for case in AFTER_START_UP])
 def test_bad_records_behind_a_manifest_give_one_line_naming_the_file_and_record(tmp_path, case, mode, name, message):
     records = _converted(tmp_path)
@@ -239,6 +245,7 @@ def _tiny_checkpoint(folder: Path, class_names: tuple[str, ...] = ("cat", "dog")
     return path
 
 
+@pytest.mark.integration
 def test_overlapping_globs_are_read_once_and_the_log_says_so(tmp_path, caplog):
     for index in range(3):
         _write(tmp_path / f"train.tfrecords_{index:03d}", [_example(0)])
@@ -249,6 +256,7 @@ def test_overlapping_globs_are_read_once_and_the_log_says_so(tmp_path, caplog):
     assert "1 file(s) matched by more than one glob are read once" in caplog.text
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "names, format, kind",
     [
@@ -299,6 +307,7 @@ def _indices_read(records: Records, spec) -> list[int]:
     return [_index(images[0]) for images, _ in _training_reader(whole, spec).take(records.count)]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("ranges", [False, True])
 def test_iterators_made_before_training_do_not_change_the_records_training_reads(tmp_path, ranges):
     files = _indexed_shards(tmp_path, [10, 9, 11])
@@ -315,6 +324,7 @@ def test_iterators_made_before_training_do_not_change_the_records_training_reads
     assert first[:20] != first[20:], "each pass still gets its own order"
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "counts, whole_files", [([5, 7, 4, 6, 3], True), ([30], False), ([11, 9], False), ([10, 9], True)]
 )
@@ -334,6 +344,7 @@ def test_two_workers_each_read_about_half_and_together_every_record_once(tmp_pat
     assert sorted(seen) == list(range(total)), "every record once over both workers"
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_two_loopback_workers_train_on_their_own_shares(tmp_path):
     """Two multi_worker processes on 127.0.0.1: each logs its share and both finish with the same weights."""
@@ -366,6 +377,7 @@ def test_two_loopback_workers_train_on_their_own_shares(tmp_path):
     assert len(weights) == 2 and weights[0].split("sha256")[-1] == weights[1].split("sha256")[-1]
 
 
+@pytest.mark.integration
 def test_unequal_converter_shards_are_shared_by_record_ranges_from_the_manifest_counts(tmp_path, monkeypatch, caplog):
     """The converter's shards of 5, 5 and 2 train records over 2 workers: whole files would give one worker 7
     records and the other 5, so each gets 6 in record ranges, counted from the manifest without reading a file."""
@@ -392,6 +404,7 @@ def test_unequal_converter_shards_are_shared_by_record_ranges_from_the_manifest_
     assert "records 1-4 of" in lines[1] and "0-1 of" in lines[1] and "(6 records, 6 per epoch)" in lines[1], lines
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("counts, records_per_step, whole_files", [([7, 5], 1, False), ([7, 5], 2, True)])
 def test_each_worker_reads_its_steps_per_epoch_and_no_record_twice_in_an_epoch(
     tmp_path, counts, records_per_step, whole_files

@@ -86,6 +86,7 @@ def mlflow_server(tmp_path):
     process.wait(timeout=30)
 
 
+@pytest.mark.e2e
 @pytest.mark.slow  # the server takes ~10-70 s to start on a busy machine
 def test_mlflow_server_gets_one_run_with_params_metrics_and_artifacts(tmp_path, cifar_dir, mlflow_server):
     metrics = _train(cifar_dir, tmp_path / "run", "logger=mlflow", f"logger.tracking_uri={mlflow_server}")
@@ -93,6 +94,7 @@ def test_mlflow_server_gets_one_run_with_params_metrics_and_artifacts(tmp_path, 
     assert metrics["name"] == "tracked" and metrics["tags"] == ["smoke", "ci"]
 
 
+@pytest.mark.integration
 def test_mlflow_default_is_an_embedded_sqlite_database_in_outputs(tmp_path, cifar_dir, monkeypatch):
     monkeypatch.chdir(tmp_path)
     run_dir = tmp_path / "outputs" / "run"
@@ -116,6 +118,7 @@ def _tensorboard_texts(log_dir: Path) -> dict[str, str]:
     return texts
 
 
+@pytest.mark.integration
 def test_an_unreachable_server_is_one_error_before_training(tmp_path, cifar_dir):
     run_dir = tmp_path / "run"
     dead = f"http://127.0.0.1:{_free_port()}"
@@ -126,6 +129,7 @@ def test_an_unreachable_server_is_one_error_before_training(tmp_path, cifar_dir)
     assert not (run_dir / "history.csv").exists() and not (run_dir / "checkpoints").exists()
 
 
+@pytest.mark.integration
 def test_a_resumed_run_logs_into_the_same_tracked_run(tmp_path):
     from trainer.tracking.loggers import MLflowTracker
 
@@ -168,6 +172,7 @@ def _wandb_records(path: Path):
             yield record
 
 
+@pytest.mark.integration
 def test_wandb_offline_files_hold_the_metrics(tmp_path, cifar_dir, monkeypatch):
     pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_MODE", "offline")
@@ -194,6 +199,7 @@ def test_wandb_offline_files_hold_the_metrics(tmp_path, cifar_dir, monkeypatch):
     assert {"metrics.json", "best.keras"} <= saved
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_an_mlflow_sweep_is_one_parent_with_a_child_per_job_and_tensorboard_hparams(tmp_path, cifar_dir):
     sweep_dir = tmp_path / "sweep"
@@ -235,6 +241,7 @@ def test_an_mlflow_sweep_is_one_parent_with_a_child_per_job_and_tensorboard_hpar
     assert list((sweep_dir / "tensorboard").glob("events.out.tfevents.*")), "the experiment's HParams config"
 
 
+@pytest.mark.integration
 def test_only_the_chief_logs(tmp_path, cifar_dir, monkeypatch):
     """A worker that is not the chief trains (and writes to a temporary folder) but creates no tracked run."""
     from trainer.distribute import strategies

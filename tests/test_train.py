@@ -1,4 +1,5 @@
-"""Training end to end: in-process through `train(cfg)`, and as `python run.py` in a subprocess."""
+"""Training end to end: in process through `train(cfg)` and `run.py`'s `cli`, and as `python run.py` in a real
+process once (the canonical run: every output file, the console without TensorFlow's noise)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import subprocess
 import sys
 
 import keras
+import pytest
 
-from conftest import ROOT, check_run_metrics, cifar_overrides, compose
+from conftest import ROOT, check_run_metrics, cifar_overrides, compose, run_cli
 from trainer.config import to_settings
 from trainer.quiet import NOISE
 from trainer.tasks.train import train
@@ -26,6 +28,7 @@ def _run(args, cwd=ROOT, timeout=300):
     )
 
 
+@pytest.mark.integration
 def test_train_returns_the_best_objective_and_writes_metrics(tmp_path, cifar_dir):
     run_dir = tmp_path / "run"
     settings = to_settings(compose([*cifar_overrides(cifar_dir), "trainer.epochs=2"], run_dir))
@@ -46,6 +49,7 @@ def test_train_returns_the_best_objective_and_writes_metrics(tmp_path, cifar_dir
 TF_NOISE = ("cuInit", "absl::InitializeLog", "cudart_stub", "oneDNN", "cpu_feature_guard", "then broadcast")
 
 
+@pytest.mark.e2e
 def test_run_py_writes_every_output(tmp_path, cifar_dir):
     run_dir = tmp_path / "run"
     result = _run([*cifar_overrides(cifar_dir), "trainer.epochs=2", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
@@ -82,6 +86,7 @@ def test_run_py_writes_every_output(tmp_path, cifar_dir):
     assert "open: curves.png, confusion_matrix_test.png, metrics.json, history.csv, run.log" in summary
 
 
+@pytest.mark.e2e
 def test_tf_logs_brings_tensorflow_s_own_lines_back(tmp_path, cifar_dir):
     run_dir = tmp_path / "run"
     result = _run(
@@ -92,15 +97,17 @@ def test_tf_logs_brings_tensorflow_s_own_lines_back(tmp_path, cifar_dir):
     assert any(NOISE.match(line) for line in result.stderr.splitlines()), result.stderr[-3000:]
 
 
+@pytest.mark.integration
 def test_bad_input_is_one_line_and_a_non_zero_exit(tmp_path):
-    result = _run(["dataset=cifar", f"dataset.data_dir={tmp_path / 'nowhere'}", f"hydra.run.dir={tmp_path / 'r'}"])
+    result = run_cli(["dataset=cifar", f"dataset.data_dir={tmp_path / 'nowhere'}", f"hydra.run.dir={tmp_path / 'r'}"])
     assert result.returncode == 1
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("error: dataset files data_batch_1.bin") and "nowhere" in last
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.integration
 def test_out_of_range_value_fails_at_startup(tmp_path):
-    result = _run(["model.dropout=1.0", f"hydra.run.dir={tmp_path / 'r'}"])
+    result = run_cli(["model.dropout=1.0", f"hydra.run.dir={tmp_path / 'r'}"])
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == "error: model.dropout must be in [0, 1); got 1.0"

@@ -17,6 +17,7 @@ from trainer.tracking.curves import draw_curves
 from trainer.tracking.sheets import sheet_layout, tile_origin
 
 
+@pytest.mark.integration
 def test_contact_sheet_tiles_are_the_records_in_order(tmp_path):
     data = write_cifar(tmp_path / "cifar", num_test=16)
     out = tmp_path / "inspect"
@@ -50,6 +51,7 @@ def test_contact_sheet_tiles_are_the_records_in_order(tmp_path):
     assert stats["image_shape"] == [32, 32, 3] and stats["max"] <= 255
 
 
+@pytest.mark.integration
 def test_augmented_sheet_shows_host_and_model_augmentation(tmp_path):
     data = write_cifar(tmp_path / "cifar")
     common = [*cifar_overrides(data), "mode=inspect", "inspect.num_images=8", "inspect.augmented=true"]
@@ -63,6 +65,7 @@ def test_augmented_sheet_shows_host_and_model_augmentation(tmp_path):
     assert np.abs(plain.astype(int) - jittered.astype(int)).mean() > 5, "the model's colour jitter is shown"
 
 
+@pytest.mark.integration
 def test_inspect_on_cats_dogs_uses_the_manifest(tmp_path):
     make_pets(tmp_path / "in", per_class=6)
     convert(
@@ -89,6 +92,7 @@ def test_inspect_on_cats_dogs_uses_the_manifest(tmp_path):
     assert (out / "contact_sheet.png").is_file()
 
 
+@pytest.mark.integration
 def test_training_draws_curves_logs_the_learning_rate_and_sample_images(tmp_path):
     run_dir = tmp_path / "run"
     run_task(compose(["debug=smoke", "trainer.epochs=2"], run_dir), show_config=True)
@@ -106,6 +110,7 @@ def test_training_draws_curves_logs_the_learning_rate_and_sample_images(tmp_path
     assert any("learning_rate" in tag for tag in tags)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("dataset", ["digits"])
 def test_inspect_runs_on_the_bundled_dataset(tmp_path, dataset):
     run_task(
@@ -128,6 +133,7 @@ def _history(val_loss: list[float]) -> list[dict[str, str]]:
     ]
 
 
+@pytest.mark.unit
 def test_curves_have_a_log_loss_integer_epochs_a_title_the_best_epoch_and_the_learning_rate(tmp_path, monkeypatch):
     from matplotlib.figure import Figure
 
@@ -143,12 +149,14 @@ def test_curves_have_a_log_loss_integer_epochs_a_title_the_best_epoch_and_the_le
     assert (list(best.get_xdata()), list(best.get_ydata())) == ([3], [0.9])
 
 
+@pytest.mark.unit
 def test_drawn_curves_are_a_png(tmp_path):
     path = draw_curves(_history([1.0, 0.9]), tmp_path / "curves.png", "run", "val_loss", "min")
     image = Image.open(path)
     assert image.format == "PNG" and image.size == (1500, 400)
 
 
+@pytest.mark.unit
 def test_curves_are_redrawn_as_often_as_drawing_stays_a_small_share_of_training(tmp_path, monkeypatch):
     """A drawing holds Python's lock for about a second: short epochs must not wait for one after each,
     long ones get a drawing each, and the end of training always draws every epoch."""
@@ -181,6 +189,7 @@ def test_curves_are_redrawn_as_often_as_drawing_stays_a_small_share_of_training(
     assert drawn == [1, 2, 3, 4, 8, 9], "the end of training draws every epoch"
 
 
+@pytest.mark.unit
 def test_the_progress_bar_runs_within_epochs_and_is_gone_at_their_end(capsys):
     import keras
 

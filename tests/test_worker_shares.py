@@ -41,6 +41,7 @@ def _share_indices(share: shares.Records) -> list[int]:
     return [index for raw in source.in_order().batch(1000) for index in _indices(decoder(raw)[0].numpy())]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "counts, num_workers, records_per_step, val_size, whole_files",
     [
@@ -67,6 +68,7 @@ def test_binary_shares_are_disjoint_and_cover_the_train_split_once(
         assert indices == sorted(indices)
 
 
+@pytest.mark.integration
 def test_binary_loader_plans_the_shares_of_the_train_split_only(tmp_path):
     """load_data with num_workers: the shares exclude dataset.val_size's records; the steps fit the smallest."""
     folder = write_cifar(tmp_path / "cifar")  # 5 x 16 train records
@@ -78,6 +80,7 @@ def test_binary_loader_plans_the_shares_of_the_train_split_only(tmp_path):
     assert single.train_for_worker is None and single.train_steps is None
 
 
+@pytest.mark.integration
 def test_each_input_pipeline_seeds_its_own_shuffles_and_crops(tmp_path, monkeypatch):
     """Workers draw different crops at the same step: pipeline i's seed is the run's seed + i * stride."""
     import tensorflow as tf
@@ -96,6 +99,7 @@ def test_each_input_pipeline_seeds_its_own_shuffles_and_crops(tmp_path, monkeypa
     assert seeds[-2:] == [5, 5 + data_module.WORKER_SEED_STRIDE]  # after the one-pipeline train split's
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("cache", [False, True], ids=["read", "cached"])
 @pytest.mark.parametrize(
     "counts, records_per_step, whole_files, steps",
@@ -125,6 +129,7 @@ def test_unequal_files_every_worker_runs_the_same_steps_and_reads_each_record_at
             assert set(read) <= share
 
 
+@pytest.mark.unit
 def test_the_share_log_says_whole_files_or_record_ranges_and_the_steps(tmp_path):
     files = _binary_files(tmp_path, [100, 100, 50])
     plan = shares.plan(files, [100, 100, 50], 2, 5)
@@ -135,6 +140,7 @@ def test_the_share_log_says_whole_files_or_record_ranges_and_the_steps(tmp_path)
     assert whole.describe(1).startswith("1 of 2 whole file(s) (100 records, 100 per epoch)")
 
 
+@pytest.mark.unit
 def test_a_batch_larger_than_the_smallest_share_is_a_config_error(tmp_path):
     from trainer.errors import ConfigError
 
@@ -142,6 +148,7 @@ def test_a_batch_larger_than_the_smallest_share_is_a_config_error(tmp_path):
         shares.plan(["a", "b"], [5, 5], 2, 8)
 
 
+@pytest.mark.unit
 def test_mirrored_on_one_machine_keeps_one_pipeline_for_every_replica():
     import tensorflow as tf
 
@@ -157,6 +164,7 @@ def _share_lines(output: str) -> list[str]:
     return [line for line in output.splitlines() if "Input pipeline" in line]
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_two_loopback_workers_each_read_about_half_of_the_binary_records(tmp_path):
     """Two multi_worker processes on 127.0.0.1 over CIFAR-format files: each reads its own half (a record range,

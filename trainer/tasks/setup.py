@@ -22,6 +22,7 @@ from trainer.runs import checkpoints
 from trainer.tasks.data import Data
 from trainer.tracking.reports import plot_confusion_png, write_confusion_csv
 from trainer.training import metrics
+from trainer.training.tracing import build_step_state
 
 log = logging.getLogger(__name__)
 _determinism = {"on": False}  # TensorFlow has no public call to turn op determinism off again
@@ -109,6 +110,7 @@ def evaluate_checkpoint(
         model, info = checkpoints.load(checkpoint)
         checkpoints.check_data(checkpoints.resolve(checkpoint), info, class_names, data.input_shape[0], "the dataset")
         metrics.compile_for_evaluation(model, len(class_names))
+    build_step_state(model, next(iter(data.test.take(1))))  # never a cached split: its cache would be cut short
     results, matrix = metrics.evaluate(model, getattr(data, split), class_names)
     write_confusion_csv(run_dir / f"confusion_matrix_{split}.csv", matrix, class_names)
     plot_confusion_png(

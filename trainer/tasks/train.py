@@ -47,6 +47,7 @@ from trainer.tracking.tensorboard import RunLabel, SampleImages
 from trainer.training.callbacks import Preempted, RunFiles, training_callbacks
 from trainer.training.losses import build_loss
 from trainer.training.optimizers import build_learning_rate, build_optimizer, peak_learning_rate
+from trainer.training.tracing import build_step_state
 
 log = logging.getLogger(__name__)
 
@@ -378,7 +379,8 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, model: keras.Model,
 
 
 def _start_phase(settings: Config, plan: Plan, model: keras.Model, phase: Phase) -> None:
-    """Freezes what the phase freezes and compiles for its epochs, logging both."""
+    """Freezes what the phase freezes and compiles for its epochs (its step functions' state built before `fit`,
+    so each is traced once), logging both."""
     if settings.model.PRETRAINED_BASE:
         trainable = set_trainable(model, phase.unfreeze_from)
         log.info(
@@ -391,6 +393,7 @@ def _start_phase(settings: Config, plan: Plan, model: keras.Model, phase: Phase)
         )
     with plan.strategy.scope():
         compile_model(model, settings, plan.lr * phase.lr_scale, plan.steps_per_epoch, phase.end - phase.start)
+    build_step_state(model, next(iter(plan.data.train_plain.take(1))))
     schedule = settings.optimizer.schedule.name
     if len(plan.phases) > 1 and schedule != "constant":
         log.info(
