@@ -194,14 +194,36 @@ def binary_parts(files, layout, records=None, num_classes: int | None = None):
     return Source(records, FixedLengthReader(layout.record_bytes)), BinaryDecoder(layout, num_classes)
 
 
+TINY_MODEL = ["model=custom", "model._target_=tiny_model.build", "trainer.verbose=0"]  # tests/tiny_model.py
+
+
+def tiny_overrides(data_dir: Path) -> list[str]:
+    """`cifar_overrides` with a three-layer network (tests/tiny_model.py) instead of VGG19, for the tests of the
+    run machinery (kills, resumes, sweeps, workers, trackers, callbacks) where the model is not the point."""
+    overrides = [item for item in cifar_overrides(data_dir) if item != "debug=smoke"]  # smoke sets VGG19 keys
+    return [*overrides, *TINY_MODEL, "trainer.epochs=1"]
+
+
+# A real process sees what `pytest` sees: the project, and tests/ (tiny_model.py).
+SUBPROCESS_ENV = {
+    **os.environ,
+    "TF_CPP_MIN_LOG_LEVEL": "2",
+    "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+}
+
+
 def run_py(args: list[str], cwd: Path = ROOT, timeout: int = 600):
     """`python run.py ARGS` in a subprocess, as a user types it; returns the CompletedProcess (text output)."""
     import subprocess
     import sys
 
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     return subprocess.run(
-        [sys.executable, str(ROOT / "run.py"), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+        [sys.executable, str(ROOT / "run.py"), *args],
+        cwd=cwd,
+        env=SUBPROCESS_ENV,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 

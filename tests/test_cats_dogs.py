@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from conftest import ROOT, check_run_metrics, compose, tfrecord_parts
+from conftest import ROOT, SUBPROCESS_ENV, check_run_metrics, compose, tfrecord_parts
 from trainer.data import pipeline, tfrecords
 from trainer.data.convert import ConvertOptions, convert, main
 from trainer.data.images import ImageError, load_rgb
@@ -351,11 +351,20 @@ def test_training_on_separable_cats_and_dogs_reaches_high_accuracy(tmp_path):
 
 @pytest.mark.e2e
 def test_raw_records_train_under_mirrored_and_the_process_exits(tmp_path):
-    """Under MirroredStrategy one pipeline feeds both replicas, and `run.py` exits."""
-    overrides = _classic_dataset(tmp_path, "strategy=mirrored", "strategy.cpu_devices=2")
+    """Under MirroredStrategy one pipeline feeds both replicas, and `run.py` exits (the test model: the point is the
+    process and its console)."""
+    overrides = [item for item in _classic_dataset(tmp_path, "strategy=mirrored", "strategy.cpu_devices=2")]
+    tiny = ["model=custom", "model._target_=tiny_model.build", "trainer.epochs=1", "trainer.steps_per_epoch=2"]
     result = subprocess.run(
-        [sys.executable, str(ROOT / "run.py"), *overrides, f"hydra.run.dir={tmp_path / 'run'}"],
+        [
+            sys.executable,
+            str(ROOT / "run.py"),
+            *[o for o in overrides if o != "debug=smoke"],
+            *tiny,
+            "hydra.run.dir=run",
+        ],
         cwd=tmp_path,
+        env=SUBPROCESS_ENV,
         capture_output=True,
         text=True,
         timeout=300,

@@ -17,14 +17,17 @@ import keras
 import numpy as np
 import pytest
 
-from conftest import ROOT, cifar_overrides, compose, run_cli, write_cifar
+from conftest import ROOT, SUBPROCESS_ENV, cifar_overrides, compose, run_cli, tiny_overrides, write_cifar
 from trainer.errors import UserError
 from trainer.runs.atomic import write_atomic
 from trainer.tasks import run_task
 
+EPOCHS = 6  # of 30 steps each: long enough for a signal to land mid-run
+
 
 def _command(data: Path, run_dir: Path, *extra: str) -> list[str]:
-    return [sys.executable, str(ROOT / "run.py"), *cifar_overrides(data), f"hydra.run.dir={run_dir}", *extra]
+    """`python run.py` training the three-layer test model (the point is the kill, not the model)."""
+    return [sys.executable, str(ROOT / "run.py"), *tiny_overrides(data), f"hydra.run.dir={run_dir}", *extra]
 
 
 def _epochs(history: Path) -> list[int]:
@@ -36,12 +39,7 @@ def _epochs(history: Path) -> list[int]:
 
 def _start(command: list[str], cwd: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        command,
-        cwd=cwd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=SUBPROCESS_ENV
     )
 
 
@@ -57,7 +55,7 @@ def _wait_for_epochs(process: subprocess.Popen, history: Path, count: int, timeo
 def test_sigkill_then_resume_has_every_epoch_exactly_once(tmp_path):
     data = write_cifar(tmp_path / "cifar", records_per_file=32)
     run_dir = tmp_path / "run"
-    slow = ["trainer.epochs=4", "trainer.steps_per_epoch=15"]
+    slow = [f"trainer.epochs={EPOCHS}", "trainer.steps_per_epoch=30"]
     process = _start(_command(data, run_dir, *slow), tmp_path)
     _wait_for_epochs(process, run_dir / "history.csv", 2)
     process.send_signal(signal.SIGKILL)
@@ -67,9 +65,9 @@ def test_sigkill_then_resume_has_every_epoch_exactly_once(tmp_path):
     resumed = run_cli([*_command(data, tmp_path / "second", *slow, f"resume={run_dir}")[2:]], cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"Resuming {run_dir} after epoch" in resumed.stdout + resumed.stderr
-    assert _epochs(run_dir / "history.csv") == [1, 2, 3, 4]
+    assert _epochs(run_dir / "history.csv") == list(range(1, EPOCHS + 1))
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    assert metrics["epochs_completed"] == 4
+    assert metrics["epochs_completed"] == EPOCHS
     assert not (run_dir / "backup").exists(), "a finished run removes its backup"
 
 
@@ -77,7 +75,7 @@ def test_sigkill_then_resume_has_every_epoch_exactly_once(tmp_path):
 def test_sigterm_saves_a_backup_and_exits_cleanly(tmp_path):
     data = write_cifar(tmp_path / "cifar", records_per_file=32)
     run_dir = tmp_path / "run"
-    process = _start(_command(data, run_dir, "trainer.epochs=4", "trainer.steps_per_epoch=15"), tmp_path)
+    process = _start(_command(data, run_dir, f"trainer.epochs={EPOCHS}", "trainer.steps_per_epoch=30"), tmp_path)
     _wait_for_epochs(process, run_dir / "history.csv", 1)
     process.send_signal(signal.SIGTERM)
     output = process.communicate(timeout=120)[0]
@@ -85,10 +83,10 @@ def test_sigterm_saves_a_backup_and_exits_cleanly(tmp_path):
     assert f"To continue, run: python run.py resume={run_dir}" in output
     metadata = json.loads((run_dir / "backup" / "training_metadata.json").read_text())
     done = metadata["epoch"]
-    assert 1 <= done < 4 and _epochs(run_dir / "history.csv") == list(range(1, done + 1))
+    assert 1 <= done < EPOCHS and _epochs(run_dir / "history.csv") == list(range(1, done + 1))
     resumed = run_cli([f"resume={run_dir}"], cwd=tmp_path)  # the run's own config: nothing but resume= is needed
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert _epochs(run_dir / "history.csv") == [1, 2, 3, 4]
+    assert _epochs(run_dir / "history.csv") == list(range(1, EPOCHS + 1))
 
 
 @pytest.mark.integration
@@ -146,6 +144,6 @@ def test_deterministic_runs_give_identical_weights(tmp_path):
 @pytest.mark.integration
 def test_resume_of_a_finished_run_is_refused(tmp_path):
     data = write_cifar(tmp_path / "cifar")
-    run_task(compose(cifar_overrides(data), tmp_path / "run"))
+    run_task(compose(tiny_overrides(data), tmp_path / "run"))
     with pytest.raises(UserError, match="the run finished"):
-        run_task(compose([*cifar_overrides(data), f"resume={tmp_path / 'run'}"], tmp_path / "again"))
+        run_task(compose([*tiny_overrides(data), f"resume={tmp_path / 'run'}"], tmp_path / "again"))

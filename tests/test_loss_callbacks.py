@@ -8,7 +8,7 @@ import keras
 import numpy as np
 import pytest
 
-from conftest import cifar_overrides, compose
+from conftest import cifar_overrides, compose, tiny_overrides
 from trainer.config import to_settings
 from trainer.errors import ConfigError
 from trainer.tasks.data import load_data
@@ -21,7 +21,7 @@ from trainer.training.losses import build_loss, class_weights
 def test_early_stopping_stops_on_a_plateau_and_metrics_json_says_so(tmp_path, cifar_dir):
     run_dir = tmp_path / "run"
     overrides = [
-        *cifar_overrides(cifar_dir),
+        *tiny_overrides(cifar_dir),  # the three-layer test model: the callback is the point
         "trainer.epochs=6",
         "optimizer.lr=1e-9",  # the weights barely move: val_accuracy stays flat
         "optimizer.schedule.name=constant",

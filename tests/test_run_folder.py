@@ -23,14 +23,14 @@ import keras
 import numpy as np
 import pytest
 
-from conftest import ROOT, cifar_overrides, run_cli, write_cifar
+from conftest import ROOT, SUBPROCESS_ENV, cifar_overrides, run_cli, tiny_overrides, write_cifar
 from trainer.errors import ConfigError, DiskError
 from trainer.runs.atomic import write_atomic, write_json
 from trainer.runs.backup import METADATA, PREVIOUS, RunBackup, read_state
 from trainer.runs.folders import claim_new_folder
 from trainer.runs.locks import RunLocked, run_lock
 
-ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+ENV = SUBPROCESS_ENV
 
 # Runs run.py's main() after `patch`, the way `python run.py ARGS` would.
 SCRIPT = """
@@ -86,9 +86,12 @@ def _run(cwd: Path, arguments: list[str], patch: str = "", process: bool = False
     return subprocess.run(command, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=timeout)
 
 
-def _train_arguments(tmp_path: Path, run_dir: Path, epochs: int) -> list[str]:
+def _train_arguments(tmp_path: Path, run_dir: Path, epochs: int, model: str = "tiny") -> list[str]:
+    """A tiny CIFAR-format run of `epochs` epochs into `run_dir`: the three-layer test model, or VGG19 where the
+    case depends on it (a disk sized for VGG19's checkpoints, VGG19's keys in a saved config)."""
     data = write_cifar(tmp_path / "cifar")
-    return [*cifar_overrides(data), f"trainer.epochs={epochs}", f"hydra.run.dir={run_dir}"]
+    overrides = tiny_overrides(data) if model == "tiny" else cifar_overrides(data)
+    return [*overrides, f"trainer.epochs={epochs}", f"hydra.run.dir={run_dir}"]
 
 
 def _epochs(run_dir: Path) -> list[int]:
@@ -268,7 +271,7 @@ def small_disk(tmp_path):
 @pytest.mark.e2e
 def test_a_full_disk_is_one_line_and_resume_after_freeing_space_gives_every_epoch_once(tmp_path, small_disk):
     run_dir = small_disk / "run"
-    full = _run(tmp_path, _train_arguments(tmp_path, run_dir, epochs=3), process=True)
+    full = _run(tmp_path, _train_arguments(tmp_path, run_dir, epochs=3, model="vgg19"), process=True)
     assert full.returncode == 1
     assert "Traceback" not in full.stdout + full.stderr
     error = full.stderr.strip().splitlines()[-1]
@@ -389,7 +392,7 @@ def saved_run(tmp_path) -> Path:
     """A run folder with Hydra's saved config of a CIFAR run. The task stops at once (a dropout of 1.0 is
     refused after Hydra saved the config): the config is all these tests need."""
     run_dir = tmp_path / "run"
-    arguments = [*_train_arguments(tmp_path, run_dir, epochs=3), "model.dropout=1.0"]
+    arguments = [*_train_arguments(tmp_path, run_dir, epochs=3, model="vgg19"), "model.dropout=1.0"]
     result = _run(tmp_path, arguments)
     assert result.returncode == 1 and (run_dir / ".hydra" / "config.yaml").is_file(), result.stderr
     return run_dir
@@ -555,7 +558,7 @@ def test_unwritable_checkpoints_is_one_line_and_resume_once_writable_gives_every
     tmp_path, unwritable_checkpoints
 ):
     run_dir = unwritable_checkpoints.parent
-    failed = _run(tmp_path, _train_arguments(tmp_path, run_dir, epochs=2), process=True)
+    failed = _run(tmp_path, _train_arguments(tmp_path, run_dir, epochs=2, model="vgg19"), process=True)
     assert failed.returncode == 1 and "Traceback" not in failed.stderr
     error = failed.stderr.strip().splitlines()[-1]
     assert error.startswith(f"error: cannot write {unwritable_checkpoints}/last.keras: ")

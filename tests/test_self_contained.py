@@ -12,7 +12,7 @@ import tensorflow as tf
 from PIL import Image
 from test_cats_dogs import make_pets
 
-from conftest import compose, run_cli, tfrecord_parts
+from conftest import TINY_MODEL, compose, run_cli, tfrecord_parts
 from trainer.data import pipeline, tfrecords
 from trainer.data.convert import ConvertOptions, convert
 from trainer.data.preprocess import Preprocess
@@ -101,7 +101,8 @@ def test_predict_names_classes_as_the_converter_did_and_matches_evaluate(tmp_pat
         f"dataset.data_dir={tmp_path / 'records'}",
         "dataset.stored_size=32",
         "dataset.image_size=32",
-        "debug=smoke",
+        *TINY_MODEL,  # the three-layer test model: class names are the point
+        "trainer.steps_per_epoch=4",
         "trainer.batch_size=4",
         "trainer.epochs=3",
     ]

@@ -1,4 +1,7 @@
-"""Hydra multirun sweeps: summary.csv rows as jobs end, failures recorded, Optuna search."""
+"""Hydra multirun sweeps: summary.csv rows as jobs end, failures recorded, Optuna search.
+
+Each sweep is `python run.py -m ...` run in this process (`conftest.run_cli`): the basic launcher and the Optuna
+sweeper run their jobs in the calling process, the joblib launcher in its own worker processes."""
 
 from __future__ import annotations
 
@@ -6,36 +9,18 @@ import csv
 import importlib.util
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, write_cifar
-
-SMALL = ["dataset=cifar", "dataset.val_size=16", "debug=smoke", "trainer.batch_size=8", "trainer.steps_per_epoch=2"]
+from conftest import CliResult, cifar_overrides, run_cli, tiny_overrides, write_cifar
 
 
-def _sweep(tmp_path: Path, *overrides: str) -> tuple[subprocess.CompletedProcess, list[dict[str, str]]]:
+def _sweep(tmp_path: Path, *overrides: str, model: str = "vgg19") -> tuple[CliResult, list[dict[str, str]]]:
+    """`python run.py -m` over tiny CIFAR-format files with VGG19 (or the three-layer test model), and its summary."""
     data = write_cifar(tmp_path / "cifar")
-    command = [
-        sys.executable,
-        str(ROOT / "run.py"),
-        "-m",
-        *SMALL,
-        f"dataset.data_dir={data}",
-        f"hydra.sweep.dir={tmp_path / 'sweep'}",
-        *overrides,
-    ]
-    result = subprocess.run(
-        command,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
-    )
+    small = tiny_overrides(data) if model == "tiny" else cifar_overrides(data)
+    result = run_cli(["-m", *small, f"hydra.sweep.dir={tmp_path / 'sweep'}", *overrides], cwd=tmp_path)
     summary = tmp_path / "sweep" / "summary.csv"
     assert summary.is_file(), result.stdout[-2000:] + result.stderr[-3000:]
     with open(summary, newline="") as handle:
@@ -46,7 +31,7 @@ def _sweep(tmp_path: Path, *overrides: str) -> tuple[subprocess.CompletedProcess
 @pytest.mark.parametrize("launcher", ["basic", "joblib"])
 def test_grid_sweep_summarises_every_job(tmp_path, launcher):
     extra = [] if launcher == "basic" else ["launcher=joblib"]
-    result, rows = _sweep(tmp_path, "optimizer.lr=0.1,0.01", *extra)
+    result, rows = _sweep(tmp_path, "optimizer.lr=0.1,0.01", *extra, model="tiny")
     assert result.returncode == 0, result.stderr[-3000:]
     assert [row["status"] for row in rows] == ["ok", "ok"]
     for row in rows:

@@ -10,7 +10,7 @@ import tensorflow as tf
 from PIL import Image
 from test_cats_dogs import make_pets
 
-from conftest import cifar_overrides, compose, write_cifar
+from conftest import TINY_MODEL, cifar_overrides, compose, write_cifar
 from trainer.data.convert import ConvertOptions, convert
 from trainer.tasks import run_task
 from trainer.tracking.curves import draw_curves
@@ -95,7 +95,8 @@ def test_inspect_on_cats_dogs_uses_the_manifest(tmp_path):
 @pytest.mark.integration
 def test_training_draws_curves_logs_the_learning_rate_and_sample_images(tmp_path):
     run_dir = tmp_path / "run"
-    run_task(compose(["debug=smoke", "trainer.epochs=2"], run_dir), show_config=True)
+    tiny = [*TINY_MODEL, "trainer.batch_size=16", "trainer.steps_per_epoch=4"]  # the files are the point
+    run_task(compose([*tiny, "trainer.epochs=2"], run_dir), show_config=True)
     curves = Image.open(run_dir / "curves.png")
     assert curves.format == "PNG" and curves.size == (1500, 400), "loss, accuracy and learning-rate panels"
     header = (run_dir / "history.csv").read_text().splitlines()[0]

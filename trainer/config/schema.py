@@ -71,17 +71,17 @@ def _file_list(value: Any, key: str) -> list[str]:
 class DatasetConfig:
     """What every dataset option shares; `BinaryDatasetConfig` and `TFRecordDatasetConfig` add their layout."""
 
-    name: str = MISSING
+    name: str = MISSING  # the option's name (digits, cifar, cats_dogs): the log, the curves' title, checkpoints
     data_dir: str = MISSING  # folder holding the files (relative paths resolve against the launch folder)
     train_files: Any = MISSING  # a file name, glob or list of them
-    test_files: Any = MISSING
-    num_classes: int = MISSING
+    test_files: Any = MISSING  # likewise, for the test split
+    num_classes: int = MISSING  # classes the labels index
     class_names: list[str] = MISSING  # in label order
     image_size: int = 0  # model input side: stored images are resized to it (binary: 0 = the stored size)
     shuffle_buffer: int = 1000  # records held for shuffling; >= the training set size gives a full shuffle
     cache: bool = False  # keep the decoded images in memory after the first epoch (small datasets)
     standardize: bool = True  # per-image standardization, a layer of the model (zero mean, unit variance)
-    augment: Augmentation = field(default_factory=Augmentation)
+    augment: Augmentation = field(default_factory=Augmentation)  # training augmentation: the host's and the model's
 
     def __post_init__(self) -> None:
         require(self.num_classes >= 2, "dataset.num_classes", ">= 2", self.num_classes)
@@ -113,7 +113,7 @@ class BinaryDatasetConfig(DatasetConfig):
 
     search_subdirs: list[str] = field(default_factory=list)  # also look in these folders below data_dir
     height: int = MISSING  # stored image height
-    width: int = MISSING
+    width: int = MISSING  # stored image width
     channels: int = MISSING  # 1 or 3
     label_bytes: int = 1  # bytes before the pixels (CIFAR-100: 2, coarse then fine)
     label_index: int = 0  # which of those bytes is the label
@@ -121,7 +121,7 @@ class BinaryDatasetConfig(DatasetConfig):
     val_size: float = 5000  # validation records held out from the end of the training files; < 1: a fraction
     val_source: ValSource = ValSource.train  # train: hold out val_size records; test: validate on the test files
     download: bool = False  # fetch `url` if the files are missing
-    url: str | None = None
+    url: str | None = None  # the archive fetched when dataset.download=true and the files are missing
     md5: str | None = None  # checksum of the archive at `url`
 
     def __post_init__(self) -> None:
@@ -155,16 +155,16 @@ class TFRecordDatasetConfig(DatasetConfig):
     """TFRecord shards: the converter's output or the classic Cats-vs-Dogs files."""
 
     data_dir: str = "."  # the converter's OUTPUT_DIR; the globs below usually start with it
-    val_files: Any = MISSING
+    val_files: Any = MISSING  # a glob or a list of globs, for the validation split
     format: TFRecordFormat = TFRecordFormat.raw  # raw (label + img_raw pixels) | jpeg (image/encoded ...)
     stored_size: int = 224  # raw: side of the stored images
     image_key: str | None = None  # feature keys; null: the format's defaults
-    label_key: str | None = None
-    filename_key: str | None = None
+    label_key: str | None = None  # feature key of the integer label
+    filename_key: str | None = None  # feature key of the stored file name (unlabeled records, predictions)
     compression: str = "auto"  # auto (from each file's first bytes) | none | gzip | zlib
-    num_classes: int = 2
+    num_classes: int = 2  # classes the labels index
     class_names: list[str] = field(default_factory=lambda: ["cat", "dog"])  # the manifest's win when present
-    image_size: int = 224
+    image_size: int = 224  # model input side: stored images are resized to it
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -191,7 +191,7 @@ class ModelConfig:
     PRETRAINED_BASE: ClassVar[bool] = False  # trains in phases: the new head first, then the base (finetune.*)
 
     _target_: str = MISSING  # the builder: called with num_classes, input_shape and the other keys
-    name: str = MISSING
+    name: str = MISSING  # the option's name: the log, the curves' title
     preprocessing: str | None = None  # null: the dataset's normalization | caffe (what ImageNet weights expect)
 
     def __post_init__(self) -> None:
@@ -216,8 +216,8 @@ def _check_head(model: Any) -> None:
 
 @dataclass
 class VGG19Config(ModelConfig):
-    _target_: str = "trainer.models.vgg19.build_vgg19"
-    name: str = "vgg19"
+    _target_: str = "trainer.models.vgg19.build_vgg19"  # the builder
+    name: str = "vgg19"  # the option's name
     width_multiplier: float = 1.0  # scales every layer's channels; 0.125 for tiny test models
     fc_units: int = 512  # units of fc1 and fc2 before width scaling
     dropout: float = 0.5  # after fc1 and fc2; 0 disables
@@ -249,8 +249,8 @@ class VGG19Config(ModelConfig):
 class VGG19ImageNetConfig(ModelConfig):
     PRETRAINED_BASE: ClassVar[bool] = True
 
-    _target_: str = "trainer.models.finetune.build_vgg19_imagenet"
-    name: str = "vgg19_imagenet"
+    _target_: str = "trainer.models.finetune.build_vgg19_imagenet"  # the builder
+    name: str = "vgg19_imagenet"  # the option's name
     preprocessing: str | None = "caffe"  # what the ImageNet weights expect: BGR, mean-subtracted
     weights: str | None = "imagenet"  # imagenet (Keras downloads and caches) | a local .h5/.weights.h5 | null
     fc_units: int = 256  # the new head's hidden layer
@@ -269,8 +269,8 @@ class CustomModelConfig(ModelConfig):
 
     OPEN: ClassVar[str] = "options"  # keys the schema does not know go here (see trainer.config.store)
 
-    name: str = "custom"
-    options: dict[str, Any] = field(default_factory=dict)
+    name: str = "custom"  # the option's name; name your own file's model here
+    options: dict[str, Any] = field(default_factory=dict)  # the builder's keys: what you type as model.KEY=...
 
     def builder_options(self) -> dict[str, Any]:
         return dict(self.options)
@@ -306,12 +306,12 @@ class OptimizerConfig:
     RESERVED: ClassVar[tuple[str, ...]] = ("_target_", "name", "lr", "scale_with_replicas", "lr_batch_size", "schedule")
 
     _target_: str = MISSING  # a Keras optimizer class: called with learning_rate, clipnorm and its own keys
-    name: str = MISSING
+    name: str = MISSING  # the option's name: the log, resume's check of the experiment
     lr: float = 0.01  # peak learning rate
     clipnorm: float | None = None  # clip each gradient to this norm
     scale_with_replicas: bool = False  # multiply lr by the number of replicas (linear scaling rule)
     lr_batch_size: int | None = None  # the global batch lr is tuned for: batch B trains at lr x B / lr_batch_size
-    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)  # the learning rate, step by step
 
     def __post_init__(self) -> None:
         require(self.lr > 0, "optimizer.lr", "> 0", self.lr)
@@ -336,10 +336,10 @@ class OptimizerConfig:
 
 @dataclass
 class SGDConfig(OptimizerConfig):
-    _target_: str = "keras.optimizers.SGD"
-    name: str = "sgd"
-    momentum: float = 0.9
-    nesterov: bool = False
+    _target_: str = "keras.optimizers.SGD"  # the Keras class
+    name: str = "sgd"  # the option's name
+    momentum: float = 0.9  # velocity kept from step to step
+    nesterov: bool = False  # Nesterov momentum
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -348,8 +348,8 @@ class SGDConfig(OptimizerConfig):
 
 @dataclass
 class AdamConfig(OptimizerConfig):
-    _target_: str = "keras.optimizers.Adam"
-    name: str = "adam"
+    _target_: str = "keras.optimizers.Adam"  # the Keras class (another with the same keys works: Nadam)
+    name: str = "adam"  # the option's name
     beta_1: float = 0.9  # decay of the first-moment estimates
     beta_2: float = 0.999  # decay of the second-moment estimates
 
@@ -361,8 +361,8 @@ class AdamConfig(OptimizerConfig):
 
 @dataclass
 class AdamWConfig(AdamConfig):
-    _target_: str = "keras.optimizers.AdamW"
-    name: str = "adamw"
+    _target_: str = "keras.optimizers.AdamW"  # the Keras class
+    name: str = "adamw"  # the option's name
     weight_decay: float = 0.004  # decoupled weight decay (Keras's default)
 
     def __post_init__(self) -> None:
@@ -377,21 +377,21 @@ class AdamWConfig(AdamConfig):
 class StrategyConfig:
     """What every strategy option shares; `_target_` builds the `tf.distribute.Strategy` from the other keys."""
 
-    _target_: str = MISSING
-    name: str = MISSING
+    _target_: str = MISSING  # a function of trainer.distribute.strategies, called with the other keys
+    name: str = MISSING  # the option's name: the log, resume's check of the experiment
 
 
 @dataclass
 class SingleStrategyConfig(StrategyConfig):
-    _target_: str = "trainer.distribute.strategies.single"
-    name: str = "single"
+    _target_: str = "trainer.distribute.strategies.single"  # the builder
+    name: str = "single"  # the option's name
     device: str | None = None  # e.g. "/gpu:1" (a OneDeviceStrategy); default: no strategy, first GPU else CPU
 
 
 @dataclass
 class MirroredStrategyConfig(StrategyConfig):
-    _target_: str = "trainer.distribute.strategies.mirrored"
-    name: str = "mirrored"
+    _target_: str = "trainer.distribute.strategies.mirrored"  # the builder
+    name: str = "mirrored"  # the option's name
     devices: list[str] | None = None  # default: all GPUs
     cpu_devices: int = 0  # > 0 splits the CPU into this many logical devices instead
 
@@ -401,8 +401,8 @@ class MirroredStrategyConfig(StrategyConfig):
 
 @dataclass
 class MultiWorkerStrategyConfig(StrategyConfig):
-    _target_: str = "trainer.distribute.strategies.multi_worker"
-    name: str = "multi_worker"
+    _target_: str = "trainer.distribute.strategies.multi_worker"  # the builder
+    name: str = "multi_worker"  # the option's name
     cluster: str = "auto"  # auto | tf_config | workers | slurm
     workers: list[str] | None = None  # host:port of every worker, same order on all of them
     task_index: int | None = None  # this worker's position in `workers`
@@ -481,7 +481,7 @@ class TrainerConfig:
 
 @dataclass
 class EarlyStoppingConfig:
-    _target_: str = "keras.callbacks.EarlyStopping"
+    _target_: str = "keras.callbacks.EarlyStopping"  # the Keras callback
     monitor: str = "${objective.metric}"  # a column of history.csv
     mode: Direction = "${objective.mode}"  # max | min
     patience: int = 5  # epochs without improvement before stopping
@@ -495,12 +495,12 @@ class EarlyStoppingConfig:
 
 @dataclass
 class ReduceLROnPlateauConfig:
-    _target_: str = "keras.callbacks.ReduceLROnPlateau"
-    monitor: str = "${objective.metric}"
+    _target_: str = "keras.callbacks.ReduceLROnPlateau"  # the Keras callback
+    monitor: str = "${objective.metric}"  # a column of history.csv
     mode: Direction = "${objective.mode}"  # max | min
     factor: float = 0.1  # new lr = lr x factor
     patience: int = 3  # epochs without improvement before reducing
-    min_delta: float = 0.0
+    min_delta: float = 0.0  # a smaller change is no improvement
     min_lr: float = 0.0  # never below this
 
     def __post_init__(self) -> None:
@@ -517,33 +517,33 @@ class CallbacksConfig:
 
     OPEN: ClassVar[str] = "extra"  # entries the schema does not know go here (see trainer.config.store)
 
-    early_stopping: EarlyStoppingConfig | None = None
-    reduce_lr_on_plateau: ReduceLROnPlateauConfig | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    early_stopping: EarlyStoppingConfig | None = None  # callbacks=early_stopping: stop when the metric stalls
+    reduce_lr_on_plateau: ReduceLROnPlateauConfig | None = None  # callbacks=reduce_lr_on_plateau
+    extra: dict[str, Any] = field(default_factory=dict)  # your own entries, each with a _target_
 
 
 @dataclass
 class TensorBoardConfig:
     _target_: str = "keras.callbacks.TensorBoard"  # called with log_dir=RUN/tensorboard and the keys below
-    write_graph: bool = False
-    update_freq: str = "epoch"
+    write_graph: bool = False  # the model's graph too (large for VGG19)
+    update_freq: str = "epoch"  # epoch, or a number of steps between writes
 
 
 @dataclass
 class MLflowConfig:
-    _target_: str = "trainer.tracking.loggers.MLflowTracker"
-    tracking_uri: str | None = "${logger.tracking_uri}"
-    experiment: str = "${logger.experiment}"
-    timeout_seconds: float = "${logger.timeout_seconds}"
+    _target_: str = "trainer.tracking.loggers.MLflowTracker"  # the tracker
+    tracking_uri: str | None = "${logger.tracking_uri}"  # the store (logger.tracking_uri)
+    experiment: str = "${logger.experiment}"  # the experiment (logger.experiment)
+    timeout_seconds: float = "${logger.timeout_seconds}"  # a server's reachability check and requests
 
 
 @dataclass
 class WandbConfig:
-    _target_: str = "trainer.tracking.loggers.WandbTracker"
-    project: str = "${logger.experiment}"
-    mode: WandbMode = "${logger.wandb_mode}"
-    entity: str | None = "${logger.wandb_entity}"
-    timeout_seconds: float = "${logger.timeout_seconds}"
+    _target_: str = "trainer.tracking.loggers.WandbTracker"  # the tracker
+    project: str = "${logger.experiment}"  # the W&B project (logger.experiment)
+    mode: WandbMode = "${logger.wandb_mode}"  # offline | online | disabled (logger.wandb_mode)
+    entity: str | None = "${logger.wandb_entity}"  # team or user (logger.wandb_entity)
+    timeout_seconds: float = "${logger.timeout_seconds}"  # how long a run may take to start
 
 
 @dataclass
@@ -553,8 +553,8 @@ class LoggerConfig:
 
     tensorboard: TensorBoardConfig | None = None  # tensorboard/ in the run folder: scalars, lr, sample images
     csv: bool = False  # history.csv only (always written: resuming and curves.png read it)
-    mlflow: MLflowConfig | None = None
-    wandb: WandbConfig | None = None
+    mlflow: MLflowConfig | None = None  # logger=mlflow: params, metrics and the run's files in MLflow
+    wandb: WandbConfig | None = None  # logger=wandb: the same in Weights & Biases
     experiment: str = "vggtrain"  # MLflow experiment / W&B project
     tracking_uri: str | None = None  # MLflow: null = sqlite:///<launch folder>/outputs/mlflow.db; http://host:port
     timeout_seconds: float = 10.0  # MLflow server: start-up reachability check and each request
@@ -620,19 +620,19 @@ class ExportConfig:
 
 @dataclass
 class Config:
-    dataset: DatasetConfig = MISSING
-    model: ModelConfig = MISSING
-    optimizer: OptimizerConfig = MISSING
-    strategy: StrategyConfig = MISSING
-    trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
-    evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
-    predict: PredictConfig = field(default_factory=PredictConfig)
-    inspect: InspectConfig = field(default_factory=InspectConfig)
-    finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
-    export: ExportConfig = field(default_factory=ExportConfig)
-    callbacks: CallbacksConfig = field(default_factory=CallbacksConfig)
-    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    dataset: DatasetConfig = MISSING  # dataset=: the data
+    model: ModelConfig = MISSING  # model=: the network
+    optimizer: OptimizerConfig = MISSING  # optimizer=: the Keras optimizer and its schedule
+    strategy: StrategyConfig = MISSING  # strategy=: one device, mirrored or multi-worker
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)  # epochs, batch, precision, loss options
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)  # what best.keras and the return value track
+    evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)  # mode=evaluate
+    predict: PredictConfig = field(default_factory=PredictConfig)  # mode=predict
+    inspect: InspectConfig = field(default_factory=InspectConfig)  # mode=inspect
+    finetune: FinetuneConfig = field(default_factory=FinetuneConfig)  # the phases of a pretrained base
+    export: ExportConfig = field(default_factory=ExportConfig)  # mode=export
+    callbacks: CallbacksConfig = field(default_factory=CallbacksConfig)  # callbacks=: optional Keras callbacks
+    logger: LoggerConfig = field(default_factory=LoggerConfig)  # logger=: trackers besides history.csv
     name: str | None = None  # a readable run name: joins the run folder's name, the log, metrics.json, loggers
     tags: list[str] = field(default_factory=list)  # e.g. [baseline, cifar]: same places as name
     mode: Mode = Mode.train  # train | evaluate | predict | inspect | export

@@ -49,7 +49,7 @@ class Augmentation:
     flip: bool = False  # random horizontal flip
     brightness: float = 0.0  # max brightness delta; 0 disables
     contrast_lower: float = 1.0  # contrast factor range; 1.0..1.0 disables
-    contrast_upper: float = 1.0
+    contrast_upper: float = 1.0  # upper end of the contrast factor range
 
     def __post_init__(self) -> None:
         _require(0 < self.min_area <= 1, "min_area", "in (0, 1]", self.min_area)

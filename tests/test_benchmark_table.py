@@ -1,0 +1,43 @@
+"""`python -m benchmarks --check` fails when a row misses its target; `--markdown` prints the docs' table."""
+
+from __future__ import annotations
+
+import pytest
+
+import benchmarks.__main__ as bench
+from benchmarks.common import Row
+
+pytestmark = pytest.mark.unit
+
+ROWS = [
+    Row("pipeline vs textbook", 300.0, 100.0, "img/s", 2.0),
+    Row("  peak memory vs budget", 900.0, 1000.0, "MiB", 1.0, higher_is_better=False),
+    Row("report only", 5.0, 4.0, "s", None),
+]
+
+
+def _main(monkeypatch, rows, *arguments):
+    monkeypatch.setattr(bench, "run_case", lambda name, folder, quick: rows)
+    return bench.main(["--only", "demo", *arguments])
+
+
+def test_check_passes_when_every_row_meets_its_target(monkeypatch, capsys):
+    assert _main(monkeypatch, ROWS, "--check") == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split()[:3] == ["figure", "ours", "baseline"] and table[2].endswith("yes")
+
+
+def test_check_fails_naming_the_rows_that_miss(monkeypatch, capsys):
+    missed = [*ROWS, Row("worker share", 0.7, 1.0, "records", 0.55, higher_is_better=False)]
+    assert _main(monkeypatch, missed, "--check") == 1
+    assert "1 row(s) missed their target: worker share" in capsys.readouterr().err
+    assert _main(monkeypatch, missed) == 0, "without --check the table is only printed"
+
+
+def test_markdown_is_a_table_headed_by_how_it_was_measured(monkeypatch, capsys):
+    assert _main(monkeypatch, ROWS, "--markdown") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("Measured by `python -m benchmarks --markdown` on ")
+    assert lines[2] == "| figure | ours | baseline | unit | ratio | target | met |"
+    assert lines[4] == "| pipeline vs textbook | 300.0 | 100.0 | img/s | 3.00 | >= 2 | yes |"
+    assert lines[6] == "| report only | 5.0 | 4.0 | s | 1.25 | report | - |"

@@ -1,0 +1,54 @@
+"""The manual builds with `mkdocs build --strict`, and its config reference covers every key of the schemas."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from conftest import ROOT
+from trainer.config import reference, schema
+from trainer.config.store import SCHEMAS
+
+SCHEMA_CLASSES = sorted(
+    {
+        cls
+        for cls in vars(schema).values()
+        if isinstance(cls, type) and dataclasses.is_dataclass(cls) and cls.__module__ == schema.__name__
+    },
+    key=lambda cls: cls.__name__,
+)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("cls", SCHEMA_CLASSES, ids=lambda cls: cls.__name__)
+def test_every_key_of_every_schema_says_what_it_means(cls):
+    """A key's meaning in the reference is the comment on its line: a key without one would show blank."""
+    comments = reference.field_comments(cls)
+    silent = [item.name for item in dataclasses.fields(cls) if not comments.get(item.name)]
+    assert silent == [], f"{cls.__name__}: keys without a comment on their line: {silent}"
+
+
+@pytest.mark.unit
+def test_the_reference_lists_every_key_with_its_default():
+    text = reference.markdown()
+    for group, options in SCHEMAS.items():
+        for cls in options.values():
+            for item in dataclasses.fields(cls):
+                assert f"`{group}.{item.name}`" in text, f"{group}.{item.name}"
+    assert "| `trainer.epochs` | int | `30` |" in text and "| `seed` | int | `42` |" in text
+    assert "| `dataset.augment.crop` | Crop | `none` |" in text
+
+
+@pytest.mark.integration
+def test_the_manual_builds_strictly(tmp_path, monkeypatch):
+    pytest.importorskip("material", reason="the [docs] extra (mkdocs-material) is not installed")
+    from mkdocs.commands.build import build
+    from mkdocs.config import load_config
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("NO_MKDOCS_2_WARNING", "1")
+    config = load_config(str(ROOT / "mkdocs.yml"), strict=True, site_dir=str(tmp_path / "site"))
+    build(config)  # strict: a warning (a broken link, a missing snippet) raises
+    page = (tmp_path / "site" / "reference" / "config" / "index.html").read_text()
+    assert "dataset.augment.crop" in page and "{{ config_reference }}" not in page
