@@ -7,14 +7,16 @@ import dataclasses
 import pytest
 
 from conftest import ROOT
-from trainer.config import reference, schema
+from trainer.config import groups, reference, schema
 from trainer.config.store import SCHEMAS
+from trainer.data import augmentation
 
 SCHEMA_CLASSES = sorted(
     {
         cls
-        for cls in vars(schema).values()
-        if isinstance(cls, type) and dataclasses.is_dataclass(cls) and cls.__module__ == schema.__name__
+        for module in (schema, groups, augmentation)
+        for cls in vars(module).values()
+        if isinstance(cls, type) and dataclasses.is_dataclass(cls) and cls.__module__ == module.__name__
     },
     key=lambda cls: cls.__name__,
 )

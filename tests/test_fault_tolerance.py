@@ -136,7 +136,8 @@ def test_deterministic_runs_give_identical_weights(tmp_path):
     data = write_cifar(tmp_path / "cifar")
     fingerprints = []
     for name in ("a", "b"):
-        run_task(compose([*cifar_overrides(data), "trainer.deterministic=true", "trainer.epochs=2"], tmp_path / name))
+        overrides = [*tiny_overrides(data), "trainer.deterministic=true", "trainer.epochs=2"]
+        run_task(compose(overrides, tmp_path / name))
         fingerprints.append(json.loads((tmp_path / name / "metrics.json").read_text())["weights_sha256"])
     assert fingerprints[0] == fingerprints[1]
 

@@ -69,7 +69,7 @@ def test_mixed_float16_checkpoint_and_backup_keep_their_optimizer_state_without_
     bare Adam and dropped the saved state with "Skipping variable loading for optimizer 'adam_N' (117 vs 121)"."""
     from trainer.config import to_settings
     from trainer.runs.backup import RunBackup, restore
-    from trainer.tasks.train import compile_model
+    from trainer.tasks.phases import compile_model
 
     cfg = compose(["debug=smoke", "trainer.precision=mixed_float16"], tmp_path)  # 4 steps
     try:

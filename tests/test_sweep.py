@@ -60,9 +60,8 @@ def test_a_failing_job_keeps_the_others_and_says_why(tmp_path):
     reason='needs the sweep extra: pip install -e ".[sweep]"',
 )
 def test_optuna_search_runs_trials_and_optimises_the_returned_float(tmp_path):
-    result, rows = _sweep(
-        tmp_path, "hparams_search=vgg19_optuna", "hydra.sweeper.n_trials=2", "hydra.sweeper.sampler.n_startup_trials=2"
-    )
+    trials = ["hydra.sweeper.n_trials=2", "hydra.sweeper.sampler.n_startup_trials=2"]
+    result, rows = _sweep(tmp_path, "hparams_search=vgg19_optuna", *trials, model="tiny")
     assert result.returncode == 0, result.stderr[-3000:]
     assert len(rows) == 2 and all(row["status"] == "ok" for row in rows)
     assert (

@@ -250,7 +250,7 @@ def test_only_the_chief_logs(tmp_path, cifar_dir, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(strategies, "is_chief", lambda strategy: False)
     uri = f"sqlite:///{tmp_path / 'worker.db'}"
-    settings = to_settings(compose([*cifar_overrides(cifar_dir), "logger=mlflow", f"logger.tracking_uri={uri}"]))
+    settings = to_settings(compose([*tiny_overrides(cifar_dir), "logger=mlflow", f"logger.tracking_uri={uri}"]))
     settings.output_dir = str(tmp_path / "run")
     train(settings)
     assert not (tmp_path / "worker.db").exists(), "a non-chief worker must not open the tracking store"

@@ -6,9 +6,8 @@ Only this package and `trainer.tasks` read the Hydra config; every other functio
 takes plain arguments.
 """
 
-from trainer.config.schema import (
+from trainer.config.groups import (
     BinaryDatasetConfig,
-    Config,
     CustomModelConfig,
     DatasetConfig,
     ModelConfig,
@@ -16,6 +15,7 @@ from trainer.config.schema import (
     VGG19Config,
     VGG19ImageNetConfig,
 )
+from trainer.config.schema import Config
 from trainer.config.store import SCHEMA_GROUP, SCHEMAS, register, to_settings
 
 __all__ = [

@@ -15,7 +15,7 @@ import io
 import tokenize
 from typing import Any
 
-from trainer.config import schema
+from trainer.config import groups, schema
 from trainer.config.store import SCHEMAS
 
 SECTIONS = {  # sections with one schema; the groups (dataset, model, optimizer, strategy) list each option's
@@ -119,8 +119,18 @@ def _section(title: str, cls: type, prefix: str, note: str = "") -> list[str]:
     for item in dataclasses.fields(cls):
         nested = NESTED.get((prefix.split(".")[0], item.name))
         if nested:
-            lines += _section(f"`{nested[0]}`", getattr(schema, nested[1]), nested[0])
+            lines += _section(f"`{nested[0]}`", _schema_class(nested[1]), nested[0])
     return lines
+
+
+def _schema_class(name: str) -> type:
+    """A schema class by name, from whichever module of the config (or the augmentation config) defines it."""
+    from trainer.data import augmentation
+
+    for module in (schema, groups, augmentation):
+        if hasattr(module, name):
+            return getattr(module, name)
+    raise KeyError(name)
 
 
 def markdown() -> str:

@@ -15,23 +15,23 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, MissingMandatoryValue, OmegaConf
 
-from trainer.config import schema
+from trainer.config import groups, schema
 from trainer.config.resolvers import register_resolvers
 from trainer.errors import ConfigError
 
 SCHEMA_GROUP = "hydra/schema"
 SCHEMAS: dict[str, dict[str, type]] = {
-    "dataset": {"binary_schema": schema.BinaryDatasetConfig, "tfrecord_schema": schema.TFRecordDatasetConfig},
+    "dataset": {"binary_schema": groups.BinaryDatasetConfig, "tfrecord_schema": groups.TFRecordDatasetConfig},
     "model": {
-        "vgg19_schema": schema.VGG19Config,
-        "vgg19_imagenet_schema": schema.VGG19ImageNetConfig,
-        "custom_schema": schema.CustomModelConfig,
+        "vgg19_schema": groups.VGG19Config,
+        "vgg19_imagenet_schema": groups.VGG19ImageNetConfig,
+        "custom_schema": groups.CustomModelConfig,
     },
-    "optimizer": {"sgd_schema": schema.SGDConfig, "adam_schema": schema.AdamConfig, "adamw_schema": schema.AdamWConfig},
+    "optimizer": {"sgd_schema": groups.SGDConfig, "adam_schema": groups.AdamConfig, "adamw_schema": groups.AdamWConfig},
     "strategy": {
-        "single_schema": schema.SingleStrategyConfig,
-        "mirrored_schema": schema.MirroredStrategyConfig,
-        "multi_worker_schema": schema.MultiWorkerStrategyConfig,
+        "single_schema": groups.SingleStrategyConfig,
+        "mirrored_schema": groups.MirroredStrategyConfig,
+        "multi_worker_schema": groups.MultiWorkerStrategyConfig,
     },
 }
 

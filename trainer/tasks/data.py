@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
-from trainer.config.schema import BinaryDatasetConfig, DatasetConfig, TFRecordDatasetConfig
+from trainer.config.groups import BinaryDatasetConfig, DatasetConfig, TFRecordDatasetConfig
 from trainer.data import binary, pipeline, shares, tfrecords
 from trainer.data.augmentation import Augmentation
 from trainer.data.decoders import BinaryDecoder, Decoder, TFRecordDecoder

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from trainer.config.schema import BinaryDatasetConfig, Config, TFRecordDatasetConfig
+from trainer.config.groups import BinaryDatasetConfig, TFRecordDatasetConfig
+from trainer.config.schema import Config
 from trainer.data import predict_inputs, tfrecords
 from trainer.data.preprocess import Preprocess
 from trainer.errors import ConfigError

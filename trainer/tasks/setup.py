@@ -14,7 +14,8 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from trainer.config.schema import Config, StrategyConfig
+from trainer.config.groups import StrategyConfig
+from trainer.config.schema import Config
 from trainer.distribute import strategies
 from trainer.distribute.cluster import WORKER_PREFIX
 from trainer.models.registry import build_target

@@ -40,21 +40,16 @@ def draw_curves(
     from matplotlib.ticker import MaxNLocator
 
     epochs = list(range(1, len(rows) + 1))
-
-    def column(name: str) -> list[float] | None:
-        return [float(row[name]) for row in rows] if name in rows[0] else None
-
+    columns = history.columns(rows)
     panels = [("loss", ("loss", "val_loss")), ("accuracy", ("accuracy", "val_accuracy"))]
-    if column("learning_rate") is not None:
+    if "learning_rate" in columns:
         panels.append(("learning rate", ("learning_rate",)))
-    best = None
-    if (values := column(monitor)) is not None:
-        best = values.index((max if mode == "max" else min)(values))
+    best = history.best_index(columns[monitor], mode) if monitor in columns else None
     figure = Figure(figsize=(5 * len(panels), 4), dpi=100)
     axes = figure.subplots(1, len(panels), squeeze=False)[0]
     for axis, (label, names) in zip(axes, panels, strict=True):
         for name in names:
-            values = column(name)
+            values = columns.get(name)
             if values is None:
                 continue
             style = "--s" if name.startswith("val_") else "-o"
@@ -62,7 +57,7 @@ def draw_curves(
             if best is not None and name == monitor:
                 axis.plot(epochs[best], values[best], "*", color="crimson", markersize=14, label=f"best: {monitor}")
         if label == "loss":
-            shown = [float(row[name]) for name in names if name in rows[0] for row in rows]
+            shown = [value for name in names for value in columns.get(name, [])]
             if shown and min(shown) > 0:
                 axis.set_yscale("log")  # a first-epoch val_loss in the thousands would flatten the rest
         if best is not None:

@@ -1,0 +1,370 @@
+"""The schemas of the config groups with options: `dataset=`, `model=`, `optimizer=`, `strategy=`.
+
+    python run.py dataset=cifar model=vgg19 optimizer=sgd strategy=mirrored
+
+Each group has a base schema that `Config` types the section with; each option file of
+`conf/<group>/` starts from a subclass (its `/hydra/schema/<group>/<name>`), so an unknown
+key or a wrong type fails when Hydra composes the config. The model, optimizer and strategy
+name their builder in `_target_`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from omegaconf import MISSING
+
+from trainer.config.fields import ScheduleName, TFRecordFormat, ValSource, file_list, require
+from trainer.data.augmentation import Augmentation
+
+log = logging.getLogger(__name__)
+
+
+# --- dataset= -------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class DatasetConfig:
+    """What every dataset option shares; `BinaryDatasetConfig` and `TFRecordDatasetConfig` add their layout."""
+
+    name: str = MISSING  # the option's name (digits, cifar, cats_dogs): the log, the curves' title, checkpoints
+    data_dir: str = MISSING  # folder holding the files (relative paths resolve against the launch folder)
+    train_files: Any = MISSING  # a file name, glob or list of them
+    test_files: Any = MISSING  # likewise, for the test split
+    num_classes: int = MISSING  # classes the labels index
+    class_names: list[str] = MISSING  # in label order
+    image_size: int = 0  # model input side: stored images are resized to it (binary: 0 = the stored size)
+    shuffle_buffer: int = 1000  # records held for shuffling; >= the training set size gives a full shuffle
+    cache: bool = False  # keep the decoded images in memory after the first epoch (small datasets)
+    standardize: bool = True  # per-image standardization, a layer of the model (zero mean, unit variance)
+    augment: Augmentation = field(default_factory=Augmentation)  # training augmentation: the host's and the model's
+
+    def __post_init__(self) -> None:
+        require(self.num_classes >= 2, "dataset.num_classes", ">= 2", self.num_classes)
+        require(
+            len(self.class_names) == self.num_classes,
+            "dataset.class_names",
+            f"a list of num_classes={self.num_classes} names",
+            list(self.class_names),
+        )
+        require(self.image_size >= 0, "dataset.image_size", ">= 0", self.image_size)
+        require(self.shuffle_buffer >= 1, "dataset.shuffle_buffer", ">= 1", self.shuffle_buffer)
+        self.train_files = file_list(self.train_files, "dataset.train_files")
+        self.test_files = file_list(self.test_files, "dataset.test_files")
+
+    @property
+    def resize_to(self) -> int:
+        """Side the stored images are resized to before any crop."""
+        return self.image_size
+
+    @property
+    def input_size(self) -> int:
+        """Side of the square images the model sees: the crop if any, else the resized size."""
+        return self.augment.output_size(self.resize_to)
+
+
+@dataclass
+class BinaryDatasetConfig(DatasetConfig):
+    """Fixed-length binary records: label bytes, then the pixels channel-first (CIFAR, the bundled digits)."""
+
+    search_subdirs: list[str] = field(default_factory=list)  # also look in these folders below data_dir
+    height: int = MISSING  # stored image height
+    width: int = MISSING  # stored image width
+    channels: int = MISSING  # 1 or 3
+    label_bytes: int = 1  # bytes before the pixels (CIFAR-100: 2, coarse then fine)
+    label_index: int = 0  # which of those bytes is the label
+    shuffle_buffer: int = 10000
+    val_size: float = 5000  # validation records held out from the end of the training files; < 1: a fraction
+    val_source: ValSource = ValSource.train  # train: hold out val_size records; test: validate on the test files
+    download: bool = False  # fetch `url` if the files are missing
+    url: str | None = None  # the archive fetched when dataset.download=true and the files are missing
+    md5: str | None = None  # checksum of the archive at `url`
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for key in ("height", "width", "channels", "label_bytes"):
+            require(getattr(self, key) >= 1, f"dataset.{key}", ">= 1", getattr(self, key))
+        require(self.channels in (1, 3), "dataset.channels", "1 or 3", self.channels)
+        require(self.num_classes <= 256, "dataset.num_classes", "<= 256 (one label byte)", self.num_classes)
+        require(
+            0 <= self.label_index < self.label_bytes, "dataset.label_index", "in [0, label_bytes)", self.label_index
+        )
+        self.augment.check_fits(self.resize_to)
+        require(
+            self.val_size >= 0 and (self.val_size < 1 or float(self.val_size).is_integer()),
+            "dataset.val_size",
+            "a record count or a fraction in (0, 1)",
+            self.val_size,
+        )
+        if self.val_size >= 1:
+            self.val_size = int(self.val_size)
+        if self.download:
+            require(bool(self.url), "dataset.url", "set when dataset.download=true", self.url)
+
+    @property
+    def resize_to(self) -> int:
+        return self.image_size or self.height
+
+
+@dataclass
+class TFRecordDatasetConfig(DatasetConfig):
+    """TFRecord shards: the converter's output or the classic Cats-vs-Dogs files."""
+
+    data_dir: str = "."  # the converter's OUTPUT_DIR; the globs below usually start with it
+    val_files: Any = MISSING  # a glob or a list of globs, for the validation split
+    format: TFRecordFormat = TFRecordFormat.raw  # raw (label + img_raw pixels) | jpeg (image/encoded ...)
+    stored_size: int = 224  # raw: side of the stored images
+    image_key: str | None = None  # feature keys; null: the format's defaults
+    label_key: str | None = None  # feature key of the integer label
+    filename_key: str | None = None  # feature key of the stored file name (unlabeled records, predictions)
+    compression: str = "auto"  # auto (from each file's first bytes) | none | gzip | zlib
+    num_classes: int = 2  # classes the labels index
+    class_names: list[str] = field(default_factory=lambda: ["cat", "dog"])  # the manifest's win when present
+    image_size: int = 224  # model input side: stored images are resized to it
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(
+            self.compression in ("auto", "none", "gzip", "zlib"),
+            "dataset.compression",
+            "auto, none, gzip or zlib",
+            self.compression,
+        )
+        for key in ("stored_size", "image_size"):
+            require(getattr(self, key) >= 1, f"dataset.{key}", ">= 1", getattr(self, key))
+        self.val_files = file_list(self.val_files, "dataset.val_files")
+        self.augment.check_fits(self.resize_to)
+
+
+# --- model= ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ModelConfig:
+    """What every model option shares. Its other keys go to the builder `_target_` names."""
+
+    RESERVED: ClassVar[tuple[str, ...]] = ("_target_", "name", "preprocessing")  # read by the trainer
+    PRETRAINED_BASE: ClassVar[bool] = False  # trains in phases: the new head first, then the base (finetune.*)
+
+    _target_: str = MISSING  # the builder: called with num_classes, input_shape and the other keys
+    name: str = MISSING  # the option's name: the log, the curves' title
+    preprocessing: str | None = None  # null: the dataset's normalization | caffe (what ImageNet weights expect)
+
+    def __post_init__(self) -> None:
+        require(
+            self.preprocessing in (None, "caffe"),
+            "model.preprocessing",
+            "null (the dataset's normalization) or caffe",
+            self.preprocessing,
+        )
+
+    def builder_options(self) -> dict[str, Any]:
+        """The keys the builder takes besides num_classes and input_shape."""
+        return {key: value for key, value in vars(self).items() if key not in self.RESERVED}
+
+
+def _check_head(model: Any) -> None:
+    """The classifier-head keys both VGG19 models share."""
+    require(model.fc_units >= 1, "model.fc_units", ">= 1", model.fc_units)
+    require(0 <= model.dropout < 1, "model.dropout", "in [0, 1)", model.dropout)
+    require(model.weight_decay >= 0, "model.weight_decay", ">= 0", model.weight_decay)
+
+
+@dataclass
+class VGG19Config(ModelConfig):
+    _target_: str = "trainer.models.vgg19.build_vgg19"  # the builder
+    name: str = "vgg19"  # the option's name
+    width_multiplier: float = 1.0  # scales every layer's channels; 0.125 for tiny test models
+    fc_units: int = 512  # units of fc1 and fc2 before width scaling
+    dropout: float = 0.5  # after fc1 and fc2; 0 disables
+    weight_decay: float = 5e-4  # L2 on every conv and dense kernel
+    batch_norm: bool = True  # batch normalization after each convolution (VGG19 from scratch barely learns without)
+    batch_norm_momentum: float = 0.9  # moving statistics; Keras's 0.99 lags behind in short runs
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(0 < self.width_multiplier <= 4, "model.width_multiplier", "in (0, 4]", self.width_multiplier)
+        _check_head(self)
+        require(
+            round(64 * self.width_multiplier) >= 1,
+            "model.width_multiplier",
+            "> 1/128 (block1's 64 channels would round to none)",
+            self.width_multiplier,
+        )
+        if self.width_multiplier < 0.125:
+            log.warning(
+                "model.width_multiplier=%g leaves block1 %d channel(s), fewer than one per 8 of VGG19's 64; "
+                "0.125 is the smallest width tested",
+                self.width_multiplier,
+                round(64 * self.width_multiplier),
+            )
+        require(0 <= self.batch_norm_momentum < 1, "model.batch_norm_momentum", "in [0, 1)", self.batch_norm_momentum)
+
+
+@dataclass
+class VGG19ImageNetConfig(ModelConfig):
+    PRETRAINED_BASE: ClassVar[bool] = True
+
+    _target_: str = "trainer.models.finetune.build_vgg19_imagenet"  # the builder
+    name: str = "vgg19_imagenet"  # the option's name
+    preprocessing: str | None = "caffe"  # what the ImageNet weights expect: BGR, mean-subtracted
+    weights: str | None = "imagenet"  # imagenet (Keras downloads and caches) | a local .h5/.weights.h5 | null
+    fc_units: int = 256  # the new head's hidden layer
+    dropout: float = 0.5  # before the classifier; off at evaluation
+    weight_decay: float = 1e-4  # L2 on the new head's kernels
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_head(self)
+        require(self.preprocessing == "caffe", "model.preprocessing", "caffe (the weights fix it)", self.preprocessing)
+
+
+@dataclass
+class CustomModelConfig(ModelConfig):
+    """`model=custom`: the builder's keys are the user's own (`model.units=64`), collected into `options`."""
+
+    OPEN: ClassVar[str] = "options"  # keys the schema does not know go here (see trainer.config.store)
+
+    name: str = "custom"  # the option's name; name your own file's model here
+    options: dict[str, Any] = field(default_factory=dict)  # the builder's keys: what you type as model.KEY=...
+
+    def builder_options(self) -> dict[str, Any]:
+        return dict(self.options)
+
+
+# --- optimizer= -----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ScheduleConfig:
+    name: ScheduleName = ScheduleName.constant  # constant | step | cosine
+    warmup_epochs: float = 0.0  # cosine: linear warmup from 0 to optimizer.lr
+    boundaries: list[float] = field(default_factory=list)  # step: epochs at which lr is multiplied by factor
+    factor: float = 0.1  # step: multiplier at each boundary
+    alpha: float = 0.0  # cosine: final lr as a fraction of optimizer.lr
+
+    def __post_init__(self) -> None:
+        require(self.warmup_epochs >= 0, "optimizer.schedule.warmup_epochs", ">= 0", self.warmup_epochs)
+        require(self.factor > 0, "optimizer.schedule.factor", "> 0", self.factor)
+        require(
+            list(self.boundaries) == sorted(self.boundaries) and all(b > 0 for b in self.boundaries),
+            "optimizer.schedule.boundaries",
+            "increasing positive epochs",
+            list(self.boundaries),
+        )
+        require(0 <= self.alpha <= 1, "optimizer.schedule.alpha", "in [0, 1]", self.alpha)
+
+
+@dataclass
+class OptimizerConfig:
+    """What every optimizer option shares. Its other keys go to the Keras optimizer `_target_` names."""
+
+    RESERVED: ClassVar[tuple[str, ...]] = ("_target_", "name", "lr", "scale_with_replicas", "lr_batch_size", "schedule")
+
+    _target_: str = MISSING  # a Keras optimizer class: called with learning_rate, clipnorm and its own keys
+    name: str = MISSING  # the option's name: the log, resume's check of the experiment
+    lr: float = 0.01  # peak learning rate
+    clipnorm: float | None = None  # clip each gradient to this norm
+    scale_with_replicas: bool = False  # multiply lr by the number of replicas (linear scaling rule)
+    lr_batch_size: int | None = None  # the global batch lr is tuned for: batch B trains at lr x B / lr_batch_size
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)  # the learning rate, step by step
+
+    def __post_init__(self) -> None:
+        require(self.lr > 0, "optimizer.lr", "> 0", self.lr)
+        require(self.clipnorm is None or self.clipnorm > 0, "optimizer.clipnorm", "> 0 or null", self.clipnorm)
+        require(
+            self.lr_batch_size is None or self.lr_batch_size >= 1,
+            "optimizer.lr_batch_size",
+            ">= 1 or null",
+            self.lr_batch_size,
+        )
+        require(
+            not (self.lr_batch_size and self.scale_with_replicas),
+            "optimizer.lr_batch_size",
+            "null when optimizer.scale_with_replicas=true (both scale lr)",
+            self.lr_batch_size,
+        )
+
+    def keras_options(self) -> dict[str, Any]:
+        """The keyword arguments of the Keras optimizer besides its learning rate."""
+        return {key: value for key, value in vars(self).items() if key not in self.RESERVED}
+
+
+@dataclass
+class SGDConfig(OptimizerConfig):
+    _target_: str = "keras.optimizers.SGD"  # the Keras class
+    name: str = "sgd"  # the option's name
+    momentum: float = 0.9  # velocity kept from step to step
+    nesterov: bool = False  # Nesterov momentum
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(0 <= self.momentum < 1, "optimizer.momentum", "in [0, 1)", self.momentum)
+
+
+@dataclass
+class AdamConfig(OptimizerConfig):
+    _target_: str = "keras.optimizers.Adam"  # the Keras class (another with the same keys works: Nadam)
+    name: str = "adam"  # the option's name
+    beta_1: float = 0.9  # decay of the first-moment estimates
+    beta_2: float = 0.999  # decay of the second-moment estimates
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for key in ("beta_1", "beta_2"):
+            require(0 <= getattr(self, key) < 1, f"optimizer.{key}", "in [0, 1)", getattr(self, key))
+
+
+@dataclass
+class AdamWConfig(AdamConfig):
+    _target_: str = "keras.optimizers.AdamW"  # the Keras class
+    name: str = "adamw"  # the option's name
+    weight_decay: float = 0.004  # decoupled weight decay (Keras's default)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.weight_decay >= 0, "optimizer.weight_decay", ">= 0", self.weight_decay)
+
+
+# --- strategy= ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class StrategyConfig:
+    """What every strategy option shares; `_target_` builds the `tf.distribute.Strategy` from the other keys."""
+
+    _target_: str = MISSING  # a function of trainer.distribute.strategies, called with the other keys
+    name: str = MISSING  # the option's name: the log, resume's check of the experiment
+
+
+@dataclass
+class SingleStrategyConfig(StrategyConfig):
+    _target_: str = "trainer.distribute.strategies.single"  # the builder
+    name: str = "single"  # the option's name
+    device: str | None = None  # e.g. "/gpu:1" (a OneDeviceStrategy); default: no strategy, first GPU else CPU
+
+
+@dataclass
+class MirroredStrategyConfig(StrategyConfig):
+    _target_: str = "trainer.distribute.strategies.mirrored"  # the builder
+    name: str = "mirrored"  # the option's name
+    devices: list[str] | None = None  # default: all GPUs
+    cpu_devices: int = 0  # > 0 splits the CPU into this many logical devices instead
+
+    def __post_init__(self) -> None:
+        require(self.cpu_devices >= 0, "strategy.cpu_devices", ">= 0", self.cpu_devices)
+
+
+@dataclass
+class MultiWorkerStrategyConfig(StrategyConfig):
+    _target_: str = "trainer.distribute.strategies.multi_worker"  # the builder
+    name: str = "multi_worker"  # the option's name
+    cluster: str = "auto"  # auto | tf_config | workers | slurm
+    workers: list[str] | None = None  # host:port of every worker, same order on all of them
+    task_index: int | None = None  # this worker's position in `workers`
+    timeout_seconds: float = 600.0  # a collective waiting longer (a worker died) fails the run
+
+    def __post_init__(self) -> None:
+        require(self.timeout_seconds > 0, "strategy.timeout_seconds", "> 0", self.timeout_seconds)

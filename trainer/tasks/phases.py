@@ -1,0 +1,213 @@
+"""Fitting a run's phases: one for a model trained from scratch; for a pretrained base, the head, then the base.
+
+    python run.py experiment=cats_dogs_finetune      # 2 epochs of the new head, then block5 too at a tenth of the lr
+
+Each phase freezes what it freezes, compiles its own optimizer and schedule, builds its step
+functions' state so each is traced once, and calls Keras `fit` with the run's callbacks. The
+step "fit the phases" of `trainer.tasks.train`.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import keras
+import tensorflow as tf
+
+from trainer.config.schema import Config
+from trainer.distribute import strategies
+from trainer.errors import DiskError
+from trainer.models.finetune import set_trainable
+from trainer.runs.backup import RunBackup
+from trainer.runs.backup import restore as restore_backup
+from trainer.runs.checkpoints import ModelInfo
+from trainer.tasks import parts
+from trainer.tracking.tensorboard import RunLabel, SampleImages
+from trainer.training.callbacks import Preempted, RunFiles, training_callbacks
+from trainer.training.losses import build_loss
+from trainer.training.optimizers import build_learning_rate, build_optimizer
+from trainer.training.tracing import build_step_state
+
+if TYPE_CHECKING:
+    from trainer.tasks.train import Folder, Plan
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Phase:
+    """Epochs [start, end) trained with the base unfrozen from `unfreeze_from`, at lr x `lr_scale`."""
+
+    start: int
+    end: int
+    unfreeze_from: str | None  # None: the whole base frozen; "all": nothing frozen
+    lr_scale: float
+
+
+def phases(settings: Config) -> list[Phase]:
+    """One phase for a model trained from scratch; for a pretrained base, the head first, then fine-tuning."""
+    epochs = settings.trainer.epochs
+    if not settings.model.PRETRAINED_BASE:
+        return [Phase(0, epochs, "all", 1.0)]
+    tune = settings.finetune
+    freeze = min(tune.freeze_epochs, epochs)
+    second = [Phase(freeze, epochs, tune.unfreeze_from, tune.lr_multiplier)] if freeze < epochs else []
+    return ([Phase(0, freeze, None, 1.0)] if freeze else []) + second
+
+
+def compile_model(model: keras.Model, settings: Config, lr: float, steps_per_epoch: int, epochs: int) -> None:
+    """Compiles with the configured optimizer and schedule at peak rate `lr`; call inside the scope."""
+    opt = settings.optimizer
+    schedule = opt.schedule
+    learning_rate = build_learning_rate(
+        schedule.name,
+        lr,
+        steps_per_epoch,
+        epochs,
+        warmup_epochs=schedule.warmup_epochs,
+        alpha=schedule.alpha,
+        boundaries=list(schedule.boundaries),
+        factor=schedule.factor,
+    )
+    optimizer = build_optimizer(opt._target_, learning_rate, opt.keras_options())
+    if settings.trainer.precision == "mixed_float16":
+        # Wrapped here rather than by compile, so the checkpoint's compile config names the loss-scale
+        # optimizer: load_model rebuilds it under any global policy and loads its saved variables (wrapped
+        # by compile, a float32 process rebuilt a bare Adam: "Skipping variable loading ... (117 vs 121)").
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    model.compile(
+        optimizer=optimizer,
+        loss=build_loss(settings.trainer.label_smoothing),
+        metrics=["accuracy"],
+        jit_compile={"auto": "auto", "true": True, "false": False}[settings.trainer.jit_compile],
+        steps_per_execution=settings.trainer.steps_per_execution,
+    )
+
+
+# --- 4. fit the phases ----------------------------------------------------------------------------------------
+
+
+def _log_xla(model: keras.Model, jit_compile: str) -> None:
+    log.info("XLA %s <trainer.jit_compile=%s>", "on" if model.jit_compile is True else "off", jit_compile)
+    if model.jit_compile is True and not tf.config.list_physical_devices("GPU"):
+        log.warning(
+            "XLA without a GPU: on the CPU it makes VGG19 training 3-7x slower; "
+            "use trainer.jit_compile=auto <trainer.jit_compile=%s>",
+            jit_compile,
+        )
+
+
+def _loggers(plan: Plan, folder: Folder) -> list[keras.callbacks.Callback]:
+    """TensorBoard (`logger=tensorboard`), with the run's name and tags and a few training images."""
+    if not plan.tensorboard:
+        return []
+    # A few training images, read in order: no shuffle buffer to fill at start-up.
+    samples = next(iter(plan.data.train_plain.take(1)))[0][:8].numpy()
+    log_dir = folder.run_dir / "tensorboard"
+    return [*plan.tensorboard, RunLabel(log_dir, folder.run_name, folder.tags), SampleImages(log_dir, samples)]
+
+
+def _run_files(settings: Config, plan: Plan, folder: Folder, info: ModelInfo) -> RunFiles:
+    """What the run's own callbacks write; curves.png is titled with the run's name, dataset and model."""
+    name = "/".join(Path(plan.output_dir).parts[-2:])
+    title = f"{name}  ·  dataset={settings.dataset.name}  ·  model={settings.model.name}"
+    mode, every = settings.objective.mode, settings.trainer.save_every_steps
+    return RunFiles(folder.run_dir, folder.backup_dir, info, plan.metric, mode, every, title)
+
+
+def fit_phases(settings: Config, plan: Plan, folder: Folder, model: keras.Model, info: ModelInfo) -> str:
+    """Trains every phase not done yet, each with its own compile and schedule.
+
+    Returns:
+        `completed`, `stopped_early` (an early stop ended training; no later phase starts), or `preempted`
+        (SIGTERM stopped training: the backup is saved and the way to resume logged).
+    """
+    strategy, steps, last = plan.strategy, plan.steps_per_epoch, plan.phases[-1]
+    if folder.done == settings.trainer.epochs:  # killed in the test evaluation: the final weights are in the backup
+        log.info("All %d epochs are done: running the test evaluation the interrupted run missed", folder.done)
+        with strategy.scope():
+            compile_model(model, settings, plan.lr * last.lr_scale, steps, last.end - last.start)
+            restore_backup(model, folder.backup_dir)  # builds the optimizer's variables: inside the scope
+        return "completed"
+    extra = parts.build_callbacks(settings.callbacks, settings.optimizer.schedule.name)
+    loggers_ = _loggers(plan, folder)
+    class_weight = parts.class_weight(settings, plan.data)
+    progress = plan.chief and settings.trainer.verbose == 1 and sys.stderr.isatty()
+    switched_here = False  # a phase ended in this process and the next one starts here
+    for phase in plan.phases:
+        if folder.done >= phase.end:
+            continue
+        _start_phase(settings, plan, model, phase)
+        files = _run_files(settings, plan, folder, info)
+        callbacks = training_callbacks(files, loggers_, [*extra, *plan.trackers], progress)
+        if switched_here:
+            # The backup holds the previous phase's optimizer; restoring it into this one would skip its
+            # variables with a Keras warning. Back up the model as it stands, with this phase's optimizer.
+            with strategy.scope():
+                model.optimizer.build(model.trainable_variables)
+            backup = next(callback for callback in callbacks if isinstance(callback, RunBackup))
+            backup.set_model(model)
+            backup.save(phase.start)
+        try:
+            model.fit(
+                strategies.training_input(strategy, plan.data.train, plan.data.train_for_worker),
+                initial_epoch=max(folder.done, phase.start),
+                epochs=phase.end,
+                steps_per_epoch=steps,
+                validation_data=plan.data.val,
+                verbose=0,  # EpochLog prints the one line per epoch (and ProgressBar the bar)
+                callbacks=callbacks,
+                shuffle=False,  # the pipeline shuffles, seeded
+                class_weight=class_weight,
+            )
+        except Preempted as stop:
+            log.warning(
+                "Stopped by SIGTERM: epoch %d will be redone from the backup in %s. To continue, "
+                "run: python run.py resume=%s",
+                stop.epoch + 1,
+                folder.backup_dir,
+                folder.run_dir,
+            )
+            folder.invocation["outcome"] = "preempted"
+            return "preempted"
+        except DiskError as error:
+            hint = f"Free space or fix permissions, then continue with: python run.py resume={folder.run_dir}"
+            raise DiskError(f"{error}. {hint}") from None
+        switched_here = True
+        if parts.stopped_early(extra):
+            return "stopped_early"  # no fine-tuning phase after an early stop
+    return "completed"
+
+
+def _start_phase(settings: Config, plan: Plan, model: keras.Model, phase: Phase) -> None:
+    """Freezes what the phase freezes and compiles for its epochs (its step functions' state built before `fit`,
+    so each is traced once), logging both."""
+    if settings.model.PRETRAINED_BASE:
+        trainable = set_trainable(model, phase.unfreeze_from)
+        log.info(
+            "Epochs %d-%d: %d base layers train, lr x %g <finetune.unfreeze_from=%s>",
+            phase.start + 1,
+            phase.end,
+            len(trainable),
+            phase.lr_scale,
+            phase.unfreeze_from,
+        )
+    with plan.strategy.scope():
+        compile_model(model, settings, plan.lr * phase.lr_scale, plan.steps_per_epoch, phase.end - phase.start)
+    build_step_state(model, next(iter(plan.data.train_plain.take(1))))
+    schedule = settings.optimizer.schedule.name
+    if len(plan.phases) > 1 and schedule != "constant":
+        log.info(
+            "Epochs %d-%d: the %s schedule starts again from lr %g over these %d epochs <optimizer.schedule.name=%s>",
+            phase.start + 1,
+            phase.end,
+            schedule,
+            plan.lr * phase.lr_scale,
+            phase.end - phase.start,
+            schedule,
+        )
+    _log_xla(model, settings.trainer.jit_compile)
