@@ -55,7 +55,7 @@ def write_stripes(folder: Path, records_per_file: int, num_test: int) -> Path:
     "preset, bound", [([], 0.8), (["experiment=cifar_vgg19"], 0.4)], ids=["defaults", "experiment=cifar_vgg19"]
 )
 def test_from_scratch_preset_learns_synthetic_cifar_in_a_few_epochs(tmp_path, preset, bound, caplog):
-    caplog.set_level("INFO", logger="trainer.tasks.train")
+    caplog.set_level("INFO", logger="trainer.tasks")
     data = write_stripes(tmp_path / "cifar", records_per_file=128, num_test=200)
     overrides = [
         "dataset=cifar",

@@ -79,7 +79,7 @@ def test_phase_one_keeps_the_base_bit_for_bit(setup, tmp_path):
 
 @pytest.mark.integration
 def test_phase_two_trains_from_unfreeze_from_only(setup, tmp_path, recwarn, caplog):
-    caplog.set_level("INFO", logger="trainer.tasks.train")
+    caplog.set_level("INFO", logger="trainer.tasks")
     root, weights, initial = setup
     run_task(
         compose(

@@ -35,7 +35,7 @@ TINY = [*TINY_MODEL, "trainer.batch_size=16", "trainer.steps_per_epoch=4", "data
     ids=lambda overrides: overrides[0],
 )
 def test_option_trains_to_finite_metrics(tmp_path, overrides, caplog):
-    caplog.set_level("INFO", logger="trainer.tasks.train")
+    caplog.set_level("INFO", logger="trainer.tasks")
     try:
         objective = run_task(compose(["trainer.epochs=2", *overrides], tmp_path))
     finally:
