@@ -77,7 +77,14 @@ def converter(folder: Path, quick: bool) -> list[Row]:
             rates[workers].append(count / (time.perf_counter() - started))
             shutil.rmtree(output)
     ceiling = _decode_ceiling(photos, many, 1 if quick else TRAINING_ROUNDS)
+    scaling = Row(
+        f"Converter: {many} workers vs 1 (500x375 JPEG -> 224 raw)", max(rates[many]), max(rates[1]), "img/s", None
+    )
+    bare = Row(f"  ceiling: bare decode+resize, {many} processes vs 1 (no converter)", *ceiling, "img/s", None)
+    # The target is on the converter's share of what the cores give: a busy machine lowers both scalings
+    # (1.9x on a quiet hour, 1.4x on a busy one), the converter's overhead shows in their quotient.
     return [
-        Row(f"Converter: {many} workers vs 1 (500x375 JPEG -> 224 raw)", max(rates[many]), max(rates[1]), "img/s", 1.7),
-        Row(f"  ceiling: bare decode+resize, {many} processes vs 1 (no converter)", *ceiling, "img/s", None),
+        scaling,
+        bare,
+        Row("  the converter's scaling / the ceiling's", scaling.ratio, bare.ratio, "x", 0.9),
     ]
