@@ -44,7 +44,7 @@ def trainer_overhead(folder: Path, quick: bool) -> list[Row]:
 
     info = ModelInfo(tuple(str(index) for index in range(10)), 32, 32, "none")
     run_dir = folder / "overhead"
-    callbacks = training_callbacks(RunFiles(run_dir, run_dir / "backup", info, "val_accuracy", "max"))
+    callbacks = training_callbacks(RunFiles(run_dir, run_dir / "backup", ours, info, "val_accuracy", "max"))
     # Alternating rounds, best of each: this machine's noise is larger than the difference sought.
     results = {"plain": [], "ours": []}
     for _ in range(1 if quick else TRAINING_ROUNDS):
@@ -72,7 +72,7 @@ def model_preprocessing(folder: Path, quick: bool) -> list[Row]:
     import tensorflow as tf
 
     from trainer.data.augmentation import Augmentation
-    from trainer.models.preprocessing import with_preprocessing
+    from trainer.models.preprocessing import build_models
 
     rng = np.random.default_rng(0)
     pixels = rng.integers(0, 256, (512, 32, 32, 3)).astype(np.uint8)
@@ -87,7 +87,7 @@ def model_preprocessing(folder: Path, quick: bool) -> list[Row]:
         keras.utils.set_random_seed(0)
         models[name] = demo_model()
         if name == "in_model":
-            models[name] = with_preprocessing(models[name], "standardize", Augmentation(**CIFAR_MODEL), seed=0)
+            models[name] = build_models(models[name], "standardize", Augmentation(**CIFAR_MODEL), seed=0).training
         models[name].compile(
             keras.optimizers.SGD(0.01, momentum=0.9), loss="sparse_categorical_crossentropy", metrics=["accuracy"]
         )
@@ -119,7 +119,7 @@ def input_bound(folder: Path, quick: bool) -> list[Row]:
     from trainer.data.preprocess import Preprocess
     from trainer.data.shares import Records
     from trainer.data.sources import FixedLengthReader, Source
-    from trainer.models.preprocessing import with_preprocessing
+    from trainer.models.preprocessing import build_models
 
     layout = BinaryLayout(8, 8, 1)
     path = Path(bundled_data("digits")) / "train.bin"
@@ -137,7 +137,7 @@ def input_bound(folder: Path, quick: bool) -> list[Row]:
     models = {}
     for name in ("cached", "real"):
         keras.utils.set_random_seed(0)
-        models[name] = with_preprocessing(demo_model())  # the pipeline yields uint8, as run.py's does
+        models[name] = build_models(demo_model()).training  # the pipeline yields uint8, as run.py's does
         models[name].compile(
             keras.optimizers.SGD(0.01, momentum=0.9), loss="sparse_categorical_crossentropy", metrics=["accuracy"]
         )

@@ -164,12 +164,12 @@ def case_epochs_zero(world, tmp):
 def case_checkpoint_of_another_model(world, tmp):
     import keras
 
-    from trainer.models.preprocessing import with_preprocessing
+    from trainer.models.preprocessing import build_models
     from trainer.runs import checkpoints
 
     network = keras.Sequential([keras.Input((28, 28, 3)), keras.layers.Flatten(), keras.layers.Dense(4)])
     info = checkpoints.ModelInfo(("a", "b", "c", "d"), 28, 32, "standardize")
-    checkpoints.save(with_preprocessing(network), tmp / "m.keras", info)
+    checkpoints.save(build_models(network).inference, tmp / "m.keras", info)
     return [*cifar_overrides(world / "cifar"), "mode=evaluate", f"checkpoint={tmp / 'm.keras'}"], (
         "m.keras was trained on classes ['a', 'b', 'c', 'd'] but the dataset has ['airplane', 'automobile',"
     )

@@ -101,9 +101,12 @@ def test_the_steps_of_train_can_each_run_alone(cifar_dir, tmp_path):
     assert (plan.steps_per_epoch, plan.lr, plan.chief, plan.metric) == (2, 0.001, True, "val_accuracy")
     assert [(phase.start, phase.end) for phase in plan.phases] == [(0, 1)]
     assert plan.data.normalization == "standardize" and plan.data.augment.flip and plan.data.input_shape == (28, 28, 3)
-    model, info = train.build_run_model(settings, plan)
+    models, info = train.build_run_model(settings, plan)
+    random = [layer.name for layer in models.training.layers if layer.name.startswith("random_")]
+    assert random == ["random_flip", "random_brightness", "random_contrast"]
+    assert not any(layer.name in random for layer in models.inference.layers)
     assert (
-        model.input.dtype == "uint8"
+        models.inference.input.dtype == "uint8"
         and info.class_names[0] == "airplane"
         and (info.resize_to, info.image_size) == (32, 28)
     )

@@ -14,16 +14,20 @@ import tensorflow as tf
 
 from trainer.data.augmentation import Augmentation
 from trainer.errors import DataError
-from trainer.models.preprocessing import augmentation_layers, normalization_layer, with_preprocessing
+from trainer.models.preprocessing import augmentation_layers, build_models, normalization_layer
 from trainer.runs import checkpoints
 
 RNG = np.random.default_rng(0)
 IMAGES = RNG.integers(0, 256, (16, 24, 24, 3)).astype(np.uint8)
 
 
+JITTER = Augmentation(flip=True, brightness=40.0, contrast_lower=0.5, contrast_upper=1.5)
+
+
 def _tiny_network(size: int = 24, classes: int = 3) -> keras.Model:
     inputs = keras.Input((size, size, 3))
     x = keras.layers.Conv2D(4, 3, name="conv")(inputs)
+    x = keras.layers.BatchNormalization(name="bn")(x)
     x = keras.layers.GlobalAveragePooling2D()(x)
     return keras.Model(inputs, keras.layers.Dense(classes, activation="softmax", name="predictions")(x), name="tiny")
 
@@ -71,24 +75,69 @@ def test_the_flip_mirrors_about_half_the_images_each_whole_and_is_off_at_evaluat
 
 
 @pytest.mark.unit
-def test_the_model_takes_uint8_and_evaluates_without_augmentation():
-    model = with_preprocessing(
-        _tiny_network(),
-        "standardize",
-        Augmentation(flip=True, brightness=40.0, contrast_lower=0.5, contrast_upper=1.5),
-        seed=1,
-    )
-    assert model.input.dtype == "uint8" and model.input_shape == (None, 24, 24, 3)
-    first, second = model.predict(IMAGES, verbose=0), model.predict(IMAGES, verbose=0)
-    np.testing.assert_array_equal(first, second)  # predict runs with training=False: no jitter
-    network_only = model.get_layer("tiny").predict(tf.image.per_image_standardization(IMAGES / 1), verbose=0)
+def test_the_inference_model_takes_uint8_and_only_the_training_model_augments():
+    models = build_models(_tiny_network(), "standardize", JITTER, seed=1)
+    inference, training = models.inference, models.training
+    assert inference.input.dtype == "uint8" and inference.input_shape == (None, 24, 24, 3)
+    assert not [layer.name for layer in inference.layers if layer.name.startswith("random_")]
+    assert [layer.name for layer in training.layers if layer.name.startswith("random_")] == [
+        "random_flip",
+        "random_brightness",
+        "random_contrast",
+    ]
+    assert {id(weight) for weight in inference.weights} == {id(weight) for weight in training.weights}, "shared"
+    first = inference.predict(IMAGES, verbose=0)
+    np.testing.assert_array_equal(first, training.predict(IMAGES, verbose=0))  # predict: training=False
+    network_only = inference.get_layer("tiny").predict(tf.image.per_image_standardization(IMAGES / 1), verbose=0)
     np.testing.assert_allclose(first, network_only, atol=1e-5)
-    assert not np.allclose(model(IMAGES, training=True), first, atol=1e-4), "jitter must act in training"
+    assert not np.allclose(training(IMAGES, training=True), first, atol=1e-4), "jitter must act in training"
+    plain = build_models(_tiny_network(), "standardize", Augmentation(), seed=1)
+    assert plain.training is plain.inference, "nothing to add: one model"
+
+
+def _moving_statistics(model: keras.Model) -> list[np.ndarray]:
+    return [np.asarray(weight) for weight in model.get_layer("tiny").get_layer("bn").non_trainable_weights]
+
+
+@pytest.mark.unit
+def test_a_loaded_checkpoint_called_bare_agrees_with_predict_and_changes_no_statistic(tmp_path):
+    models = build_models(_tiny_network(), "standardize", JITTER, seed=1)
+    path = tmp_path / "model.keras"
+    checkpoints.save(models.inference, path, checkpoints.ModelInfo(("a", "b", "c"), 24, 24, "standardize"))
+    loaded, _ = checkpoints.load(path)
+    before, predicted = _moving_statistics(loaded), loaded.predict(IMAGES, verbose=0)
+    bare = np.asarray(loaded(IMAGES))  # Grad-CAM recipes and GradientTape loops call the model like this
+    for old, new in zip(before, _moving_statistics(loaded), strict=True):
+        np.testing.assert_array_equal(old, new)
+    np.testing.assert_allclose(bare, predicted, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(loaded(IMAGES, training=False)), predicted, atol=1e-6)
+    np.testing.assert_array_equal(loaded.predict(IMAGES, verbose=0), predicted)
+
+
+@pytest.mark.unit
+def test_a_checkpoint_of_an_earlier_version_loads_without_its_random_layers(tmp_path, caplog):
+    network = _tiny_network()
+    image = keras.Input((24, 24, 3), dtype="uint8", name="image")
+    x = keras.layers.Rescaling(1.0, dtype="float32", name="to_float")(image)
+    for layer in [*augmentation_layers(JITTER, seed=1), normalization_layer("standardize")]:
+        x = layer(x)
+    old = keras.Model(image, network(x), name="tiny")  # what vggtrain saved before the training wrapper
+    path = tmp_path / "old.keras"
+    checkpoints.save(old, path, checkpoints.ModelInfo(("a", "b", "c"), 24, 24, "standardize"))
+    with caplog.at_level("INFO"):
+        loaded, _ = checkpoints.load(path)
+    assert "old.keras holds training-only augmentation layers" in caplog.text
+    assert not [layer.name for layer in loaded.layers if layer.name.startswith("random_")]
+    np.testing.assert_allclose(loaded.predict(IMAGES, verbose=0), old.predict(IMAGES, verbose=0), atol=1e-6)
+    before = _moving_statistics(loaded)
+    loaded(IMAGES)
+    for old_value, new in zip(before, _moving_statistics(loaded), strict=True):
+        np.testing.assert_array_equal(old_value, new)
 
 
 @pytest.mark.e2e
 def test_a_checkpoint_carries_its_class_names_and_loads_without_project_code(tmp_path):
-    model = with_preprocessing(_tiny_network(), "caffe")
+    model = build_models(_tiny_network(), "caffe").inference
     info = checkpoints.ModelInfo(("cat", "dog", "bird"), 24, 28, "caffe", "pets")
     path = tmp_path / "model.keras"
     checkpoints.save(model, path, info)
@@ -118,7 +167,7 @@ def test_an_old_float_input_checkpoint_is_one_error(tmp_path):
 @pytest.mark.unit
 def test_the_info_entry_is_checked_against_the_model(tmp_path):
     path = tmp_path / "model.keras"
-    checkpoints.save(with_preprocessing(_tiny_network()), path, checkpoints.ModelInfo(("a", "b"), 24, 24, "none"))
+    checkpoints.save(build_models(_tiny_network()).inference, path, checkpoints.ModelInfo(("a", "b"), 24, 24, "none"))
     with pytest.raises(DataError, match="predicts 3 classes but names 2"):
         checkpoints.load(path)
     assert checkpoints.INFO_ENTRY in zipfile.ZipFile(path).namelist()

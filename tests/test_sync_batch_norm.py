@@ -123,11 +123,11 @@ def test_synchronized_batch_norm_on_two_replicas_updates_like_one_device_on_the_
 
 @pytest.mark.integration
 def test_synchronized_batch_norm_model_saves_loads_in_safe_mode_and_exports(tmp_path: Path):
-    from trainer.models.preprocessing import with_preprocessing
+    from trainer.models.preprocessing import build_models
     from trainer.models.vgg19 import build_vgg19
 
     network = build_vgg19(10, width_multiplier=0.125, fc_units=16, batch_norm=True, synchronized_batch_norm=True)
-    model = with_preprocessing(network)
+    model = build_models(network).inference
     info = checkpoints.ModelInfo(tuple(str(index) for index in range(10)), 32, 32, "standardize")
     checkpoints.save(model, tmp_path / "sync.keras", info)
     loaded, _ = checkpoints.load(tmp_path / "sync.keras")

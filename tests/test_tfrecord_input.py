@@ -235,12 +235,12 @@ def test_bad_records_behind_a_manifest_give_one_line_naming_the_file_and_record(
 
 def _tiny_checkpoint(folder: Path, class_names: tuple[str, ...] = ("cat", "dog")) -> Path:
     """A checkpoint as training saves it: uint8 input, its preprocessing and its class names inside."""
-    from trainer.models.preprocessing import with_preprocessing
+    from trainer.models.preprocessing import build_models
     from trainer.models.vgg19 import build_vgg19
     from trainer.runs import checkpoints
 
     path = folder / "tiny.keras"
-    model = with_preprocessing(build_vgg19(2, (SIZE, SIZE, 3), width_multiplier=0.125, fc_units=16, dropout=0.0))
+    model = build_models(build_vgg19(2, (SIZE, SIZE, 3), width_multiplier=0.125, fc_units=16, dropout=0.0)).inference
     checkpoints.save(model, path, checkpoints.ModelInfo(class_names, SIZE, SIZE, "standardize"))
     return path
 

@@ -32,6 +32,8 @@ EvaluateSplit = choice("EvaluateSplit", "val", "test")
 Split = choice("Split", "train", "val", "test")
 WandbMode = choice("WandbMode", "offline", "online", "disabled")
 Mode = choice("Mode", "train", "evaluate", "predict", "inspect", "export")
+ExportFormat = choice("ExportFormat", "saved_model", "onnx", "litert", "all")
+Quantize = choice("Quantize", "none", "float16", "int8")
 
 
 def require(condition: bool, key: str, expected: str, value: Any) -> None:

@@ -18,7 +18,17 @@ from typing import Any, ClassVar
 
 from omegaconf import MISSING
 
-from trainer.config.fields import Direction, EvaluateSplit, Mode, Precision, Split, WandbMode, require
+from trainer.config.fields import (
+    Direction,
+    EvaluateSplit,
+    ExportFormat,
+    Mode,
+    Precision,
+    Quantize,
+    Split,
+    WandbMode,
+    require,
+)
 from trainer.config.groups import DatasetConfig, ModelConfig, OptimizerConfig, StrategyConfig
 from trainer.errors import ConfigError
 from trainer.models import MIN_INPUT_SIZES
@@ -224,7 +234,21 @@ class InspectConfig:
 
 @dataclass
 class ExportConfig:
-    dir: str | None = None  # the SavedModel folder (must not exist yet)
+    dir: str | None = None  # the export folder (must not exist yet)
+    format: ExportFormat = ExportFormat.saved_model  # saved_model | onnx | litert | all (onnx, litert: [export] extra)
+    quantize: Quantize = Quantize.none  # litert: also write model_float16.tflite or model_int8.tflite
+    check_images: int = 256  # test images the export is checked on against Keras's predict
+    calibration_images: int = 300  # training images that calibrate export.quantize=int8
+
+    def __post_init__(self) -> None:
+        require(self.check_images >= 1, "export.check_images", ">= 1", self.check_images)
+        require(self.calibration_images >= 1, "export.calibration_images", ">= 1", self.calibration_images)
+        require(
+            self.quantize == "none" or self.format in ("litert", "all"),
+            "export.quantize",
+            f"none unless export.format is litert or all (it is {self.format})",
+            str(self.quantize),
+        )
 
 
 @dataclass

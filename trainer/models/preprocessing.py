@@ -1,15 +1,20 @@
-"""The model's own input layers: uint8 pixels in, the normalization it was trained with, flips and colour jitter.
+"""The model's own input layers: uint8 pixels in, the normalization it was trained with; for training, flips
+and colour jitter.
 
     python run.py                              # the saved model takes uint8 [batch, 32, 32, 3]
     python run.py model=vgg19_imagenet         # ... with the caffe preprocessing of the ImageNet weights
 
-`with_preprocessing(network, ...)` puts built-in Keras layers in front of any
-network, so a saved `.keras` file carries its preprocessing into evaluation and
-serving and loads in safe mode with none of this project's code:
+`build_models(network, ...)` puts built-in Keras layers in front of any network,
+so a saved `.keras` file carries its preprocessing into evaluation and serving
+and loads in safe mode with none of this project's code. It builds two models
+on the same layers: the inference model, which checkpoints hold, and the training
+model, which adds the augmentation (Keras's random layers default to
+`training=True`, and inside a saved model that default would reach batch norm
+through a bare `model(x)` and make `model.export` trace a random graph):
 - `to_float`: the cast (a `Rescaling` by 1, in float32 whatever the precision policy);
-- `random_flip`: a training-only horizontal flip, drawn per image;
-- `random_brightness`, `random_contrast`: training-only colour augmentation, one random
-  factor per image (Keras draws a `[batch, 1, 1, 1]` factor), identity at evaluation;
+- `random_flip` (training only): a horizontal flip, drawn per image;
+- `random_brightness`, `random_contrast` (training only): colour augmentation, one
+  random factor per image (Keras draws a `[batch, 1, 1, 1]` factor);
 - `standardize`: `LayerNormalization` over height, width and channels without centre or
   scale, i.e. `tf.image.per_image_standardization` (equal to within 3e-7); or
 - `caffe`: what ImageNet VGG weights expect (`keras.applications.vgg19.preprocess_input`):
@@ -22,6 +27,8 @@ uint8 batches was the slowest step of the raw TFRecord pipeline (`tf.reverse` on
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import keras
 import numpy as np
@@ -85,32 +92,56 @@ def augmentation_layers(augment: Augmentation, seed: int) -> list[layers.Layer]:
     return result
 
 
-def with_preprocessing(
+@dataclass(frozen=True)
+class Models:
+    """The two views of one set of layers. `inference` is what checkpoints hold and users deploy: uint8 in,
+    cast, normalization, network, probabilities; nothing in it behaves differently in training. `training`
+    shares every layer of it and adds the augmentation between the cast and the normalization; `fit`
+    trains it and the backup saves it. Without augmentation the two are one model."""
+
+    inference: keras.Model
+    training: keras.Model
+
+
+def _chain(inputs, layers_: list[layers.Layer | None]):
+    x = inputs
+    for layer in layers_:
+        if layer is not None:
+            x = layer(x)
+    return x
+
+
+def build_models(
     network: keras.Model,
     normalization: str = "standardize",
     augment: Augmentation | None = None,
     seed: int = 0,
-) -> keras.Model:
-    """`network` (float inputs of its own input shape) behind uint8 input, augmentation and normalization.
+) -> Models:
+    """`network` (float inputs of its own input shape) behind uint8 input and normalization; for training,
+    also behind the augmentation.
 
     Args:
         network: A model whose input is float RGB of shape (height, width, 3).
         normalization: `standardize`, `caffe` or `none`.
-        augment: Flip and colour augmentation, active only in training.
+        augment: Flip and colour augmentation, in the training model only.
         seed: Seeds the augmentation.
 
     Returns:
-        A model named like `network` that takes uint8 [batch, height, width, 3] pixels.
+        Both models, named like `network`, taking uint8 [batch, height, width, 3] pixels.
     """
     shape = tuple(network.input_shape[1:])
     if len(shape) != 3 or shape[-1] != 3:
         raise ValueError(f"network must take (height, width, 3) images. Received: input_shape={shape}")
-    inputs = keras.Input(shape=shape, dtype="uint8", name="image")
-    x = layers.Rescaling(1.0, dtype="float32", name="to_float")(inputs)
-    for layer in [*augmentation_layers(augment or Augmentation(), seed), normalization_layer(normalization)]:
-        if layer is not None:
-            x = layer(x)
-    return keras.Model(inputs, network(x), name=network.name)
+    to_float = layers.Rescaling(1.0, dtype="float32", name="to_float")
+    normalize = normalization_layer(normalization)
+    image = keras.Input(shape=shape, dtype="uint8", name="image")
+    inference = keras.Model(image, _chain(image, [to_float, normalize, network]), name=network.name)
+    augmentation = augmentation_layers(augment or Augmentation(), seed)
+    if not augmentation:
+        return Models(inference, inference)
+    image = keras.Input(shape=shape, dtype="uint8", name="image")
+    training = keras.Model(image, _chain(image, [to_float, *augmentation, normalize, network]), name=network.name)
+    return Models(inference, training)
 
 
 def inner_layers(model: keras.Model) -> list[keras.layers.Layer]:

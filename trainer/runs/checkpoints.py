@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import zipfile
 from dataclasses import asdict, dataclass
@@ -23,6 +24,8 @@ import keras
 import numpy as np
 
 from trainer.errors import DataError
+
+log = logging.getLogger(__name__)
 
 BEST = Path("checkpoints") / "best.keras"
 INFO_ENTRY = "vggtrain.json"  # the extra entry in the .keras archive
@@ -102,8 +105,24 @@ def _load_keras(file: Path) -> keras.Model:
         raise DataError(f"checkpoint={file}: cannot be loaded as a Keras model ({reason})") from None
 
 
+def _without_augmentation(model: keras.Model, file: Path) -> keras.Model:
+    """`model` without the random flip, brightness and contrast layers that checkpoints of vggtrain 0.x held
+    between the cast and the normalization (uint8 -> to_float -> random_* -> normalization -> network); they
+    acted in training only, so the weights and the evaluation are unchanged. Returns `model` when it has none."""
+    kept = [layer for layer in model.layers[1:] if not layer.name.startswith("random_")]
+    if len(kept) == len(model.layers) - 1:
+        return model
+    image = keras.Input(shape=model.input_shape[1:], dtype="uint8", name="image")
+    x = image
+    for layer in kept:
+        x = layer(x)
+    log.info("%s holds training-only augmentation layers (an earlier vggtrain); loaded without them", file)
+    return keras.Model(image, x, name=model.name)
+
+
 def load(path: str | os.PathLike) -> tuple[keras.Model, ModelInfo]:
-    """Loads a checkpoint (safe mode) with its `ModelInfo`.
+    """Loads a checkpoint (safe mode) with its `ModelInfo`: the inference model (a checkpoint of an earlier
+    version loses its training-only augmentation layers, with one log line).
 
     Args:
         path: A `.keras` file or a run folder.
@@ -116,6 +135,7 @@ def load(path: str | os.PathLike) -> tuple[keras.Model, ModelInfo]:
     model = _load_keras(file)
     if info is None or model.input.dtype != "uint8":
         raise _outdated(file)
+    model = _without_augmentation(model, file)
     if model.output_shape[-1] != len(info.class_names):
         raise DataError(
             f"checkpoint={file}: predicts {model.output_shape[-1]} classes but names {len(info.class_names)}"

@@ -22,6 +22,7 @@ from trainer.config.schema import Config
 from trainer.distribute import strategies
 from trainer.errors import DiskError
 from trainer.models.finetune import set_trainable
+from trainer.models.preprocessing import Models
 from trainer.runs.backup import RunBackup
 from trainer.runs.backup import restore as restore_backup
 from trainer.runs.checkpoints import ModelInfo
@@ -111,22 +112,24 @@ def _loggers(plan: Plan, folder: Folder) -> list[keras.callbacks.Callback]:
     return [*plan.tensorboard, RunLabel(log_dir, folder.run_name, folder.tags), SampleImages(log_dir, samples)]
 
 
-def _run_files(settings: Config, plan: Plan, folder: Folder, info: ModelInfo) -> RunFiles:
+def _run_files(settings: Config, plan: Plan, folder: Folder, models: Models, info: ModelInfo) -> RunFiles:
     """What the run's own callbacks write; curves.png is titled with the run's name, dataset and model."""
     name = "/".join(Path(plan.output_dir).parts[-2:])
     title = f"{name}  ·  dataset={settings.dataset.name}  ·  model={settings.model.name}"
     mode, every = settings.objective.mode, settings.trainer.save_every_steps
-    return RunFiles(folder.run_dir, folder.backup_dir, info, plan.metric, mode, every, title)
+    return RunFiles(folder.run_dir, folder.backup_dir, models.inference, info, plan.metric, mode, every, title)
 
 
-def fit_phases(settings: Config, plan: Plan, folder: Folder, model: keras.Model, info: ModelInfo) -> str:
-    """Trains every phase not done yet, each with its own compile and schedule.
+def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, info: ModelInfo) -> str:
+    """Trains every phase not done yet, each with its own compile and schedule: `models.training` is fitted and
+    backed up, `models.inference` (the same layers) is what the checkpoints hold.
 
     Returns:
         `completed`, `stopped_early` (an early stop ended training; no later phase starts), or `preempted`
         (SIGTERM stopped training: the backup is saved and the way to resume logged).
     """
     strategy, steps, last = plan.strategy, plan.steps_per_epoch, plan.phases[-1]
+    model = models.training
     if folder.done == settings.trainer.epochs:  # killed in the test evaluation: the final weights are in the backup
         log.info("All %d epochs are done: running the test evaluation the interrupted run missed", folder.done)
         with strategy.scope():
@@ -142,7 +145,7 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, model: keras.Model,
         if folder.done >= phase.end:
             continue
         _start_phase(settings, plan, model, phase)
-        files = _run_files(settings, plan, folder, info)
+        files = _run_files(settings, plan, folder, models, info)
         callbacks = training_callbacks(files, loggers_, [*extra, *plan.trackers], progress)
         if switched_here:
             # The backup holds the previous phase's optimizer; restoring it into this one would skip its

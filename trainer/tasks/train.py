@@ -27,7 +27,7 @@ from trainer.config.schema import Config
 from trainer.distribute import strategies
 from trainer.distribute.failures import collective_errors
 from trainer.errors import ConfigError
-from trainer.models.preprocessing import with_preprocessing
+from trainer.models.preprocessing import Models, build_models
 from trainer.models.registry import build_model
 from trainer.runs import history, locks
 from trainer.runs.atomic import remove_temporaries, write_json
@@ -161,27 +161,27 @@ def build_network(settings: Config, data: Data, replicas: int) -> keras.Model:
     return build_model(model._target_, options, len(data.class_names), data.input_shape)
 
 
-def build_run_model(settings: Config, plan: Plan) -> tuple[keras.Model, ModelInfo]:
-    """uint8 in; the model owns its cast, flip, colour jitter and normalization. Returns it with the `ModelInfo`
-    its checkpoints carry."""
+def build_run_model(settings: Config, plan: Plan) -> tuple[Models, ModelInfo]:
+    """uint8 in; the inference model owns its cast and normalization, the training model adds the flip and colour
+    jitter. Returns both with the `ModelInfo` their checkpoints carry."""
     data = plan.data
     keras.mixed_precision.set_global_policy(settings.trainer.precision)  # before any layer is built
     with plan.strategy.scope():
         network = build_network(settings, data, plan.strategy.num_replicas_in_sync)
-        model = with_preprocessing(network, data.normalization, data.augment, settings.seed)
+        models = build_models(network, data.normalization, data.augment, settings.seed)
     info = ModelInfo(
         tuple(data.class_names), data.input_shape[0], data.resize_to, data.normalization, settings.dataset.name
     )
     log.info(
         "Model %s: %s parameters, input %s, lr %g <model=%s optimizer=%s>",
-        model.name,
-        f"{model.count_params():,}",
+        network.name,
+        f"{models.inference.count_params():,}",
         data.input_shape,
         plan.lr,
         settings.model.name,
         settings.optimizer.name,
     )
-    return model, info
+    return models, info
 
 
 # --- 3. open the run folder -----------------------------------------------------------------------------------
@@ -280,11 +280,11 @@ def train(settings: Config) -> float | None:
         The best value of `objective.metric` over the epochs, as a plain float (None if preempted).
     """
     plan = plan_run(settings)
-    model, info = build_run_model(settings, plan)
+    models, info = build_run_model(settings, plan)
     with open_run_folder(settings, plan) as folder:
         started = time.perf_counter()
-        outcome = fitting.fit_phases(settings, plan, folder, model, info)
+        outcome = fitting.fit_phases(settings, plan, folder, models, info)
         if outcome == "preempted":
             return None
-        metrics = finish(settings, plan, folder, model, outcome, time.perf_counter() - started)
+        metrics = finish(settings, plan, folder, models.inference, outcome, time.perf_counter() - started)
     return metrics["objective"]

@@ -1,0 +1,184 @@
+"""What a run saves is what users deploy: `best.keras` is the inference model, Keras's own `model.export` serves
+what `predict` gives, and `mode=export` writes SavedModel, ONNX and LiteRT files that check themselves."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+from conftest import run_cli
+from trainer.errors import ConfigError, DataError
+from trainer.models.preprocessing import build_models
+from trainer.runs import checkpoints
+from trainer.serving import bundle, portable, saved_model
+from trainer.serving.runners import in_batches, load_runner
+
+RNG = np.random.default_rng(0)
+SIZE = 24
+
+
+def _tiny_model() -> tuple[keras.Model, checkpoints.ModelInfo]:
+    inputs = keras.Input((SIZE, SIZE, 3))
+    x = keras.layers.Conv2D(4, 3, name="conv")(inputs)
+    x = keras.layers.BatchNormalization(name="bn")(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    network = keras.Model(inputs, keras.layers.Dense(3, activation="softmax", name="predictions")(x), name="tiny")
+    keras.utils.set_random_seed(0)
+    model = build_models(network, "standardize").inference
+    return model, checkpoints.ModelInfo(("a", "b", "c"), SIZE, SIZE, "standardize")
+
+
+@pytest.fixture(scope="module")
+def tiny_saved_model(tmp_path_factory) -> tuple[keras.Model, Path]:
+    model, info = _tiny_model()
+    folder = tmp_path_factory.mktemp("saved")
+    return model, saved_model.write_saved_model(model, folder, info)
+
+
+def _test_images(data_dir: Path, count: int = 16) -> np.ndarray:
+    """The first test records of `write_cifar`'s data, centre-cropped to the trained run's 28 pixels."""
+    raw = np.frombuffer((data_dir / "test_batch.bin").read_bytes(), np.uint8).reshape(-1, 3073)[:count, 1:]
+    images = raw.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+    return np.ascontiguousarray(images[:, 2:30, 2:30])
+
+
+# --- the saved model is the inference model -----------------------------------------------------------------
+
+
+@pytest.mark.integration
+def test_best_keras_through_keras_own_export_serves_what_predict_gives(trained_run, tmp_path):
+    data_dir, run_dir = trained_run
+    model = keras.saving.load_model(run_dir / "checkpoints" / "best.keras")
+    images = _test_images(data_dir)
+    expected = model.predict(images, verbose=0)
+    before = [np.asarray(weight) for weight in model.weights]
+    bare = np.asarray(model(images))
+    for old, new in zip(before, model.weights, strict=True):
+        np.testing.assert_array_equal(old, np.asarray(new), err_msg=f"model(x) changed {new.path}")
+    np.testing.assert_allclose(bare, expected, atol=1e-5)
+    model.export(str(tmp_path / "keras_export"), format="tf_saved_model", verbose=False)
+    served = tf.saved_model.load(str(tmp_path / "keras_export"))
+    first, second = served.serve(images).numpy(), served.serve(images).numpy()
+    np.testing.assert_array_equal(first, second)
+    np.testing.assert_allclose(first, expected, atol=1e-5)
+    spec = [tf.TensorSpec([None, 28, 28, 3], tf.uint8, name="images")]
+    model.export(str(tmp_path / "m.onnx"), format="onnx", input_signature=spec, verbose=False)
+    np.testing.assert_allclose(load_runner("onnx", tmp_path / "m.onnx")(images), expected, atol=1e-5)
+
+
+# --- serve_bytes ------------------------------------------------------------------------------------------------
+
+
+def _encode(image: np.ndarray, format: str, **options) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(image).save(buffer, format=format, **options)
+    return buffer.getvalue()
+
+
+@pytest.mark.integration
+def test_serve_bytes_decodes_png_exactly_and_jpeg_within_its_decoding_tolerance(tiny_saved_model):
+    _, path = tiny_saved_model
+    images = RNG.integers(0, 256, (3, 30, 20, 3)).astype(np.uint8)  # another size: resized as `serve` resizes
+    pixels, encoded = load_runner("saved_model", path), load_runner("saved_model", path, "serve_bytes")
+    png = np.array([_encode(image, "PNG") for image in images], dtype=object)
+    np.testing.assert_allclose(encoded(png), pixels(images), atol=1e-6)
+    smooth = np.clip(np.cumsum(RNG.integers(-12, 13, (3, 30, 20, 3)), axis=2) + 128, 0, 255).astype(np.uint8)
+    jpeg = [_encode(image, "JPEG", quality=95) for image in smooth]
+    decoded = np.stack([np.asarray(Image.open(io.BytesIO(data)).convert("RGB")) for data in jpeg])
+    # Pillow's libjpeg and TensorFlow's may round an odd pixel apart: a tolerance, not equality.
+    np.testing.assert_allclose(encoded(np.array(jpeg, dtype=object)), pixels(decoded), atol=1e-3)
+    bmp_gif = [_encode(images[0], "BMP"), _encode(images[0], "GIF")]
+    assert encoded(np.array(bmp_gif, dtype=object)).shape == (2, 3)
+
+
+@pytest.mark.integration
+def test_a_string_that_is_no_image_fails_serve_bytes_naming_its_index(tiny_saved_model):
+    _, path = tiny_saved_model
+    good = _encode(RNG.integers(0, 256, (8, 8, 3)).astype(np.uint8), "PNG")
+    encoded = load_runner("saved_model", path, "serve_bytes")
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"image_bytes\[2\] is not a JPEG, PNG, BMP or GIF"):
+        encoded(np.array([good, good, b"not an image", good], dtype=object))
+
+
+# --- mode=export ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.e2e
+def test_export_all_formats_each_checked_against_keras(trained_run, tmp_path):
+    data_dir, run_dir = trained_run
+    export_dir = tmp_path / "serving"
+    typed = ["mode=export", f"checkpoint={run_dir}", f"export.dir={export_dir}", "export.format=all"]
+    result = run_cli([*typed, "export.quantize=int8", "export.check_images=24", f"hydra.run.dir={tmp_path / 'e'}"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    info = json.loads((export_dir / bundle.INFO_FILE).read_text())
+    files = info["files"]
+    assert set(files) == {"saved_model", "onnx", "litert"} and files["litert"]["quantized"]["quantize"] == "int8"
+    assert info["check"]["images"] == 24 and "test split" in info["check"]["source"]
+    assert info["class_names"][0] == "airplane" and files["onnx"]["input"]["shape"] == [None, 28, 28, 3]
+    model = keras.saving.load_model(run_dir / "checkpoints" / "best.keras")
+    images = _test_images(data_dir, 24)
+    expected = model.predict(images, verbose=0)
+    for format, file in (("onnx", "model.onnx"), ("litert", "model.tflite")):
+        got = in_batches(load_runner(format, export_dir / file), images)
+        np.testing.assert_allclose(got, expected, atol=bundle.FLOAT_TOLERANCE, err_msg=format)
+        assert files[format]["max_difference"] <= bundle.FLOAT_TOLERANCE
+    int8 = in_batches(load_runner("litert", export_dir / "model_int8.tflite"), images)
+    assert int8.shape == expected.shape and np.abs(int8 - expected).max() < 0.2  # quantized: close, not equal
+    for line in ("onnx ", "litert ", "model_int8.tflite", "largest difference from Keras", "accuracy"):
+        assert line in result.stdout
+    assert (export_dir / saved_model.VERSION / "saved_model.pb").is_file()
+
+
+@pytest.mark.integration
+def test_an_export_that_fails_its_check_is_one_line_and_writes_nothing(trained_run, tmp_path, monkeypatch):
+    _, run_dir = trained_run
+    monkeypatch.setattr(bundle, "FLOAT_TOLERANCE", 0.0)  # no float export matches to the last bit
+    export_dir = tmp_path / "serving"
+    result = run_cli(["mode=export", f"checkpoint={run_dir}", f"export.dir={export_dir}", "export.check_images=8"])
+    if result.returncode == 0:  # the SavedModel may match Keras exactly on this machine: then the check passed
+        assert json.loads((export_dir / bundle.INFO_FILE).read_text())["files"]["saved_model"]["max_difference"] == 0
+        return
+    assert "export check: 1/ (serve) differs from Keras's predict by" in result.stderr
+    assert not export_dir.exists() and not list(tmp_path.glob(".serving.tmp*"))
+
+
+@pytest.mark.integration
+def test_a_bare_checkpoint_without_its_data_is_checked_on_random_pixels_but_not_calibrated(trained_run, tmp_path):
+    _, run_dir = trained_run
+    bare = tmp_path / "model.keras"
+    bare.write_bytes((run_dir / "checkpoints" / "best.keras").read_bytes())  # no run folder: the default dataset
+    result = run_cli(["mode=export", f"checkpoint={bare}", f"export.dir={tmp_path / 's'}", "export.check_images=4"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "checked on random pixels" in result.stdout and "was trained on classes" in result.stdout
+    typed = ["mode=export", f"checkpoint={bare}", f"export.dir={tmp_path / 'q'}", "export.format=litert"]
+    result = run_cli([*typed, "export.quantize=int8"])
+    assert result.returncode == 1 and not (tmp_path / "q").exists()
+    assert "error: export.quantize=int8 calibrates on the training split" in result.stderr
+
+
+@pytest.mark.unit
+def test_quantize_applies_to_litert_only_and_a_missing_extra_is_one_line(monkeypatch):
+    from trainer.config.schema import ExportConfig
+
+    with pytest.raises(ConfigError, match="export.quantize must be none unless export.format is litert or all"):
+        ExportConfig(dir="x", format="saved_model", quantize="int8")
+    monkeypatch.setattr(portable.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ConfigError, match=r'format=onnx needs tf2onnx, onnxruntime: .*pip install -e "\.\[export\]"'):
+        portable.require_extra("onnx")
+    portable.require_extra("saved_model")  # TensorFlow's own: no extra
+
+
+@pytest.mark.unit
+def test_an_existing_export_folder_is_never_overwritten(tmp_path):
+    model, info = _tiny_model()
+    (tmp_path / "serving").mkdir()
+    check = bundle.CheckImages(np.zeros((1, SIZE, SIZE, 3), np.uint8), None, "zeros")
+    with pytest.raises(DataError, match="already exists"):
+        bundle.write_export(model, info, tmp_path / "serving", ["saved_model"], check)

@@ -1,0 +1,182 @@
+"""The export folder: every requested format written, loaded back, checked against Keras, and described.
+
+    python run.py mode=export checkpoint=RUN export.dir=serving/digits export.format=all export.quantize=int8
+
+The folder appears whole or not at all: the formats are written into a temporary
+folder beside it, checked, and renamed. Each file is loaded back with the
+runtime users serve it with (`runners.py`) and its probabilities compared with
+Keras's `predict` on the same images; a float format that differs by more than
+`FLOAT_TOLERANCE` fails the export. `serving_info.json` records the class names,
+each format's file and input, and what the check measured.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from trainer.data.preprocess import Preprocess, prepare_images
+from trainer.errors import DataError, DiskError
+from trainer.runs.checkpoints import ModelInfo
+from trainer.serving import portable, saved_model
+from trainer.serving.runners import Runner, in_batches, load_runner
+
+log = logging.getLogger(__name__)
+
+FORMATS = ("saved_model", "onnx", "litert")
+FLOAT_TOLERANCE = 1e-4  # largest |probability difference| from Keras's predict for a float format
+INFO_FILE = "serving_info.json"
+
+
+@dataclass(frozen=True)
+class CheckImages:
+    """What the export is checked on: uint8 images at the model's input size, with their labels if known."""
+
+    images: np.ndarray
+    labels: np.ndarray | None
+    source: str  # for the log and serving_info.json: "the test split of ..." or "random pixels"
+
+
+def _size(path: Path) -> int:
+    return sum(file.stat().st_size for file in path.rglob("*")) if path.is_dir() else path.stat().st_size
+
+
+def _accuracy(probabilities: np.ndarray, labels: np.ndarray | None) -> float | None:
+    return None if labels is None else float(np.mean(np.argmax(probabilities, axis=1) == labels))
+
+
+def _measure(runner: Runner, images: np.ndarray, expected: np.ndarray, labels: np.ndarray | None) -> dict:
+    probabilities = in_batches(runner, images)
+    return {
+        "max_difference": float(np.max(np.abs(probabilities - expected))),
+        "accuracy": _accuracy(probabilities, labels),
+    }
+
+
+def _require_close(file: str, measured: dict, count: int) -> None:
+    if not measured["max_difference"] <= FLOAT_TOLERANCE:  # NaN fails too
+        raise DataError(
+            f"export check: {file} differs from Keras's predict by {measured['max_difference']:.3g} "
+            f"(> {FLOAT_TOLERANCE:g}) on {count} images; nothing was written"
+        )
+
+
+def _png(images: np.ndarray) -> np.ndarray:
+    return np.array([tf.io.encode_png(image).numpy() for image in images], dtype=object)
+
+
+def _saved_model(model: keras.Model, info: ModelInfo, folder: Path, check: CheckImages) -> dict:
+    """`folder/1` with `serve` and `serve_bytes`; `serve` checked against `predict` on the pixels it prepares,
+    `serve_bytes` on the same images as PNG (lossless) against `serve`."""
+    path = saved_model.write_saved_model(model, folder, info)
+    prepared = prepare_images(check.images, Preprocess.for_evaluation(info.resize_to, info.image_size)).numpy()
+    expected = model.predict(prepared, verbose=0)
+    measured = _measure(load_runner("saved_model", path), check.images, expected, check.labels)
+    _require_close(f"{path.name}/ (serve)", measured, len(check.images))
+    encoded = _measure(load_runner("saved_model", path, "serve_bytes"), _png(check.images), expected, None)
+    _require_close(f"{path.name}/ (serve_bytes, PNG)", encoded, len(check.images))
+    return {
+        "path": path.name,
+        "signatures": saved_model.SIGNATURES,
+        "bytes": _size(path),
+        **measured,
+        "max_difference_serve_bytes_png": encoded["max_difference"],
+    }
+
+
+def _portable_input(info: ModelInfo) -> dict:
+    return {"name": "images", "dtype": "uint8", "shape": [None, info.image_size, info.image_size, 3]}
+
+
+def _checked(format: str, path: Path, check: CheckImages, expected: np.ndarray, tolerance: bool = True) -> dict:
+    measured = _measure(load_runner(format, path), check.images, expected, check.labels)
+    if tolerance:
+        _require_close(path.name, measured, len(check.images))
+    return {"path": path.name, "bytes": _size(path), **measured}
+
+
+def _litert(
+    model: keras.Model, info: ModelInfo, folder: Path, check: CheckImages, expected, quantize: str, calibration
+) -> dict:
+    """model.tflite (float), checked; with `quantize`, also model_QUANTIZE.tflite, measured but not held to the
+    float tolerance."""
+    entry = {**_checked("litert", portable.write_litert(model, folder / "model.tflite"), check, expected)}
+    entry["input"] = _portable_input(info)
+    if quantize != "none":
+        path = portable.write_litert(model, folder / f"model_{quantize}.tflite", quantize, calibration)
+        entry["quantized"] = {"quantize": quantize, **_checked("litert", path, check, expected, tolerance=False)}
+    return entry
+
+
+def write_export(
+    model: keras.Model,
+    info: ModelInfo,
+    export_dir: str | os.PathLike,
+    formats: list[str],
+    check: CheckImages,
+    quantize: str = "none",
+    calibration: np.ndarray | None = None,
+) -> dict:
+    """Writes `formats` of the inference `model` into the new folder `export_dir`, each checked, with
+    serving_info.json. Returns serving_info.json's content.
+
+    Raises:
+        DataError: `export_dir` exists already (nothing is overwritten), or a float format fails its check.
+        DiskError: the folder cannot be created.
+    """
+    export_dir = Path(export_dir)
+    if export_dir.exists():
+        raise DataError(f"export.dir={export_dir}: already exists; choose a new folder (nothing is overwritten)")
+    temporary = export_dir.parent / f".{export_dir.name}.tmp{os.getpid()}"
+    try:
+        temporary.mkdir(parents=True)
+    except OSError as error:
+        raise DiskError(f"export.dir={export_dir}: cannot create it ({error.strerror})") from None
+    try:
+        expected = model.predict(check.images, verbose=0)
+        files = {}
+        if "saved_model" in formats:
+            files["saved_model"] = _saved_model(model, info, temporary, check)
+        if "onnx" in formats:
+            files["onnx"] = _checked("onnx", portable.write_onnx(model, temporary / "model.onnx"), check, expected)
+            files["onnx"]["input"] = _portable_input(info)
+        if "litert" in formats:
+            files["litert"] = _litert(model, info, temporary, check, expected, quantize, calibration)
+        serving_info = _serving_info(info, files, check, _accuracy(expected, check.labels))
+        (temporary / INFO_FILE).write_text(json.dumps(serving_info, indent=2) + "\n")
+        os.replace(temporary, export_dir)
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
+    return serving_info
+
+
+def _serving_info(info: ModelInfo, files: dict, check: CheckImages, keras_accuracy: float | None) -> dict:
+    class_names = list(info.class_names)
+    return {
+        "class_names": class_names,
+        "signature": "serve",
+        "input": {
+            **saved_model.SIGNATURES["serve"],
+            "note": "RGB pixels of any size; resized to the model input inside the graph",
+        },
+        "output": {"name": "probabilities", "dtype": "float32", "shape": [None, len(class_names)]},
+        "resize_to": info.resize_to,
+        "image_size": info.image_size,
+        "normalization": f"{info.normalization} (inside the model)",
+        "dataset": info.dataset,
+        "files": files,
+        "check": {
+            "images": int(len(check.images)),
+            "source": check.source,
+            "keras_accuracy": keras_accuracy,
+            "float_tolerance": FLOAT_TOLERANCE,
+        },
+    }

@@ -1,0 +1,71 @@
+"""ONNX and LiteRT files of the inference model, written by Keras's own `model.export`.
+
+    python run.py mode=export checkpoint=RUN export.dir=serving/digits export.format=onnx
+    python run.py mode=export checkpoint=RUN export.dir=serving/digits export.format=litert export.quantize=int8
+
+Both take uint8 [batch, size, size, 3] at the model's input size: the resize that `serve` does stays with
+the client (TensorFlow's antialiased resize has no ONNX or LiteRT op). They need the `[export]` extra.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from trainer.errors import ConfigError
+
+EXTRA = {"onnx": ("tf2onnx", "onnxruntime"), "litert": ("ai_edge_litert",)}
+QUANTIZATIONS = ("none", "float16", "int8")
+
+
+def require_extra(format: str) -> None:
+    """Raises ConfigError naming the `[export]` extra when a package that `format` needs is missing."""
+    missing = [name for name in EXTRA.get(format, ()) if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ConfigError(
+            f'export.format={format} needs {", ".join(missing)}: install the export extra, pip install -e ".[export]"'
+        )
+
+
+def _signature(model: keras.Model) -> list[tf.TensorSpec]:
+    return [tf.TensorSpec([None, *model.input_shape[1:]], tf.uint8, name="images")]
+
+
+def write_onnx(model: keras.Model, path: Path) -> Path:
+    """`model` as ONNX (uint8 in, probabilities out), through tf2onnx."""
+    model.export(str(path), format="onnx", input_signature=_signature(model), verbose=False)
+    return path
+
+
+def _representative(images: Iterable[np.ndarray]) -> Iterator[list[np.ndarray]]:
+    for image in images:
+        yield [image[np.newaxis]]
+
+
+def write_litert(model: keras.Model, path: Path, quantize: str = "none", calibration: np.ndarray | None = None) -> Path:
+    """`model` as a LiteRT flatbuffer (uint8 in, float32 probabilities out).
+
+    Args:
+        quantize: `none`; `float16` (weights in float16); `int8` (weights and activations in int8,
+            calibrated on `calibration`, uint8 images of the model's input size; float where an op has no
+            int8 kernel).
+    """
+    options = {}
+    if quantize == "float16":
+        options = {"optimizations": [tf.lite.Optimize.DEFAULT], "target_spec": {"supported_types": [tf.float16]}}
+    elif quantize == "int8":
+        if calibration is None or not len(calibration):
+            raise ConfigError("export.quantize=int8 needs training images to calibrate on (the run's dataset)")
+        options = {
+            "optimizations": [tf.lite.Optimize.DEFAULT],
+            "representative_dataset": lambda: _representative(calibration),
+        }
+    elif quantize != "none":
+        raise ConfigError(f"export.quantize must be one of {list(QUANTIZATIONS)}; got {quantize!r}")
+    model.export(str(path), format="litert", input_signature=_signature(model), verbose=False, **options)
+    return path
