@@ -13,6 +13,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import ROOT, cifar_overrides, compose, tiny_overrides
@@ -255,3 +256,71 @@ def test_only_the_chief_logs(tmp_path, cifar_dir, monkeypatch):
     train(settings)
     assert not (tmp_path / "worker.db").exists(), "a non-chief worker must not open the tracking store"
     assert not (tmp_path / "run" / "tracking.json").exists()
+
+
+def _tracked_model(tmp_path: Path, cifar_dir: Path) -> tuple[str, str, Path]:
+    """(tracking URI, run id, run folder) of a two-epoch run whose best.keras is registered as `tiny`."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run_dir = tmp_path / "run"
+    _train(cifar_dir, run_dir, "logger=mlflow", f"logger.tracking_uri={uri}", "logger.register_model=tiny")
+    return uri, json.loads((run_dir / "tracking.json").read_text())["mlflow"], run_dir
+
+
+def _uint8_images(count: int = 5) -> np.ndarray:
+    return np.random.default_rng(3).integers(0, 256, (count, 28, 28, 3), dtype=np.uint8)
+
+
+@pytest.mark.integration
+def test_the_best_checkpoint_is_an_mlflow_model_that_pyfunc_loads_and_the_registry_holds(tmp_path, cifar_dir):
+    import keras
+
+    uri, run_id, run_dir = _tracked_model(tmp_path, cifar_dir)
+    mlflow.set_tracking_uri(uri)
+    try:
+        loaded = mlflow.pyfunc.load_model(f"runs:/{run_id}/model")
+        images = _uint8_images()
+        expected = keras.saving.load_model(run_dir / "checkpoints" / "best.keras").predict(images, verbose=0)
+        np.testing.assert_allclose(np.asarray(loaded.predict(images)), expected, atol=1e-6)
+        assert loaded.metadata.get_input_schema().inputs[0].type.name == "uint8"
+        assert loaded.metadata.metadata["class_names"][0] == "airplane"
+        (version,) = MlflowClient(tracking_uri=uri).search_model_versions("name='tiny'")
+        assert version.run_id == run_id
+    finally:
+        mlflow.set_tracking_uri(None)
+
+
+@pytest.mark.e2e
+@pytest.mark.slow  # `mlflow models serve` starts a server: ~10-60 s here
+def test_mlflow_models_serve_answers_with_the_models_probabilities(tmp_path, cifar_dir):
+    import keras
+
+    uri, run_id, run_dir = _tracked_model(tmp_path, cifar_dir)
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "models", "serve", "-m", f"runs:/{run_id}/model", "--env-manager", "local",
+         "-h", "127.0.0.1", "-p", str(port)],
+        cwd=tmp_path, env={**os.environ, "MLFLOW_TRACKING_URI": uri},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    images = _uint8_images()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/invocations",
+        data=json.dumps({"inputs": images.tolist()}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                with urllib.request.urlopen(request, timeout=30) as response:
+                    answer = json.loads(response.read())
+                break
+            except OSError:
+                assert process.poll() is None, "mlflow models serve exited"
+                assert time.monotonic() < deadline, "mlflow models serve did not start"
+                time.sleep(1)
+    finally:
+        os.killpg(process.pid, 15)
+        process.wait(timeout=30)
+    expected = keras.saving.load_model(run_dir / "checkpoints" / "best.keras").predict(images, verbose=0)
+    np.testing.assert_allclose(np.asarray(answer["predictions"]), expected, atol=1e-5)

@@ -154,6 +154,7 @@ class MLflowConfig:
     tracking_uri: str | None = "${logger.tracking_uri}"  # the store (logger.tracking_uri)
     experiment: str = "${logger.experiment}"  # the experiment (logger.experiment)
     timeout_seconds: float = "${logger.timeout_seconds}"  # a server's reachability check and requests
+    register_model: str | None = "${logger.register_model}"  # registers best.keras's MLflow Model under this name
 
 
 @dataclass
@@ -177,6 +178,7 @@ class LoggerConfig:
     experiment: str = "vggtrain"  # MLflow experiment / W&B project
     tracking_uri: str | None = None  # MLflow: null = sqlite:///<launch folder>/outputs/mlflow.db; http://host:port
     timeout_seconds: float = 10.0  # MLflow server: start-up reachability check and each request
+    register_model: str | None = None  # MLflow: register the run's model (best.keras) under this name
     wandb_mode: WandbMode = WandbMode.offline  # offline (no account needed; `wandb sync` later) | online | disabled
     wandb_entity: str | None = None  # W&B team or user (online)
 

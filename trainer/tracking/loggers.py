@@ -2,6 +2,7 @@
 
     python run.py logger=mlflow                                      # SQLite store: outputs/mlflow.db
     python run.py logger=mlflow logger.tracking_uri=http://127.0.0.1:5000
+    python run.py logger=mlflow logger.register_model=digits          # best.keras in the model registry
     python run.py logger=wandb                                       # offline: RUN/wandb/, `wandb sync` later
     python run.py logger=many name=baseline tags=[cifar,sgd]
 
@@ -9,8 +10,9 @@ Each tracker is a Keras callback. `connect` runs at start-up: a server that
 cannot be reached is one `ConfigError` before any training. `start` opens the
 tracked run (or reopens the one whose id `tracking.json` in the run folder
 holds, when resuming) and logs params, name and tags; `on_epoch_end` logs the
-epoch's metrics and learning rate; `finish` uploads the files and closes the
-run. After start-up a tracker never stops training: a failed call is a warning.
+epoch's metrics and learning rate; `finish` uploads the files (MLflow: and the
+best checkpoint as an MLflow Model, `logger.register_model=NAME` registers it)
+and closes the run. After start-up a tracker never stops training: a failed call is a warning.
 """
 
 from __future__ import annotations
@@ -29,9 +31,12 @@ from types import SimpleNamespace
 from typing import Any
 
 import keras
+import numpy as np
 
 from trainer.errors import ConfigError
+from trainer.runs import checkpoints
 from trainer.runs.atomic import write_json
+from trainer.runs.checkpoints import BEST
 
 log = logging.getLogger(__name__)
 
@@ -125,10 +130,16 @@ class MLflowTracker(Tracker):
 
     key = "mlflow"
 
-    def __init__(self, tracking_uri: str | None, experiment: str, timeout_seconds: float = 10.0):
+    def __init__(
+        self,
+        tracking_uri: str | None,
+        experiment: str,
+        timeout_seconds: float = 10.0,
+        register_model: str | None = None,
+    ):
         super().__init__()
         self.uri = tracking_uri or default_tracking_uri()
-        self.experiment, self.timeout = experiment, timeout_seconds
+        self.experiment, self.timeout, self.register_model = experiment, timeout_seconds, register_model
         self.client, self.run_id, self.experiment_id = None, None, None
 
     def connect(self) -> None:
@@ -223,7 +234,57 @@ class MLflowTracker(Tracker):
         for path in files:
             relative = path.parent.relative_to(run_dir) if path.is_relative_to(run_dir) else Path()
             self.client.log_artifact(self.run_id, str(path), None if str(relative) == "." else str(relative))
+        best = run_dir / BEST
+        if ok and best.is_file():
+            try:
+                log_keras_model(self.uri, self.run_id, best, self.register_model)
+            except Exception as error:  # a tracker never fails the run: its files are written already
+                log.warning("MLflow: could not log %s as an MLflow model: %s", best, error)
         self.client.set_terminated(self.run_id, "FINISHED" if ok else "FAILED")
+
+
+def _save_keras_model(path: str, **options) -> None:
+    """`mlflow.keras.save_model`, making the model's folder first: MLflow 3.17's writes the input example into
+    the folder before it creates it (FileNotFoundError)."""
+    import mlflow.keras
+
+    os.makedirs(path, exist_ok=True)
+    mlflow.keras.save_model(path=path, **options)
+
+
+_KERAS_FLAVOR = SimpleNamespace(__name__="mlflow.keras", save_model=_save_keras_model)  # a flavor for Model.log
+
+
+def log_keras_model(uri: str, run_id: str, checkpoint: Path, register_as: str | None = None) -> None:
+    """The inference model of `checkpoint` as the MLflow Model `model` of the run (Keras flavor): a signature
+    (uint8 images -> probabilities), a uint8 input example, the class names as metadata; registered as
+    `register_as` when given. Then `mlflow.pyfunc.load_model("runs:/RUN_ID/model")` and `mlflow models serve`
+    work on it."""
+    import mlflow
+    import tensorflow as tf
+    from mlflow.models import Model, infer_signature
+
+    model, info = checkpoints.load(checkpoint)
+    example = np.zeros((2, *model.input_shape[1:]), np.uint8)
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(uri)  # the fluent API below reads it
+    try:
+        with mlflow.start_run(run_id=run_id):
+            logged = Model.log(  # mlflow.keras.log_model, with `_save_keras_model`
+                artifact_path=None,
+                flavor=_KERAS_FLAVOR,
+                model=model,
+                name="model",
+                signature=infer_signature(example, model.predict(example, verbose=0)),
+                input_example=example,
+                registered_model_name=register_as,
+                pip_requirements=[f"tensorflow=={tf.__version__}", f"keras=={keras.__version__}"],
+                metadata={"class_names": list(info.class_names), "image_size": info.image_size},
+            )
+    finally:
+        mlflow.set_tracking_uri(previous)
+    registered = f", registered as {register_as!r}" if register_as else ""
+    log.info("MLflow: best.keras logged as the model runs:/%s/model (%s)%s", run_id, logged.model_uri, registered)
 
 
 def finish_parent(sweep_dir: Path, best: float | None = None) -> None:
