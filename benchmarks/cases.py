@@ -5,7 +5,7 @@ python -m benchmarks --only cifar_pipeline tfrecord_reader
 
 from __future__ import annotations
 
-from benchmarks import converter, demo, pipelines, training
+from benchmarks import converter, demo, pipelines, serving, training
 from benchmarks.common import Row
 
 CASES = {
@@ -18,6 +18,7 @@ CASES = {
     "memory": pipelines.memory,
     "startup": demo.startup,
     "converter": converter.converter,
+    "serving": serving.serving,
     "demo": demo.demo,
 }
 

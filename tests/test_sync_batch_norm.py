@@ -138,9 +138,9 @@ def test_synchronized_batch_norm_model_saves_loads_in_safe_mode_and_exports(tmp_
     # ... and exports for serving (outside any strategy), giving the same probabilities.
     import tensorflow as tf
 
-    from trainer.models.serving import VERSION, export_serving
+    from trainer.serving.saved_model import write_saved_model
 
-    served = tf.saved_model.load(str(export_serving(loaded, tmp_path / "export", info) / VERSION))
+    served = tf.saved_model.load(str(write_saved_model(loaded, tmp_path / "export", info)))
     probabilities = served.signatures["serve"](images=tf.constant(images))["probabilities"].numpy()
     np.testing.assert_allclose(probabilities, expected, atol=1e-6)
 

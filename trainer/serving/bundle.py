@@ -77,7 +77,7 @@ def _saved_model(model: keras.Model, info: ModelInfo, folder: Path, check: Check
     """`folder/1` with `serve` and `serve_bytes`; `serve` checked against `predict` on the pixels it prepares,
     `serve_bytes` on the same images as PNG (lossless) against `serve`."""
     path = saved_model.write_saved_model(model, folder, info)
-    prepared = prepare_images(check.images, Preprocess.for_evaluation(info.resize_to, info.image_size)).numpy()
+    prepared = np.asarray(prepare_images(check.images, Preprocess.for_evaluation(info.resize_to, info.image_size)))
     expected = model.predict(prepared, verbose=0)
     measured = _measure(load_runner("saved_model", path), check.images, expected, check.labels)
     _require_close(f"{path.name}/ (serve)", measured, len(check.images))
