@@ -20,7 +20,7 @@ from omegaconf import DictConfig
 
 from trainer.config import register
 from trainer.config.hints import missing_extra
-from trainer.errors import DiskError, UserError
+from trainer.errors import DiskError, UserError, one_line
 from trainer.runs.folders import check_resume_argument
 
 register()
@@ -49,10 +49,10 @@ def main(cfg: DictConfig) -> float | None:
         if isinstance(error, DiskError) and _process["exit_hard_on_disk_error"]:
             # HDF5 keeps the half-written file's handle and would flush it at interpreter exit, which on a
             # full disk crashes the process (SIGSEGV) after this line; everything written is consistent.
-            print(f"error: {error}", file=sys.stderr, flush=True)
+            print(f"error: {one_line(error)}", file=sys.stderr, flush=True)
             logging.shutdown()
             os._exit(1)
-        sys.exit(f"error: {error}")
+        sys.exit(f"error: {one_line(error)}")
 
 
 def cli(arguments: list[str] | None = None, exit_hard_on_disk_error: bool = True) -> float | None:
@@ -68,7 +68,7 @@ def cli(arguments: list[str] | None = None, exit_hard_on_disk_error: bool = True
     try:
         check_resume_argument(arguments)  # Hydra makes the run folder from it before main() runs
     except UserError as error:
-        sys.exit(f"error: {error}")
+        sys.exit(f"error: {one_line(error)}")
     saved, sys.argv = sys.argv, [sys.argv[0] if sys.argv else "run.py", *arguments]
     try:
         return main()

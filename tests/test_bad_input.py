@@ -288,6 +288,21 @@ def test_run_py_prints_one_line_without_traceback(tmp_path, monkeypatch, argumen
         run_cli([*arguments, f"hydra.run.dir={tmp_path}/d"], cwd=tmp_path)
 
 
+def test_tensorflows_function_node_prefix_and_escaped_quotes_leave_the_line(tmp_path, monkeypatch):
+    import trainer.tasks
+    from trainer.errors import DataError
+
+    node = "{{function_node __wrapped__IteratorGetNext_output_types_1_device_/job:localhost/replica:0/task:0/device:CPU:0}}"
+
+    def fail(*args, **kwargs):
+        raise DataError(f"{node} record 7 of \\'a.tfrecord\\' is damaged\n  (img_raw)")
+
+    monkeypatch.setattr(trainer.tasks, "run_task", fail)
+    result = run_cli([f"hydra.run.dir={tmp_path}/r"], cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == "error: record 7 of 'a.tfrecord' is damaged (img_raw)"
+
+
 def test_converter_command_line_errors_are_one_line(tmp_path, capsys):
     assert convert_main([str(tmp_path / "missing"), str(tmp_path / "o")]) == 1
     assert capsys.readouterr().err.strip().splitlines() == [f"error: INPUT_DIR {tmp_path / 'missing'}: no such folder"]

@@ -3,6 +3,8 @@ and a `.keras` file that carries its class names and input spec."""
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
 import zipfile
@@ -180,3 +182,29 @@ def test_data_with_other_class_names_is_one_error_naming_both_lists():
         checkpoints.check_data("m.keras", info, ["dog", "cat"], 24, "the dataset")
     with pytest.raises(DataError, match="takes 24x24 images but the dataset gives 28x28"):
         checkpoints.check_data("m.keras", info, ["cat", "dog"], 28, "the dataset")
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("resize_to", 0, "has resize_to=0; expected a whole number >= image_size 24"),
+        ("image_size", 64, "has image_size=64; expected 24, the side of the model's input"),
+        ("image_size", "x", "has image_size='x'; expected 24"),
+        ("class_names", ["a", "a", "b"], "has class_names=['a', 'a', 'b']; expected distinct non-empty class names"),
+        ("class_names", None, "has no field 'class_names'"),
+    ],
+)
+def test_wrong_stored_metadata_is_one_line_naming_the_checkpoint_and_the_field(tmp_path, field, value, message):
+    path = tmp_path / "model.keras"
+    model = build_models(_tiny_network()).inference
+    model.save(path)
+    fields = {"class_names": ["a", "b", "c"], "image_size": 24, "resize_to": 24, "normalization": "standardize"}
+    fields[field] = value
+    if value is None:
+        del fields[field]
+    with zipfile.ZipFile(path, "a") as archive:
+        archive.writestr(checkpoints.INFO_ENTRY, json.dumps(fields))
+    with pytest.raises(DataError, match=re.escape(f"checkpoint={path}: vggtrain.json {message}")) as error:
+        checkpoints.load(path)
+    assert "\n" not in str(error.value)

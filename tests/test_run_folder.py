@@ -255,11 +255,11 @@ def test_the_backup_keeps_only_the_weights_its_two_metadata_files_name(tmp_path)
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A 13 MiB tmpfs: room for epoch 1's checkpoints (2 x 4 MB with Adam's state) and backup (4 MB), not for
-    epoch 2's."""
+    """A 7 MiB tmpfs: room for epoch 1's checkpoints (2 x 1.4 MB: the inference model) and backup (4 MB, with
+    Adam's state), not for epoch 2's, whose backup is written beside the first before it replaces it."""
     mount = tmp_path / "disk"
     mount.mkdir()
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=13m", "tmpfs", str(mount)], capture_output=True)
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=7m", "tmpfs", str(mount)], capture_output=True)
     if result.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {result.stderr.decode().strip()}")
     try:
@@ -382,6 +382,14 @@ def test_the_lock_of_a_killed_process_is_taken_over(tmp_path, caplog):
     with caplog.at_level("WARNING"), run_lock(tmp_path):
         assert json.loads((tmp_path / ".lock").read_text())["pid"] == os.getpid()
     assert f"from process {holder.pid} on host {socket.gethostname()}, which is no longer running" in caplog.text
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("content", ["5", "null", '"text"', '{"pid": "x"}', "[1, 2]", "{not json"])
+def test_a_damaged_lock_file_is_taken_over(tmp_path, content):
+    (tmp_path / ".lock").write_text(content)
+    with run_lock(tmp_path):
+        assert json.loads((tmp_path / ".lock").read_text())["pid"] == os.getpid()
 
 
 # --- resume is bound to the run's config --------------------------------------------------------------

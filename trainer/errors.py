@@ -26,6 +26,16 @@ class DiskError(UserError):
     """A file could not be written: full disk, quota, read-only or unwritable folder."""
 
 
+TF_FUNCTION_NODE = re.compile(r"\{\{function_node [^}]*\}\}\s*")  # TensorFlow's prefix: where an op ran
+
+
+def one_line(error: BaseException) -> str:
+    """A user error's message as the one line `run.py` prints: without TensorFlow's `{{function_node ...}}`
+    prefix or the escaped quotes of a re-raised TensorFlow message, its whitespace collapsed."""
+    text = TF_FUNCTION_NODE.sub("", str(error)).replace("\\'", "'")
+    return " ".join(text.split())
+
+
 def op_error_reason(error: Exception) -> str:
     """The useful part of a TensorFlow `OpError`'s message: the text of our pipeline's assertions or of
     the ValueError of a Python step, else the first 300 characters without TensorFlow's op plumbing."""
@@ -33,7 +43,7 @@ def op_error_reason(error: Exception) -> str:
     match = re.search(r"assertion failed: \[([^\]]+)\]", message) or re.search(r"ValueError: ([^\n]+)", message)
     if match:
         return match.group(1)
-    text = re.sub(r"\{\{function_node [^}]*\}\}|\[Op:.*", "", message)
+    text = re.sub(r"\[Op:.*", "", TF_FUNCTION_NODE.sub("", message))
     text = " ".join(text.split())[:300]
     if type(error).__name__ == "DataLossError" and text.startswith("corrupted record at"):
         text += " in a TFRecord file (without a manifest.json beside them, every file is checked at start-up and named)"

@@ -92,9 +92,15 @@ def read_info(file: Path) -> ModelInfo | None:
         with zipfile.ZipFile(file) as archive:
             if INFO_ENTRY not in archive.namelist():
                 return None
-            return ModelInfo.from_json(archive.read(INFO_ENTRY).decode())
-    except (zipfile.BadZipFile, KeyError, TypeError, ValueError) as error:
+            text = archive.read(INFO_ENTRY).decode(errors="replace")
+    except (zipfile.BadZipFile, OSError) as error:
         raise DataError(f"checkpoint={file}: cannot be loaded as a Keras model ({error})") from None
+    try:
+        return ModelInfo.from_json(text)
+    except KeyError as error:
+        raise DataError(f"checkpoint={file}: {INFO_ENTRY} has no field {error}") from None
+    except (TypeError, ValueError, AttributeError) as error:
+        raise DataError(f"checkpoint={file}: {INFO_ENTRY} is not valid ({error})") from None
 
 
 def _load_keras(file: Path) -> keras.Model:
@@ -120,6 +126,24 @@ def _without_augmentation(model: keras.Model, file: Path) -> keras.Model:
     return keras.Model(image, x, name=model.name)
 
 
+def _check_info(file: Path, info: ModelInfo, model: keras.Model) -> None:
+    """The stored `vggtrain.json` against the model it describes: one line naming the checkpoint and the field."""
+
+    def bad(field: str, value, expected: str) -> DataError:
+        return DataError(f"checkpoint={file}: {INFO_ENTRY} has {field}={value!r}; expected {expected}")
+
+    names = info.class_names
+    if not names or not all(isinstance(name, str) and name for name in names) or len(set(names)) != len(names):
+        raise bad("class_names", list(names), "distinct non-empty class names")
+    if model.output_shape[-1] != len(names):
+        raise DataError(f"checkpoint={file}: predicts {model.output_shape[-1]} classes but names {len(names)}")
+    height, width = model.input_shape[1:3]
+    if info.image_size != height or height != width:
+        raise bad("image_size", info.image_size, f"{height}, the side of the model's input {model.input_shape[1:]}")
+    if type(info.resize_to) is not int or info.resize_to < info.image_size:
+        raise bad("resize_to", info.resize_to, f"a whole number >= image_size {info.image_size}")
+
+
 def load(path: str | os.PathLike) -> tuple[keras.Model, ModelInfo]:
     """Loads a checkpoint (safe mode) with its `ModelInfo`: the inference model (a checkpoint of an earlier
     version loses its training-only augmentation layers, with one log line).
@@ -136,10 +160,7 @@ def load(path: str | os.PathLike) -> tuple[keras.Model, ModelInfo]:
     if info is None or model.input.dtype != "uint8":
         raise _outdated(file)
     model = _without_augmentation(model, file)
-    if model.output_shape[-1] != len(info.class_names):
-        raise DataError(
-            f"checkpoint={file}: predicts {model.output_shape[-1]} classes but names {len(info.class_names)}"
-        )
+    _check_info(file, info, model)
     return model, info
 
 

@@ -33,10 +33,16 @@ class RunLocked(UserError):
 
 
 def _holder(text: str) -> dict:
+    """The lock file's record of its holder; {} for anything else (a damaged or hand-edited `.lock`)."""
     try:
-        return json.loads(text)
+        holder = json.loads(text)
     except ValueError:
         return {}
+    if not isinstance(holder, dict):
+        return {}
+    if not isinstance(holder.get("pid"), int) or isinstance(holder.get("pid"), bool):
+        holder.pop("pid", None)
+    return holder
 
 
 def _alive(pid: int) -> bool:

@@ -73,9 +73,12 @@ def _save_run_id(run_dir: Path, tracker: str, run_id: str) -> None:
 
 
 def _numbers(logs: dict | None) -> dict[str, float]:
-    """The finite numeric entries of Keras logs (or metrics.json), as floats."""
+    """The finite numeric entries of Keras logs (or metrics.json), as floats; never a string such as a run's
+    name, even one that reads as a number."""
     values = {}
     for key, value in (logs or {}).items():
+        if isinstance(value, str | bytes):
+            continue
         if isinstance(value, bool) or not isinstance(value, int | float):
             with contextlib.suppress(TypeError, ValueError):
                 value = float(value)  # tensors and numpy scalars
@@ -153,6 +156,9 @@ class MLflowTracker(Tracker):
             import mlflow  # noqa: F401
         except ImportError:
             raise ConfigError('logger=mlflow needs the mlflow package: pip install -e ".[track]"') from None
+        # "Creating initial MLflow database tables..." and the like: MLflow's bookkeeping, not the run's.
+        logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
+        logging.getLogger("alembic").setLevel(logging.WARNING)
         from mlflow import MlflowClient
 
         self.client = MlflowClient(tracking_uri=self.uri)
