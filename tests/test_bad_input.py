@@ -292,7 +292,7 @@ def test_tensorflows_function_node_prefix_and_escaped_quotes_leave_the_line(tmp_
     import trainer.tasks
     from trainer.errors import DataError
 
-    node = "{{function_node __wrapped__IteratorGetNext_output_types_1_device_/job:localhost/replica:0/task:0/device:CPU:0}}"
+    node = "{{function_node __wrapped__IteratorGetNext_output_types_1_device_/job:localhost/replica:0/task:0/CPU:0}}"
 
     def fail(*args, **kwargs):
         raise DataError(f"{node} record 7 of \\'a.tfrecord\\' is damaged\n  (img_raw)")

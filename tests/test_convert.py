@@ -89,6 +89,17 @@ def test_output_folders_that_are_refused(tmp_path, case, message):
     assert (sorted(os.listdir(out)) if out.exists() else None) == before, "nothing already there is touched"
 
 
+@pytest.mark.integration
+def test_a_class_named_twice_is_one_line_and_folders_left_out_are_named(tmp_path, capsys, caplog):
+    make_pets(tmp_path / "in", per_class=3)
+    assert main([str(tmp_path / "in"), str(tmp_path / "twice"), "--classes", "Cat,Cat"]) == 1
+    assert "--classes Cat,Cat: Cat given twice; name each class once" in capsys.readouterr().err
+    assert not (tmp_path / "twice").exists()
+    with caplog.at_level("WARNING"):
+        assert main([str(tmp_path / "in"), str(tmp_path / "cats"), "--classes", "Cat"]) == 0
+    assert "--classes Cat leaves out the folders Dog of" in caplog.text
+
+
 def _png_header_only(path: Path, width: int, height: int) -> None:
     """A PNG whose header claims width x height (the pixels are never there)."""
 

@@ -67,6 +67,28 @@ def test_evaluate_agrees_with_training_and_is_bit_identical(trained, tmp_path):
     assert (tmp_path / "a" / "confusion_matrix_test.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_the_reported_loss_is_the_cross_entropy_and_the_penalty_is_apart(trained):
+    """Keras's loss adds the L2 penalty (model.weight_decay=5e-4 here); test_loss, val_loss and the history's
+    loss are the data loss, the penalty is `regularization_loss` beside them."""
+    data, run_dir = trained
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    records = np.frombuffer((data / "test_batch.bin").read_bytes(), np.uint8).reshape(-1, 3073)
+    labels = records[:, 0].astype(int)
+    images = np.ascontiguousarray(records[:, 1:].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)[:, 2:30, 2:30])
+    model = keras.saving.load_model(run_dir / "checkpoints" / "best.keras")
+    probabilities = model.predict(images, verbose=0)
+    by_hand = float(np.mean(-np.log(np.clip(probabilities[np.arange(len(labels)), labels], 1e-7, 1.0))))
+    assert metrics["test_loss"] == pytest.approx(by_hand, rel=1e-4)
+    penalty = sum(float(loss) for loss in model.losses)
+    assert penalty > 0.01 and metrics["test_regularization_loss"] == pytest.approx(penalty, rel=1e-3)
+    with open(run_dir / "history.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    assert all(float(row["regularization_loss"]) > 0.01 for row in rows)
+    best = rows[metrics["best_epoch"] - 1]  # best.keras holds the weights of its end
+    assert metrics["val_loss"] == pytest.approx(float(best["val_loss"]), abs=1e-6)
+    assert float(best["regularization_loss"]) == pytest.approx(penalty, rel=1e-3)
+
+
 def test_evaluate_on_the_validation_split(trained, tmp_path):
     data, run_dir = trained
     metrics = _evaluate(data, run_dir, tmp_path / "val", "evaluate.split=val")

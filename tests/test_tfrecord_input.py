@@ -184,6 +184,34 @@ def test_bad_records_give_one_line_naming_the_file(tmp_path, case, records, mode
     assert "\n" not in text and "bad.tfrecords" in text, text
 
 
+@pytest.mark.integration
+@pytest.mark.parametrize("compression", ["", "GZIP"])
+def test_an_empty_shard_among_good_ones_reads_as_no_records_with_a_warning(tmp_path, compression, caplog):
+    def write(path: Path, records: list[bytes]) -> None:
+        with tf.io.TFRecordWriter(str(path), options=compression or None) as writer:
+            for record in records:
+                writer.write(record)
+
+    good, empty = tmp_path / "good.tfrecords", tmp_path / "empty.tfrecords"
+    write(good, [_example(index % 2) for index in range(4)])
+    write(empty, [])  # 0 bytes uncompressed; a GZIP file with no records (Beam and Spark write such shards)
+    overrides = [
+        "dataset=cats_dogs",
+        f"dataset.train_files=[{good},{empty}]",
+        f"dataset.val_files=[{good}]",
+        f"dataset.test_files=[{good}]",
+        f"dataset.stored_size={SIZE}",
+        f"dataset.image_size={SIZE}",
+        "mode=inspect",
+        "inspect.num_images=4",
+    ]
+    with caplog.at_level("WARNING"):
+        run_task(compose(overrides, tmp_path / "run"))
+    assert f"{empty} holds no records: read as none <dataset.train_files>" in caplog.text
+    with pytest.raises(DataError, match=r"dataset.train_files: every file holds no records \("):
+        run_task(compose([*overrides, f"dataset.train_files=[{empty}]"], tmp_path / "run2"))
+
+
 def _spoil_record(path: Path, index: int) -> None:
     """Flips a byte inside the data of record `index` (its checksum then fails)."""
     data, offset = bytearray(path.read_bytes()), 0

@@ -107,9 +107,20 @@ def scan(input_dir: Path, classes: tuple[str, ...]) -> tuple[list[str] | None, l
     if not folders:
         return None, [(path, None) for path in _walk(input_dir, input_dir, skipped)], skipped
     names = list(classes) or folders
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise UserError(f"--classes {','.join(classes)}: {', '.join(repeated)} given twice; name each class once")
     missing = [name for name in names if not (input_dir / name).is_dir()]
     if missing:
         raise UserError(f"--classes {','.join(missing)}: no such subfolder of {input_dir} (found {folders})")
+    left_out = [name for name in folders if name not in names]
+    if left_out:
+        log.warning(
+            "--classes %s leaves out the folders %s of %s: their images are not converted",
+            ",".join(names),
+            ", ".join(left_out),
+            input_dir,
+        )
     for path in sorted(input_dir.iterdir()):
         if not path.is_dir():
             reason = _special(path) or "a top-level file, not in a class folder"

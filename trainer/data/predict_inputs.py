@@ -131,8 +131,8 @@ def tfrecord_chunks(
     Raises:
         DataError: naming the file and record at fault.
     """
-    names = [str(file) for file in files]
-    labeled = all(tfrecords.inspect_first(name, spec) for name in names)
+    kept = tfrecords.without_empty([str(file) for file in files], spec, "predict.input")
+    names, labeled = list(kept), all(kept.values())
     owners, stored = [], []
     for name in names:
         scan = tfrecords.scan_file(name, spec, num_classes if labeled else None, filenames=True)

@@ -170,16 +170,38 @@ def compression_of(files: list[str], setting: str) -> str:
     return TF_COMPRESSION[next(iter(found), "none")]
 
 
+def without_empty(paths: list[str], spec: RecordSpec, key: str) -> dict[str, bool]:
+    """{path: labeled} of the files of `paths` that hold records, each first record checked; an empty file is
+    left out with a warning (TensorFlow reads it as zero records).
+
+    Raises:
+        DataError: a file fails `inspect_first`, or every file is empty.
+    """
+    kept = {}
+    for path in paths:
+        labeled = inspect_first(path, spec)
+        if labeled is None:
+            log.warning("%s holds no records: read as none <%s>", path, key)
+        else:
+            kept[path] = labeled
+    if paths and not kept:
+        raise DataError(
+            f"{key}: every file holds no records ({', '.join(paths[:3])}{', ...' if len(paths) > 3 else ''})"
+        )
+    return kept
+
+
 def _first_line(error: tf.errors.OpError) -> str:
     return error.message.splitlines()[0] if error.message else type(error).__name__
 
 
-def inspect_first(path: str, spec: RecordSpec) -> bool:
-    """Checks the first record of a file against `spec`; returns whether it is labeled.
+def inspect_first(path: str, spec: RecordSpec) -> bool | None:
+    """Checks the first record of a file against `spec`; returns whether it is labeled, or None for a file
+    that holds no records (0 bytes, or a compressed file with none: Beam and Spark write such shards).
 
     Raises:
-        DataError: the file is empty, unreadable, compressed otherwise than `spec.compression`,
-            or its first record is not an Example or has the wrong keys or image size.
+        DataError: the file is unreadable, compressed otherwise than `spec.compression`, or its first
+            record is not an Example or has the wrong keys or image size.
     """
     compression = compression_of([path], spec.compression)
     try:
@@ -187,7 +209,7 @@ def inspect_first(path: str, spec: RecordSpec) -> bool:
     except tf.errors.OpError as error:
         raise DataError(f"{path}: not a readable TFRecord file ({_first_line(error)})") from None
     if first is None:
-        raise DataError(f"{path}: holds no records")
+        return None
     try:
         example = tf.train.Example.FromString(first.numpy())
     except DecodeError as error:

@@ -169,12 +169,14 @@ def _tfrecord_splits(dataset: TFRecordDatasetConfig, check_val: bool) -> _Splits
         for split in ("train", "val", "test")
     }
     for split, paths in files.items():
+        labeled = tfrecords.without_empty(paths, spec, f"dataset.{split}_files")
         for path in paths:
-            if not tfrecords.inspect_first(path, spec):
+            if labeled.get(path) is False:
                 raise DataError(
                     f"{path}: records have no '{spec.label_key}' feature; dataset.{split}_files "
                     f"must be labeled (predict unlabeled files with mode=predict)"
                 )
+        files[split] = list(labeled)
     manifest_file, manifest = tfrecords.read_manifest(files["train"])
     class_names = list((manifest or {}).get("class_names") or dataset.class_names)
     if len(class_names) != dataset.num_classes:

@@ -30,6 +30,7 @@ from trainer.tasks import parts
 from trainer.tracking.tensorboard import RunLabel, SampleImages
 from trainer.training.callbacks import Preempted, RunFiles, training_callbacks
 from trainer.training.losses import build_loss
+from trainer.training.metrics import cross_entropy
 from trainer.training.optimizers import build_learning_rate, build_optimizer
 from trainer.training.tracing import build_step_state
 
@@ -83,7 +84,7 @@ def compile_model(model: keras.Model, settings: Config, lr: float, steps_per_epo
     model.compile(
         optimizer=optimizer,
         loss=build_loss(settings.trainer.label_smoothing),
-        metrics=["accuracy"],
+        metrics=["accuracy", cross_entropy()],  # the data loss: Keras's loss adds the L2 penalty
         jit_compile={"auto": "auto", "true": True, "false": False}[settings.trainer.jit_compile],
         steps_per_execution=settings.trainer.steps_per_execution,
     )

@@ -21,6 +21,7 @@ from trainer.runs import checkpoints, history
 from trainer.runs.atomic import write_atomic
 from trainer.runs.backup import RunBackup
 from trainer.tracking.curves import Curves
+from trainer.training.metrics import CROSS_ENTROPY, honest_loss
 
 log = logging.getLogger(__name__)
 
@@ -191,6 +192,17 @@ class HistoryLog(keras.callbacks.Callback):
         history.append_row(self.path, row)
 
 
+class DataLoss(keras.callbacks.Callback):
+    """Makes the epoch's `loss` and `val_loss` the data loss (the cross-entropy metric `compile` adds), and
+    logs the L2 penalty of the epoch's final weights as `regularization_loss`, for every later callback:
+    history.csv, the trackers, early stopping. Keras's own loss adds the penalty to the cross-entropy."""
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is not None and CROSS_ENTROPY in logs:
+            penalty = sum(float(keras.ops.convert_to_numpy(loss)) for loss in self.model.losses)
+            honest_loss(logs, penalty)
+
+
 class LearningRateLog(keras.callbacks.Callback):
     """Adds the optimizer's current learning rate to the epoch logs (history.csv, TensorBoard)."""
 
@@ -227,8 +239,9 @@ def training_callbacks(
     files are written, before the backup commits the epoch. `progress` adds a progress bar within each
     epoch (for a terminal).
 
-    Order matters: the NaN check runs before anything saves; the learning rate
-    joins the logs before history.csv and TensorBoard write them; the backup
+    Order matters: the NaN check runs before anything saves; the data loss
+    replaces Keras's loss (which adds the L2 penalty) and the learning rate
+    joins the logs before history.csv, TensorBoard and early stopping read them; the backup
     commits the epoch only after its history row and checkpoints are on disk
     (a kill in between redoes the epoch, never skips it); the SIGTERM stop
     comes last, after the epoch's files and backup are written.
@@ -240,6 +253,7 @@ def training_callbacks(
     best = history.best_value(history_csv, files.monitor, files.mode)
     callbacks = [
         StopOnNaN(folder),
+        DataLoss(),
         LearningRateLog(),
         Checkpoints(folder, files.inference, files.info, files.monitor, files.mode, best=best),
         HistoryLog(history_csv),

@@ -5,6 +5,10 @@ same pass as the loss, replicas add their counts, and image and label never
 leave the batch they came in. Dropout is off: `evaluate` calls the model
 with `training=False`.
 
+The loss reported is the data loss, the cross-entropy of the labels: Keras's own `loss` adds the
+weights' L2 penalty, which made a 98.6% accurate model report a loss of 0.97. The penalty is
+reported beside it as `regularization_loss`.
+
     python run.py mode=evaluate checkpoint=outputs/2026-11-30/12-00-00
 """
 
@@ -44,9 +48,32 @@ def top_k(num_classes: int) -> int:
     return min(5, num_classes - 1) if num_classes > 2 else 0
 
 
+CROSS_ENTROPY = "cross_entropy"  # the data loss, a compiled metric: Keras's `loss` includes the L2 penalty
+PENALTY = "regularization_loss"  # the L2 penalty of the weights, reported beside the data loss
+
+
+def cross_entropy() -> keras.metrics.Metric:
+    """The cross-entropy of integer labels, unweighted and unsmoothed: the data loss that runs report."""
+    return keras.metrics.SparseCategoricalCrossentropy(name=CROSS_ENTROPY)
+
+
+def honest_loss(logs: dict, penalty: float | None = None) -> dict:
+    """Keras logs with `loss` (and `val_loss`) replaced by the data loss, the cross-entropy metric, and the
+    L2 penalty beside it as `regularization_loss`: `penalty`, or by default what Keras's `loss` adds to the
+    cross-entropy (exact in an evaluation, where the weights do not change)."""
+    if penalty is None and CROSS_ENTROPY in logs:
+        penalty = float(logs["loss"]) - float(logs[CROSS_ENTROPY])
+    for prefix in ("", "val_"):
+        if f"{prefix}{CROSS_ENTROPY}" in logs:
+            logs[f"{prefix}loss"] = float(logs.pop(f"{prefix}{CROSS_ENTROPY}"))
+    if penalty is not None:
+        logs[PENALTY] = penalty
+    return logs
+
+
 def compile_for_evaluation(model: keras.Model, num_classes: int) -> None:
     """Recompiles a (loaded) model with the evaluation metrics; call inside the strategy scope."""
-    metrics = ["accuracy"]
+    metrics = ["accuracy", cross_entropy()]
     k = top_k(num_classes)
     if k:
         metrics.append(keras.metrics.SparseTopKCategoricalAccuracy(k, name=f"top{k}_accuracy"))
@@ -74,10 +101,11 @@ def evaluate(model: keras.Model, dataset, class_names: list[str], verbose: int =
     """Evaluates a model compiled by `compile_for_evaluation` on a dataset of (image, label) batches.
 
     Returns:
-        (metrics, confusion matrix): metrics holds loss, accuracy, top-k accuracy
+        (metrics, confusion matrix): metrics holds loss (the cross-entropy), regularization_loss (the L2
+        penalty Keras adds to it), accuracy, top-k accuracy
         (more than 2 classes), macro F1 and `per_class` precision/recall/F1/support.
     """
-    logs = model.evaluate(dataset, verbose=verbose, return_dict=True)
+    logs = honest_loss(model.evaluate(dataset, verbose=verbose, return_dict=True))
     matrix = np.asarray(logs.pop("confusion_matrix"), dtype=np.int64)
     classes = per_class(matrix, class_names)
     metrics = {name: float(value) for name, value in logs.items()}
