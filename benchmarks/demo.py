@@ -5,8 +5,11 @@ python -m benchmarks --only startup demo
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
+import re
+import statistics
 import subprocess
 import sys
 import time
@@ -15,8 +18,9 @@ from pathlib import Path
 from benchmarks.common import ROOT, Row
 
 # Targets, not measurements: the baseline column of the demo rows.
-DEMO_BUDGET_SECONDS = 60.0  # `python run.py` on the bundled digits: at most a minute of training on 2 cores ...
-DEMO_ACCURACY = 0.99  # ... to at least 99% test accuracy
+DEMO_BUDGET_SECONDS = 45.0  # `python run.py` on the bundled digits: at most 45 s of training on 2 cores ...
+DEMO_ACCURACY = 0.99  # ... to at least 99% test accuracy, on every seed of 0-4
+END_GAP_SECONDS = 3.0  # ... and fit returns within 3 s of its last epoch
 
 
 def _time_until(command: list[str], marker: str | None, cwd: Path) -> float:
@@ -57,28 +61,67 @@ def startup(folder: Path, quick: bool) -> list[Row]:
     ]
 
 
+SEEDS = (0, 1, 2, 3, 4)
+TIMESTAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]")
+
+
+def end_gap(log: Path) -> float:
+    """Seconds between the last epoch's line and the start of the test evaluation in a run's run.log: what
+    `fit` spent returning (a stall in tf.data's iterator teardown once took 30-40 s here)."""
+    last_epoch = evaluation = None
+    for line in log.read_text().splitlines():
+        match = TIMESTAMP.match(line)
+        if not match:
+            continue
+        when = datetime.datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f")
+        if re.search(r"Epoch (\d+)/\1:", line):
+            last_epoch = when
+        elif "Training done" in line and evaluation is None:
+            evaluation = when
+    if last_epoch is None or evaluation is None:
+        raise RuntimeError(f"{log}: no last epoch or no test evaluation")
+    return (evaluation - last_epoch).total_seconds()
+
+
 def demo(folder: Path, quick: bool) -> list[Row]:
-    """`python run.py` as the README's first command runs it (the bundled digits, every default): its seconds of
-    training against the one-minute budget, and its test accuracy against 99%. Both baselines are targets."""
-    run_dir = folder / "demo_run"
+    """`python run.py` as the README's first command runs it (the bundled digits, every default), once per seed
+    of 0-4: the spread of its test accuracy against 99%, its slowest training against the 45 s budget, and the
+    worst pause between the last epoch and the test evaluation. The baselines are targets."""
+    seeds = SEEDS[:1] if quick else SEEDS
     extra = ["trainer.epochs=1"] if quick else []
-    command = [sys.executable, str(ROOT / "run.py"), f"hydra.run.dir={run_dir}", *extra]
-    subprocess.run(command, cwd=folder, capture_output=True, text=True, check=True)
-    metrics = json.loads((run_dir / "metrics.json").read_text())
+    accuracies, seconds, gaps = [], [], []
+    for seed in seeds:
+        run_dir = folder / f"demo_seed{seed}"
+        command = [sys.executable, str(ROOT / "run.py"), f"seed={seed}", f"hydra.run.dir={run_dir}", *extra]
+        subprocess.run(command, cwd=folder, capture_output=True, text=True, check=True)
+        metrics = json.loads((run_dir / "metrics.json").read_text())
+        accuracies.append(100 * metrics["test_accuracy"])
+        seconds.append(metrics["train_seconds"])
+        gaps.append(end_gap(run_dir / "run.log"))
+    spread = f"min {min(accuracies):.2f}, median {statistics.median(accuracies):.2f}, max {max(accuracies):.2f}"
+    print(f"# demo test accuracy over seeds {list(seeds)}: {spread}", file=sys.stderr)
     return [
         Row(
-            "Digits demo `python run.py`: seconds of training (baseline column = the 60 s budget, a target)",
-            metrics["train_seconds"],
+            f"Digits demo `python run.py`: lowest test accuracy of seeds {seeds[0]}-{seeds[-1]} ({spread}) vs 99%",
+            min(accuracies),
+            100 * DEMO_ACCURACY,
+            "%",
+            1.0,
+        ),
+        Row(
+            "Digits demo: slowest seconds of training of those seeds (baseline column = the 45 s budget)",
+            max(seconds),
             DEMO_BUDGET_SECONDS,
             "s",
             1.0,
             higher_is_better=False,
         ),
         Row(
-            "Digits demo: test accuracy (baseline column = the 99% goal, a target)",
-            100 * metrics["test_accuracy"],
-            100 * DEMO_ACCURACY,
-            "%",
+            "Digits demo: longest pause from the last epoch to the test evaluation (baseline = 3 s)",
+            max(gaps),
+            END_GAP_SECONDS,
+            "s",
             1.0,
+            higher_is_better=False,
         ),
     ]

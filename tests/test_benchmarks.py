@@ -36,3 +36,21 @@ def test_quick_benchmarks_print_every_row():
     rows = lines[2:]
     assert len(rows) >= len(cases.CASES)
     assert all(row.split()[-1] in ("yes", "NO", "-") for row in rows)
+
+
+@pytest.mark.slow
+def test_the_gpu_check_runs_its_every_path_at_toy_sizes_on_the_cpu():
+    result = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--cpu-smoke"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = [line.split("  ")[0] for line in result.stdout.splitlines()[2:]]
+    assert any("float32, XLA off (run.py path vs plain Keras)" in figure for figure in figures)
+    assert any("mixed_bfloat16, XLA off" in figure for figure in figures)
+    assert "XLA on: skipped" in result.stderr  # no XLA on the CPU
+    assert sum("Input-bound ratio" in figure for figure in figures) == 2
+    assert sum("Inference latency per image" in figure for figure in figures) == 8

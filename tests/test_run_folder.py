@@ -208,6 +208,21 @@ def test_a_kill_in_the_test_evaluation_is_resumed_into_the_evaluation(tmp_path):
     assert json.loads((run_dir / "metrics.json").read_text())["weights_sha256"] == weights_fingerprint(final)
 
 
+@pytest.mark.e2e
+def test_an_early_stopped_run_killed_in_its_test_evaluation_resumes_into_the_evaluation_only(tmp_path):
+    run_dir = tmp_path / "run"
+    stop = ["callbacks=early_stopping", "callbacks.early_stopping.patience=1", "callbacks.early_stopping.min_delta=1.0"]
+    killed = _run(tmp_path, [*_train_arguments(tmp_path, run_dir, epochs=5), *stop], KILL_IN_EVALUATION)
+    assert killed.returncode == -signal.SIGKILL
+    assert _epochs(run_dir) == [1, 2] and not (run_dir / "metrics.json").exists()  # stopped at epoch 2 of 5
+    resumed = _resume(tmp_path, run_dir)
+    output = resumed.stdout + resumed.stderr
+    assert "Training ended after epoch 2 (stopped early): running the test evaluation" in output
+    assert "Epoch 3/5" not in output
+    _assert_finished_once(run_dir, 2)
+    assert json.loads((run_dir / "metrics.json").read_text())["stopped_early"] is True
+
+
 def _backup_model() -> keras.Model:
     return keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
 

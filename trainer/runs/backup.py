@@ -34,12 +34,14 @@ PREVIOUS = METADATA + ".bkp"
 
 @dataclass(frozen=True)
 class BackupState:
-    """A committed backup: `epoch` epochs are done; `weights` holds the weights and optimizer state."""
+    """A committed backup: `epoch` epochs are done; `weights` holds the weights and optimizer state; `ended`
+    says why training ended before `trainer.epochs` (`stopped_early`), or is empty while it goes on."""
 
     epoch: int
     batch: int
     weights: Path
     metadata: Path
+    ended: str = ""
 
 
 def _parse(metadata: Path) -> BackupState | None:
@@ -47,10 +49,10 @@ def _parse(metadata: Path) -> BackupState | None:
     try:
         data = json.loads(metadata.read_text())
         epoch, batch = int(data["epoch"]), int(data.get("batch", 0))
-        weights = metadata.parent / data["weights"]
-    except (OSError, ValueError, KeyError, TypeError):
+        weights, ended = metadata.parent / data["weights"], str(data.get("ended", ""))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
-    return BackupState(epoch, batch, weights, metadata) if weights.is_file() else None
+    return BackupState(epoch, batch, weights, metadata, ended) if weights.is_file() else None
 
 
 def read_state(backup_dir: Path) -> BackupState | None:
@@ -72,6 +74,16 @@ def read_state(backup_dir: Path) -> BackupState | None:
         f"{files[0]}: the backup is unreadable (truncated JSON or missing weights) and so is its copy "
         f"{files[1].name}; delete {backup_dir} to train the run again from epoch 1"
     )
+
+
+def mark_ended(backup_dir: Path, outcome: str) -> None:
+    """Records in the committed backup that training has ended (`outcome`: `stopped_early`), so a resume of a run
+    killed afterwards (in its test evaluation) runs only the evaluation instead of training on."""
+    state = read_state(backup_dir)
+    if state is None:
+        return
+    metadata = json.dumps({"epoch": state.epoch, "batch": state.batch, "weights": state.weights.name, "ended": outcome})
+    write_atomic(backup_dir / METADATA, lambda temporary: temporary.write_text(metadata))
 
 
 def remove_backup(backup_dir: Path) -> None:

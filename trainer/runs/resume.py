@@ -44,8 +44,9 @@ def backup_folder(run_dir: Path, output_dir: str, worker: str | None) -> Path:
     return Path(tempfile.gettempdir()) / f"vggtrain-backup-{key}-{worker}"
 
 
-def prepare_resume(run_dir: Path, backup_dir: Path, resume: str | None) -> int:
-    """Epochs already done per the backup; trims history.csv to exactly those, so none appears twice.
+def prepare_resume(run_dir: Path, backup_dir: Path, resume: str | None) -> tuple[int, str]:
+    """(epochs already done per the backup, why training ended already: `stopped_early`, or empty); trims
+    history.csv to exactly those epochs, so none appears twice.
 
     A run killed before its first epoch ended has no backup: it starts again
     from epoch 1. A run whose epochs are all done but whose metrics.json is
@@ -64,4 +65,4 @@ def prepare_resume(run_dir: Path, backup_dir: Path, resume: str | None) -> int:
             log.info("Resuming %s after epoch %d from %s <resume=%s>", run_dir, done, state.weights, resume)
         else:
             log.info("No epoch of %s was finished: training it from epoch 1 <resume=%s>", run_dir, resume)
-    return done
+    return done, state.ended if state else ""

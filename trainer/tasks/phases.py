@@ -23,7 +23,7 @@ from trainer.distribute import strategies
 from trainer.errors import DiskError
 from trainer.models.finetune import set_trainable
 from trainer.models.preprocessing import Models
-from trainer.runs.backup import RunBackup
+from trainer.runs.backup import RunBackup, mark_ended
 from trainer.runs.backup import restore as restore_backup
 from trainer.runs.checkpoints import ModelInfo
 from trainer.tasks import parts
@@ -131,12 +131,17 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
     """
     strategy, steps, last = plan.strategy, plan.steps_per_epoch, plan.phases[-1]
     model = models.training
-    if folder.done == settings.trainer.epochs:  # killed in the test evaluation: the final weights are in the backup
-        log.info("All %d epochs are done: running the test evaluation the interrupted run missed", folder.done)
+    if folder.done == settings.trainer.epochs or folder.ended:  # killed in the test evaluation: the final
+        # weights are in the backup
+        if folder.ended:
+            log.info("Training ended after epoch %d (%s): running the test evaluation the interrupted run missed",
+                     folder.done, folder.ended.replace("_", " "))  # fmt: skip
+        else:
+            log.info("All %d epochs are done: running the test evaluation the interrupted run missed", folder.done)
         with strategy.scope():
             compile_model(model, settings, plan.lr * last.lr_scale, steps, last.end - last.start)
             restore_backup(model, folder.backup_dir)  # builds the optimizer's variables: inside the scope
-        return "completed"
+        return folder.ended or "completed"
     extra = parts.build_callbacks(settings.callbacks, settings.optimizer.schedule.name)
     loggers_ = _loggers(plan, folder)
     class_weight = parts.class_weight(settings, plan.data)
@@ -183,6 +188,7 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
             raise DiskError(f"{error}. {hint}") from None
         switched_here = True
         if parts.stopped_early(extra):
+            mark_ended(folder.backup_dir, "stopped_early")  # a resume after a kill from here only evaluates
             return "stopped_early"  # no fine-tuning phase after an early stop
     return "completed"
 

@@ -71,6 +71,7 @@ class Folder:
     run_dir: Path
     backup_dir: Path
     done: int  # epochs finished before this process started
+    ended: str  # `stopped_early` when training had ended already (killed in the test evaluation), else empty
     invocation: dict  # this invocation's record in invocations.jsonl (its `outcome`)
     run_name: str
     tags: list[str] = field(default_factory=list)
@@ -221,10 +222,10 @@ def open_run_folder(settings: Config, plan: Plan) -> Iterator[Folder]:
         backup_dir = backup_folder(run_dir, plan.output_dir, worker)
         for folder in (run_dir, run_dir / "checkpoints"):
             remove_temporaries(folder)  # left by a killed process; this one holds the folder
-        done = prepare_resume(run_dir, backup_dir, settings.resume)
+        done, ended = prepare_resume(run_dir, backup_dir, settings.resume)
         if done > settings.trainer.epochs:
             raise ConfigError(f"resume={settings.resume}: {done} epochs are done already; raise trainer.epochs")
-        yield Folder(run_dir, backup_dir, done, invocation, run_name, tags)
+        yield Folder(run_dir, backup_dir, done, ended, invocation, run_name, tags)
 
 
 # --- 4. fit the phases: trainer.tasks.phases ---------------------------------------------------------------
@@ -239,6 +240,7 @@ def finish(settings: Config, plan: Plan, folder: Folder, model: keras.Model, out
     run_dir = folder.run_dir
     values = history.columns(history.read_rows(run_dir / history.FILE))
     best = history.best_index(values[plan.metric], settings.objective.mode)
+    log.info("Training done (%s): evaluating the best checkpoint on the test split", outcome.replace("_", " "))
     test = evaluate_checkpoint(plan.strategy, run_dir / "checkpoints" / "best.keras", plan.data, "test", run_dir)
     batch, epochs = settings.trainer.batch_size, len(values[plan.metric])
     metrics = {
