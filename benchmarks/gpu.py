@@ -71,7 +71,8 @@ def _training_rate(sizes: Sizes, image: int, batch: int, precision: str, xla: bo
         model = network
         images, metrics = tf.image.per_image_standardization(pixels.astype(np.float32)).numpy(), ["accuracy"]
     dataset = tf.data.Dataset.from_tensor_slices((images, labels)).batch(batch).repeat().cache()
-    model.compile(keras.optimizers.SGD(0.01, momentum=0.9), "sparse_categorical_crossentropy", metrics, jit_compile=xla)
+    optimizer = keras.optimizers.SGD(0.01, momentum=0.9)
+    model.compile(optimizer, loss="sparse_categorical_crossentropy", metrics=metrics, jit_compile=xla)
     try:
         return fit_rate(model, dataset, sizes.steps, epochs=3)[0]
     finally:
