@@ -223,6 +223,47 @@ def test_an_early_stopped_run_killed_in_its_test_evaluation_resumes_into_the_eva
     assert json.loads((run_dir / "metrics.json").read_text())["stopped_early"] is True
 
 
+KILL_AFTER_SECOND_BEST = """
+import trainer.training.callbacks as target
+original, writes = target.write_atomic, []
+init = target.Checkpoints.__init__
+def patched_init(self, *args, **kwargs):
+    init(self, *args, **kwargs)
+    self.better = lambda new, old: True  # every epoch is a new best in this process
+target.Checkpoints.__init__ = patched_init
+history_end = target.HistoryLog.on_epoch_end
+def unbeatable_epoch_1(self, epoch, logs=None):  # history.csv: epoch 1 is the best a resume can compare with
+    history_end(self, epoch, {**logs, "val_accuracy": 1.0} if epoch == 0 else logs)
+target.HistoryLog.on_epoch_end = unbeatable_epoch_1
+def write_atomic(path, write):
+    result = original(path, write)
+    if "best" in path.name:
+        writes.append(path)
+        if len(writes) == 2:  # epoch 2's best is on disk, the epoch is not committed
+            os.kill(os.getpid(), signal.SIGKILL)
+    return result
+target.write_atomic = write_atomic
+"""
+
+
+@pytest.mark.e2e
+def test_a_best_checkpoint_of_an_uncommitted_epoch_never_becomes_best_keras(tmp_path):
+    """Killed after epoch 2's new best was written, before its commit: the resume redoes epoch 2, which is not
+    better than epoch 1 (history.csv says 1.0), so best.keras must hold epoch 1, not the killed attempt."""
+    from trainer.runs.checkpoints import read_info, weights_fingerprint
+
+    run_dir = tmp_path / "run"
+    killed = _run(tmp_path, _train_arguments(tmp_path, run_dir, epochs=2), KILL_AFTER_SECOND_BEST)
+    assert killed.returncode == -signal.SIGKILL and _epochs(run_dir) == [1] and _backup_epoch(run_dir) == 1
+    _resume(tmp_path, run_dir)
+    _assert_finished_once(run_dir, 2)
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    best, last = run_dir / "checkpoints" / "best.keras", run_dir / "checkpoints" / "last.keras"
+    assert metrics["best_epoch"] == 1 and read_info(best).epoch == 1 and read_info(last).epoch == 2
+    assert weights_fingerprint(keras.saving.load_model(best)) != weights_fingerprint(keras.saving.load_model(last))
+    assert not list((run_dir / "checkpoints").glob("best.pending*"))
+
+
 def _backup_model() -> keras.Model:
     return keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
 

@@ -41,6 +41,7 @@ class ModelInfo:
     resize_to: int  # evaluation: stored images are resized to this side, then centre-cropped to image_size
     normalization: str  # inside the model: standardize | caffe | none (for display; the layers do the work)
     dataset: str = ""  # the dataset it was trained on
+    epoch: int = 0  # the training epoch whose weights it holds (0: not recorded)
     format_version: int = FORMAT_VERSION
 
     @classmethod
@@ -162,6 +163,31 @@ def load(path: str | os.PathLike) -> tuple[keras.Model, ModelInfo]:
     model = _without_augmentation(model, file)
     _check_info(file, info, model)
     return model, info
+
+
+PENDING_BEST = "best.pending-epoch"  # + 5 digits + .keras: a new best, until the backup commits its epoch
+
+
+def pending_best(folder: Path, epoch: int) -> Path:
+    """Where the checkpoint of a new best at `epoch` waits for its epoch's commit (`commit_best`)."""
+    return folder / f"{PENDING_BEST}{epoch:05d}.keras"
+
+
+def commit_best(folder: Path, done: int) -> None:
+    """Makes the newest pending best of a committed epoch (<= `done`) the folder's best.keras, and deletes those of
+    later epochs: best.keras never holds an epoch that history.csv does not (a kill between a new best and the
+    backup's commit, then a resume, would otherwise report test figures of weights no epoch row has)."""
+    newest = None
+    for path in sorted(folder.glob(f"{PENDING_BEST}*.keras")):
+        epoch = int(path.name.removeprefix(PENDING_BEST).removesuffix(".keras") or 0)
+        if epoch > done:
+            path.unlink(missing_ok=True)
+            continue
+        if newest is not None:
+            newest.unlink(missing_ok=True)
+        newest = path
+    if newest is not None:
+        os.replace(newest, folder / "best.keras")
 
 
 def check_data(file: str | os.PathLike, info: ModelInfo, class_names: list[str], image_size: int, source: str) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from trainer.errors import ConfigError
 from trainer.runs import folders, history
 from trainer.runs.backup import read_state
+from trainer.runs.checkpoints import commit_best
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,8 @@ def prepare_resume(run_dir: Path, backup_dir: Path, resume: str | None) -> tuple
     state = read_state(backup_dir)
     done = state.epoch if state else 0
     history.trim(run_dir / history.FILE, done)
+    if (run_dir / "checkpoints").is_dir():
+        commit_best(run_dir / "checkpoints", done)  # a new best whose epoch the kill left uncommitted goes
     if resume:
         if done:
             log.info("Resuming %s after epoch %d from %s <resume=%s>", run_dir, done, state.weights, resume)

@@ -5,6 +5,7 @@ python run.py   # writes checkpoints/, history.csv and tensorboard/ in the run f
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import shutil
@@ -28,8 +29,9 @@ log = logging.getLogger(__name__)
 
 class Checkpoints(keras.callbacks.Callback):
     """Saves `inference` (the model being fitted, or the inference model that shares its layers) with its
-    `ModelInfo` to `last.keras` at every epoch end and copies it to `best.keras` when `monitor` improves; both
-    atomic. Copying the file takes milliseconds, a second save ~0.2 s."""
+    `ModelInfo` and epoch to `last.keras` at every epoch end and copies it to a pending best when `monitor`
+    improves, which `CommitBest` makes `best.keras` once the backup has committed the epoch; all atomic.
+    Copying the file takes milliseconds, a second save ~0.2 s."""
 
     def __init__(
         self,
@@ -54,11 +56,24 @@ class Checkpoints(keras.callbacks.Callback):
         value = logs.get(self.monitor)
         if value is None:
             raise ValueError(f"objective.metric={self.monitor!r} is not among the metrics {sorted(logs)}")
-        write_atomic(self.last, lambda temporary: checkpoints.save(self.inference, temporary, self.info))
+        info = dataclasses.replace(self.info, epoch=epoch + 1)
+        write_atomic(self.last, lambda temporary: checkpoints.save(self.inference, temporary, info))
         if self.better(value, self.best):
             log.info("Epoch %d: %s improved to %.4f, saving %s", epoch + 1, self.monitor, value, self.best_path)
             self.best = value
-            write_atomic(self.best_path, lambda temporary: shutil.copyfile(self.last, temporary))
+            pending = checkpoints.pending_best(self.best_path.parent, epoch + 1)  # best.keras once committed
+            write_atomic(pending, lambda temporary: shutil.copyfile(self.last, temporary))
+
+
+class CommitBest(keras.callbacks.Callback):
+    """After the backup has committed the epoch, its new best (if any) becomes best.keras."""
+
+    def __init__(self, folder: Path):
+        super().__init__()
+        self.folder = folder
+
+    def on_epoch_end(self, epoch, logs=None):
+        checkpoints.commit_best(self.folder, epoch + 1)
 
 
 class EpochLog(keras.callbacks.Callback):
@@ -243,7 +258,8 @@ def training_callbacks(
     replaces Keras's loss (which adds the L2 penalty) and the learning rate
     joins the logs before history.csv, TensorBoard and early stopping read them; the backup
     commits the epoch only after its history row and checkpoints are on disk
-    (a kill in between redoes the epoch, never skips it); the SIGTERM stop
+    (a kill in between redoes the epoch, never skips it), and only then does a
+    new best become best.keras (it never holds an uncommitted epoch); the SIGTERM stop
     comes last, after the epoch's files and backup are written.
     """
     run_dir, folder = files.run_dir, files.run_dir / "checkpoints"
@@ -263,6 +279,7 @@ def training_callbacks(
         *loggers,
         *extra,
         backup,
+        CommitBest(folder),
         StopOnSignal(backup),
     ]
     return callbacks
