@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 from trainer.config import register
 from trainer.config.hints import missing_extra
 from trainer.errors import DiskError, UserError, one_line
-from trainer.runs.folders import check_resume_argument
+from trainer.runs.folders import check_resume_argument, check_run_dir_argument
 
 register()
 _process = {"exit_hard_on_disk_error": True}  # False when `cli` runs inside another program (the tests)
@@ -67,6 +67,7 @@ def cli(arguments: list[str] | None = None, exit_hard_on_disk_error: bool = True
         sys.exit(f"error: {hint}")
     try:
         check_resume_argument(arguments)  # Hydra makes the run folder from it before main() runs
+        check_run_dir_argument(arguments)  # ... and writes .hydra/ into it
     except UserError as error:
         sys.exit(f"error: {one_line(error)}")
     saved, sys.argv = sys.argv, [sys.argv[0] if sys.argv else "run.py", *arguments]

@@ -451,6 +451,33 @@ def test_a_damaged_lock_file_is_taken_over(tmp_path, content):
 # --- resume is bound to the run's config --------------------------------------------------------------
 
 
+@pytest.mark.integration
+def test_a_new_run_never_reuses_a_folder_that_holds_a_run(tmp_path):
+    run_dir = tmp_path / "run"
+    arguments = _train_arguments(tmp_path, run_dir, epochs=1)
+    assert _run(tmp_path, arguments).returncode == 0
+    before = {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file()}
+    again = _run(tmp_path, [*arguments, "seed=2", "model.dropout=0.5"])
+    assert again.returncode == 1
+    assert again.stderr.strip().splitlines()[-1] == (
+        f"error: hydra.run.dir={run_dir} holds a training run already (history.csv, checkpoints, metrics.json): "
+        f"a new run never reuses its folder. Choose a new folder, or continue that run with resume={run_dir}"
+    )
+    assert {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file()} == before, "nothing rewritten"
+
+
+@pytest.mark.integration
+def test_resume_with_another_run_folder_is_one_line_and_writes_nothing(tmp_path):
+    run_dir = tmp_path / "run"
+    assert _run(tmp_path, _train_arguments(tmp_path, run_dir, epochs=1)).returncode == 0
+    elsewhere = tmp_path / "elsewhere"
+    result = _run(tmp_path, [f"resume={run_dir}", f"hydra.run.dir={elsewhere}"])
+    assert result.returncode == 1 and not elsewhere.exists()
+    assert f"error: resume={run_dir} writes into the resumed run's own folder; drop hydra.run.dir={elsewhere}" in (
+        result.stderr
+    )
+
+
 @pytest.fixture
 def saved_run(tmp_path) -> Path:
     """A run folder with Hydra's saved config of a CIFAR run. The task stops at once (a dropout of 1.0 is
@@ -531,6 +558,33 @@ def test_resume_latest_picks_the_run_whose_backup_was_written_last(tmp_path, mon
         metadata.write_text('{"epoch": 1}')
         os.utime(metadata, (written, written))
     assert resume_folder("latest") == str(Path("outputs") / "2026-11-30" / "10-00-00")
+
+
+@pytest.mark.integration
+def test_resume_latest_skips_a_run_that_a_live_process_is_training(tmp_path, monkeypatch, caplog):
+    from trainer.runs.folders import resume_folder
+
+    monkeypatch.chdir(tmp_path)
+    for name, written in (("2026-11-30/10-00-00", 200), ("2026-11-30/11-00-00", 100)):
+        metadata = tmp_path / "outputs" / name / "backup" / METADATA
+        metadata.parent.mkdir(parents=True)
+        metadata.write_text('{"epoch": 1}')
+        os.utime(metadata, (written, written))
+    newest = tmp_path / "outputs" / "2026-11-30" / "10-00-00"
+    holder = subprocess.Popen(  # another process trains the newest run: it holds its lock
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from trainer.runs.locks import run_lock\n"
+         "with run_lock(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(60)", str(newest)],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with caplog.at_level("INFO"):
+            assert resume_folder("latest") == str(Path("outputs") / "2026-11-30" / "11-00-00")
+        assert "skipping outputs/2026-11-30/10-00-00, which a live process is training" in caplog.text
+    finally:
+        holder.kill()
+        holder.wait()
+    assert resume_folder("latest") == str(Path("outputs") / "2026-11-30" / "10-00-00"), "a dead holder holds nothing"
 
 
 # --- no collisions: the real thing (several trainings at once) -----------------------------------------

@@ -13,6 +13,7 @@ import logging
 from pathlib import Path
 
 from trainer.errors import ConfigError
+from trainer.runs import locks
 
 log = logging.getLogger(__name__)
 
@@ -44,15 +45,25 @@ def is_run_folder(path: Path) -> bool:
 
 
 def latest_interrupted(root: Path = Path("outputs")) -> Path:
-    """The run under `root` whose backup was written most recently (not the folder made first).
+    """The run under `root` whose backup was written most recently (not the folder made first), among those no
+    live process is writing (a training run holds its lock).
 
     Raises:
-        ConfigError: no run under `root` has a backup.
+        ConfigError: no run under `root` has a backup, or every one that has is training now.
     """
     backups = [path for path in root.glob("**/backup/training_metadata.json") if path.is_file()]
     if not backups:
         raise ConfigError(f"resume=latest: no run folder under {root}/ has a backup to resume from")
-    return max(backups, key=lambda path: path.stat().st_mtime).parent.parent
+    runs = [path.parent.parent for path in sorted(backups, key=lambda path: path.stat().st_mtime, reverse=True)]
+    idle = [run for run in runs if not locks.is_held(run)]
+    if not idle:
+        raise ConfigError(f"resume=latest: every run under {root}/ with a backup is training now ({runs[0]}, ...)")
+    if idle[0] != runs[0]:
+        log.info(
+            "resume=latest: skipping %s, which a live process is training",
+            ", ".join(map(str, runs[: runs.index(idle[0])])),
+        )
+    return idle[0]
 
 
 def resume_folder(resume: str) -> str:
@@ -80,6 +91,44 @@ def check_resume_argument(arguments: list[str]) -> None:
             value = argument.split("=", 1)[1].strip("'\"")
             if value and value != "null":
                 resume_folder(value)
+
+
+TRAINING_FILES = ("history.csv", "backup", "checkpoints", "metrics.json")  # a folder with any of them holds a run
+
+
+def _argument(arguments: list[str], key: str) -> str | None:
+    for argument in arguments:
+        name, _, value = argument.lstrip("+").partition("=")
+        if name == key:
+            value = value.strip("'\"")
+            return None if value in ("", "null") else value
+    return None
+
+
+def check_run_dir_argument(arguments: list[str]) -> None:
+    """Checks a `hydra.run.dir=` command-line override before Hydra writes `.hydra/` into it: a folder that holds
+    a training run is never reused (Hydra would rewrite the run's saved config, and the new run its results),
+    and `resume=RUN` writes into RUN itself.
+
+    Raises:
+        ConfigError: one line naming the folder, before anything is written.
+    """
+    if "-m" in arguments or "--multirun" in arguments:
+        return  # jobs get their own folders under hydra.sweep.dir
+    run_dir, resume = _argument(arguments, "hydra.run.dir"), _argument(arguments, "resume")
+    if run_dir is None:
+        return
+    if resume is not None:
+        raise ConfigError(
+            f"resume={resume} writes into the resumed run's own folder; drop hydra.run.dir={run_dir} "
+            f"(it would split the run between two folders)"
+        )
+    found = [name for name in TRAINING_FILES if (Path(run_dir) / name).exists()]
+    if found:
+        raise ConfigError(
+            f"hydra.run.dir={run_dir} holds a training run already ({', '.join(found)}): a new run never reuses "
+            f"its folder. Choose a new folder, or continue that run with resume={run_dir}"
+        )
 
 
 def hydra_subdir(resume: str | None) -> str | None:

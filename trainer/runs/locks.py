@@ -62,6 +62,24 @@ def _locked_error(folder: Path, holder: dict) -> RunLocked:
     )
 
 
+def is_held(folder: Path) -> bool:
+    """Whether a live process holds `folder/.lock` now (a dead holder's lock is not held)."""
+    try:
+        descriptor = os.open(folder / LOCK, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:  # a filesystem without flock: the recorded holder, if alive here
+        holder = _holder(os.pread(descriptor, 4096, 0).decode(errors="replace"))
+        return bool(holder.get("pid")) and holder.get("host") == socket.gethostname() and _alive(holder["pid"])
+    finally:
+        os.close(descriptor)
+    return False
+
+
 @contextlib.contextmanager
 def run_lock(folder: Path) -> Iterator[None]:
     """Holds `folder/.lock` (an flock, released by the kernel when the process dies) while the body runs.

@@ -28,7 +28,9 @@ def resolve_resume(resume: str | None, output_dir: str) -> str:
     """
     if not resume:
         return output_dir
-    picked = resume == "latest" and (Path(output_dir) / "backup").is_dir()  # Hydra's resolver picked it
+    # resume=latest is resolved once: Hydra's resolver picked the folder that run.log already writes to. Picked
+    # again here, a run finishing meanwhile would send the training to another folder than its log.
+    picked = resume == "latest" and folders.is_run_folder(Path(output_dir))
     folder = output_dir if picked else folders.resume_folder(resume)
     if resume == "latest":
         log.info("resume=latest: continuing %s, the interrupted run whose backup was written last", folder)
