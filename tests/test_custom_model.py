@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import keras
 import pytest
@@ -29,6 +30,17 @@ def build_tiny(num_classes: int, input_shape: tuple[int, int, int], units: int =
 def build_wrong_outputs(num_classes: int, input_shape: tuple[int, int, int]) -> keras.Model:
     inputs = keras.Input(shape=input_shape)
     return keras.Model(inputs, keras.layers.Dense(num_classes + 1)(keras.layers.Flatten()(inputs)))
+
+
+def build_two_outputs(num_classes: int, input_shape: tuple[int, int, int]) -> keras.Model:
+    inputs = keras.Input(shape=input_shape)
+    features = keras.layers.Flatten()(inputs)
+    return keras.Model(inputs, [keras.layers.Dense(num_classes)(features), keras.layers.Dense(1)(features)])
+
+
+def build_spatial_output(num_classes: int, input_shape: tuple[int, int, int]) -> keras.Model:
+    inputs = keras.Input(shape=input_shape)
+    return keras.Model(inputs, keras.layers.Conv2D(num_classes, 1)(inputs))  # (batch, h, w, classes)
 
 
 def build_missing_weights(num_classes: int, input_shape: tuple[int, int, int]) -> keras.Model:
@@ -73,11 +85,19 @@ def test_the_built_in_vgg19_goes_through_the_same_registry():
         (["model=custom", "model._target_=no_such_module.build"], "model._target_=no_such_module.build"),
         (["model=custom", f"model._target_={TARGET}", "model.colour=red"], "colour"),
         (["model=custom", "model._target_=test_custom_model.build_wrong_outputs"], "11 outputs"),
+        (
+            ["model=custom", "model._target_=test_custom_model.build_two_outputs"],
+            "outputs of shape (None, 10), (None, 1); expected one output of shape (batch, 10)",
+        ),
+        (
+            ["model=custom", "model._target_=test_custom_model.build_spatial_output"],
+            "outputs of shape (None, 32, 32, 10); expected one output of shape (batch, 10)",
+        ),
         (["model=custom", f"model._target_={TARGET}", "model.preprocessing=sepia"], "model.preprocessing"),
     ],
 )
 def test_a_bad_custom_model_is_one_clear_error(overrides, message):
-    with pytest.raises(ConfigError, match=message.replace(".", r"\.")) as caught:
+    with pytest.raises(ConfigError, match=re.escape(message)) as caught:
         settings = to_settings(compose(overrides))
         build_model(settings.model._target_, settings.model.builder_options(), 10, (32, 32, 3))
     assert "\n" not in str(caught.value)

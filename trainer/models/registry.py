@@ -74,9 +74,15 @@ def build_model(
     network = build_target("model", target, options, num_classes=num_classes, input_shape=tuple(input_shape))
     if not isinstance(network, keras.Model):
         raise ConfigError(f"model._target_={target} must return a keras.Model; got {type(network).__name__}")
-    outputs = network.outputs[0].shape[-1] if network.outputs else None
-    if outputs != num_classes:
+    shapes = [tuple(output.shape) for output in network.outputs or []]
+    if len(shapes) != 1 or len(shapes[0]) != 2:
         raise ConfigError(
-            f"model._target_={target} returned a model with {outputs} outputs; the dataset has {num_classes} classes"
+            f"model._target_={target} returned a model with outputs of shape {', '.join(map(str, shapes)) or 'none'}; "
+            f"expected one output of shape (batch, {num_classes}): the probabilities of the dataset's classes"
+        )
+    if shapes[0][-1] != num_classes:
+        raise ConfigError(
+            f"model._target_={target} returned a model with {shapes[0][-1]} outputs; the dataset has {num_classes} "
+            f"classes"
         )
     return network
