@@ -170,6 +170,31 @@ def test_predict_on_an_image_folder_reports_skipped_files(trained, tmp_path):
     assert all(row["predicted_class"] for row in rows if not row["error"])
 
 
+def test_predict_gives_every_odd_entry_its_row_and_names_folders_that_match_no_class(trained, tmp_path, caplog):
+    import os
+
+    data, run_dir = trained
+    folder = tmp_path / "images"
+    for name in ("cat/a.png", "dgo/b.png"):  # dgo: a misspelt dog
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(np.full((32, 32, 3), 90, np.uint8)).save(folder / name)
+    Image.fromarray(np.full((32, 32, 3), 9, np.uint8)).save(os.fsdecode(bytes(folder / "cat") + b"/caf\xe9.png"))
+    (folder / "cat" / "gone.png").symlink_to(folder / "nowhere.png")
+    (folder / "cat" / "loop.png").symlink_to(folder / "cat" / "loop.png")
+    os.mkfifo(folder / "cat" / "pipe.png")
+    output = tmp_path / "out.csv"
+    overrides = [*cifar_overrides(data), "mode=predict", f"checkpoint={run_dir}", f"predict.input={folder}"]
+    with caplog.at_level("WARNING"):
+        _task([*overrides, f"predict.output={output}"], tmp_path / "r")
+    rows = {row["id"]: row for row in _read_csv(output)}
+    assert set(rows) == {"cat/a.png", "cat/caf\\xe9.png", "cat/gone.png", "cat/loop.png", "cat/pipe.png", "dgo/b.png"}
+    assert rows["cat/caf\\xe9.png"]["predicted_class"] and not rows["cat/caf\\xe9.png"]["error"]
+    assert rows["cat/gone.png"]["error"] == "broken symlink"
+    assert rows["cat/loop.png"]["error"] == "symlink loop"
+    assert rows["cat/pipe.png"]["error"] == "a FIFO"
+    assert "dgo/ match no class of the model" in caplog.text and "cat/" not in caplog.text.split("match no class")[0]
+
+
 @pytest.mark.parametrize(
     "case, message",
     [

@@ -27,7 +27,6 @@ import os
 import random
 import re
 import shutil
-import stat
 import sys
 from collections import Counter
 from dataclasses import dataclass
@@ -37,7 +36,7 @@ from tqdm import tqdm
 
 from trainer import quiet
 from trainer.data import record_writer
-from trainer.data.images import RESIZE_MODES, encode_file
+from trainer.data.images import RESIZE_MODES, encode_file, special_file_reason
 from trainer.errors import UserError
 
 log = logging.getLogger("trainer.convert")
@@ -67,24 +66,13 @@ def display_name(path: Path, root: Path) -> str:
     return os.fsencode(path.relative_to(root)).decode("utf-8", errors="backslashreplace")
 
 
-def _special(path: Path) -> str | None:
-    """Why `path` is not a readable file (broken symlink, FIFO, socket, device), or None for a regular file."""
-    try:
-        mode = path.stat().st_mode
-    except OSError:
-        return "broken symlink" if path.is_symlink() else "cannot be read"
-    if stat.S_ISREG(mode):
-        return None
-    return "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file (socket or device)"
-
-
 def _walk(folder: Path, root: Path, skipped: list[dict]) -> list[Path]:
     """Regular files below `folder`, sorted; everything else goes to `skipped` with its reason."""
     files = []
     for path in sorted(folder.rglob("*")):
         if path.is_dir():
             continue
-        reason = _special(path)
+        reason = special_file_reason(path)
         if reason is None:
             files.append(path)
         else:
@@ -123,7 +111,7 @@ def scan(input_dir: Path, classes: tuple[str, ...]) -> tuple[list[str] | None, l
         )
     for path in sorted(input_dir.iterdir()):
         if not path.is_dir():
-            reason = _special(path) or "a top-level file, not in a class folder"
+            reason = special_file_reason(path) or "a top-level file, not in a class folder"
             skipped.append({"file": display_name(path, input_dir), "reason": reason})
     items = [(path, label) for label, name in enumerate(names) for path in _walk(input_dir / name, input_dir, skipped)]
     return names, items, skipped

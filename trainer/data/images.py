@@ -10,8 +10,10 @@ with the reason instead of stopping a whole job.
 
 from __future__ import annotations
 
+import errno
 import io
 import os
+import stat
 import warnings
 from pathlib import Path
 
@@ -66,6 +68,9 @@ def load_rgb(path: str | os.PathLike, size: int, mode: str = "resize") -> np.nda
     """
     if mode not in RESIZE_MODES:
         raise ValueError(f"mode must be one of {RESIZE_MODES}. Received: mode={mode}")
+    special = special_file_reason(Path(path))
+    if special is not None:
+        raise ImageError(special)  # never opened: a FIFO would block the read
     try:
         size_on_disk = os.path.getsize(path)
     except OSError as error:
@@ -88,14 +93,28 @@ def load_rgb(path: str | os.PathLike, size: int, mode: str = "resize") -> np.nda
         raise ImageError(f"corrupt or truncated image ({error})") from None
 
 
+def special_file_reason(path: Path) -> str | None:
+    """Why `path` is not a readable file (broken symlink, symlink loop, FIFO, socket, device), or None for a
+    regular file."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as error:
+        if not path.is_symlink():
+            return "cannot be read"
+        return "symlink loop" if error.errno == errno.ELOOP else "broken symlink"
+    if stat.S_ISREG(mode):
+        return None
+    return "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file (socket or device)"
+
+
 def list_images(folder: str | os.PathLike) -> list[Path]:
-    """Every file below `folder`, sorted by path.
+    """Every entry below `folder` that is not a folder, sorted by path.
 
     Files are not filtered by name: a PNG named .jpg or a JPEG without a suffix
-    still counts, and Thumbs.db or any other non-image is reported by `load_rgb`
-    with its reason rather than silently ignored.
+    still counts, and Thumbs.db or any other non-image, a broken symlink or a FIFO
+    is reported by `load_rgb` with its reason rather than silently ignored.
     """
-    return sorted(path for path in Path(folder).rglob("*") if path.is_file())
+    return sorted(path for path in Path(folder).rglob("*") if not path.is_dir())
 
 
 def encode_file(path: str, size: int, mode: str, format: str, quality: int = 95) -> tuple[bytes | None, str | None]:

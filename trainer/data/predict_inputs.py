@@ -10,6 +10,7 @@ predictions CSV has one row per input, in order, and says which were skipped.
 from __future__ import annotations
 
 import glob
+import logging
 import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +27,8 @@ from trainer.data.preprocess import Preprocess, prepare_images
 from trainer.data.shares import Records
 from trainer.data.sources import FixedLengthReader, Source, TFRecordReader
 from trainer.errors import DataError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -184,6 +187,16 @@ def image_chunks(
     """
     labels = [_class_of(file, root, class_names) for file in files]
     labeled = root is not None and all(label is not None for label in labels)
+    if root is not None and not labeled and any(label is not None for label in labels):
+        strays = sorted(
+            {file.relative_to(root).parts[0] for file, label in zip(files, labels, strict=True) if label is None}
+        )
+        log.warning(
+            "predict.input=%s: %s match no class of the model %s, so no image is labeled and no accuracy is given",
+            root,
+            ", ".join(f"{name}/" if (root / name).is_dir() else name for name in strays),
+            class_names,
+        )
     size = preprocess.image_size
 
     def load(file: Path):

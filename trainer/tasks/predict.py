@@ -32,6 +32,12 @@ log = logging.getLogger(__name__)
 RECORD_FILES = {BinaryDatasetConfig: "records", TFRecordDatasetConfig: "tfrecords"}  # what each dataset reads
 
 
+def _text(name: object) -> str:
+    """A file name as CSV text: bytes that are not UTF-8 (a name like `caf\\xe9.png`, read by the OS as surrogate
+    escapes) become backslash escapes, as the converter writes them."""
+    return str(name).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def _record_class_names(settings: Config, files: list[Path]) -> list[str]:
     """The class names that the labels of record files index: the converter's manifest's, else the dataset's."""
     _, manifest = tfrecords.read_manifest([str(file) for file in files])
@@ -96,13 +102,13 @@ def predict(settings: Config) -> float | None:
     ]
     counts = {"rows": 0, "skipped": 0, "labeled": 0, "correct": 0}
     started = last_log = time.monotonic()
-    with atomic_path(output) as temporary, open(temporary, "w", newline="") as handle:
+    with atomic_path(output) as temporary, open(temporary, "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(header)
         for items, images in _chunks(settings, info, kind, files, root):
             probabilities = iter(np.asarray(model.predict_on_batch(images)) if images is not None else [])
             for item in items:
-                row = [item.id, item.file, "", "", *([""] * len(class_names)), "", "", item.error or ""]
+                row = [_text(item.id), _text(item.file), "", "", *([""] * len(class_names)), "", "", item.error or ""]
                 if item.error is None:
                     probs = next(probabilities)
                     predicted = int(np.argmax(probs))
@@ -112,7 +118,7 @@ def predict(settings: Config) -> float | None:
                         counts["correct"] += int(predicted == item.label)
                 else:
                     counts["skipped"] += 1
-                    log.warning("Skipped %s: %s", item.id, item.error)
+                    log.warning("Skipped %s: %s", _text(item.id), item.error)
                 if item.label is not None:
                     row[-3:-1] = [item.label, class_names[item.label]]
                 writer.writerow(row)
