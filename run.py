@@ -73,6 +73,9 @@ def cli(arguments: list[str] | None = None, exit_hard_on_disk_error: bool = True
     saved, sys.argv = sys.argv, [sys.argv[0] if sys.argv else "run.py", *arguments]
     try:
         return main()
+    except KeyboardInterrupt as interrupt:  # Ctrl-C: in training the backup is saved first (trainer.errors)
+        print(str(interrupt) or "interrupted (Ctrl-C)", file=sys.stderr, flush=True)
+        sys.exit(130)
     finally:
         sys.argv = saved
 

@@ -163,6 +163,7 @@ def test_sigkill_at_the_end_of_an_epoch_redoes_that_epoch_and_skips_none(tmp_pat
 
 SIGNALS_IN_EPOCH_1 = [
     pytest.param(signal.SIGTERM, id="sigterm"),
+    pytest.param(signal.SIGINT, id="ctrl-c"),
     pytest.param(signal.SIGKILL, id="sigkill", marks=pytest.mark.slow),
 ]
 
@@ -177,18 +178,22 @@ def test_a_run_stopped_in_epoch_1_resumes_from_epoch_1(tmp_path, signum):
         assert stopped.returncode == 0, stopped.stderr[-3000:]
         assert f"To continue, run: python run.py resume={run_dir}" in stopped.stdout + stopped.stderr
         assert _backup_epoch(run_dir) == 0
+    elif signum == signal.SIGINT:  # Ctrl-C: the same, then exit 130 as a shell does, and no traceback
+        assert stopped.returncode == 130, stopped.stderr[-3000:]
+        assert "Traceback" not in stopped.stderr and _backup_epoch(run_dir) == 0
+        assert stopped.stderr.strip().splitlines()[-1] == (
+            f"interrupted (Ctrl-C); the backup is saved. To continue, run: python run.py resume={run_dir}"
+        )
     else:
         assert stopped.returncode == -signal.SIGKILL
     resumed = _resume(tmp_path, run_dir)
     assert "the run finished" not in resumed.stdout + resumed.stderr
     _assert_finished_once(run_dir, 2)
     events = [json.loads(line) for line in (run_dir / "invocations.jsonl").read_text().splitlines()]
-    first = ["start", "end"] if signum == signal.SIGTERM else ["start"]
+    first = ["start"] if signum == signal.SIGKILL else ["start", "end"]
     assert [event["event"] for event in events] == [*first, "start", "end"]
-    assert [event["outcome"] for event in events if event["event"] == "end"] == [
-        *(["preempted"] if signum == signal.SIGTERM else []),
-        "finished",
-    ]
+    outcome = {signal.SIGTERM: ["preempted"], signal.SIGINT: ["interrupted"], signal.SIGKILL: []}[signum]
+    assert [event["outcome"] for event in events if event["event"] == "end"] == [*outcome, "finished"]
 
 
 @pytest.mark.e2e

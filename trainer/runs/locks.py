@@ -154,6 +154,9 @@ def hold(folder: Path) -> Iterator[dict]:
         status = {"outcome": "finished"}
         try:
             yield status
+        except KeyboardInterrupt:
+            status["outcome"] = "interrupted"
+            raise
         except BaseException as error:
             status["outcome"] = f"error: {str(error).splitlines()[0] if str(error) else type(error).__name__}"
             raise

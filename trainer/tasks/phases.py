@@ -10,6 +10,7 @@ step "fit the phases" of `trainer.tasks.train`.
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,8 +127,9 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
     backed up, `models.inference` (the same layers) is what the checkpoints hold.
 
     Returns:
-        `completed`, `stopped_early` (an early stop ended training; no later phase starts), or `preempted`
-        (SIGTERM stopped training: the backup is saved and the way to resume logged).
+        `completed`, `stopped_early` (an early stop ended training; no later phase starts), `preempted`
+        (SIGTERM stopped training: the backup is saved and the way to resume logged) or `interrupted` (the same
+        after Ctrl-C).
     """
     strategy, steps, last = plan.strategy, plan.steps_per_epoch, plan.phases[-1]
     model = models.training
@@ -174,15 +176,17 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
                 class_weight=class_weight,
             )
         except Preempted as stop:
+            by = "Ctrl-C" if stop.signum == signal.SIGINT else "SIGTERM"
             log.warning(
-                "Stopped by SIGTERM: epoch %d will be redone from the backup in %s. To continue, "
+                "Stopped by %s: epoch %d will be redone from the backup in %s. To continue, "
                 "run: python run.py resume=%s",
+                by,
                 stop.epoch + 1,
                 folder.backup_dir,
                 folder.run_dir,
             )
-            folder.invocation["outcome"] = "preempted"
-            return "preempted"
+            folder.invocation["outcome"] = "interrupted" if stop.signum == signal.SIGINT else "preempted"
+            return folder.invocation["outcome"]
         except DiskError as error:
             hint = f"Free space or fix permissions, then continue with: python run.py resume={folder.run_dir}"
             raise DiskError(f"{error}. {hint}") from None

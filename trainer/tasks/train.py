@@ -26,7 +26,7 @@ from hydra.utils import get_method
 from trainer.config.schema import Config
 from trainer.distribute import strategies
 from trainer.distribute.failures import collective_errors
-from trainer.errors import ConfigError
+from trainer.errors import ConfigError, Interrupted
 from trainer.models.preprocessing import Models, build_models
 from trainer.models.registry import build_model
 from trainer.runs import history, locks
@@ -286,7 +286,10 @@ def train(settings: Config) -> float | None:
     with open_run_folder(settings, plan) as folder:
         started = time.perf_counter()
         outcome = fitting.fit_phases(settings, plan, folder, models, info)
-        if outcome == "preempted":
-            return None
-        metrics = finish(settings, plan, folder, models.inference, outcome, time.perf_counter() - started)
-    return metrics["objective"]
+        if outcome not in ("preempted", "interrupted"):
+            metrics = finish(settings, plan, folder, models.inference, outcome, time.perf_counter() - started)
+    if outcome == "interrupted":  # the folder is released: the lock, the invocation's end line
+        raise Interrupted(
+            f"interrupted (Ctrl-C); the backup is saved. To continue, run: python run.py resume={folder.run_dir}"
+        )
+    return None if outcome == "preempted" else metrics["objective"]

@@ -129,11 +129,12 @@ class ProgressBar(keras.callbacks.Callback):
 
 
 class Preempted(Exception):
-    """Training stopped on SIGTERM after saving a backup; `epoch` is the (0-based) epoch to redo."""
+    """Training stopped on SIGTERM or SIGINT (Ctrl-C) after saving a backup; `epoch` is the (0-based) epoch to
+    redo, `signum` the signal."""
 
-    def __init__(self, epoch: int):
-        super().__init__(f"stopped by SIGTERM during epoch {epoch + 1}")
-        self.epoch = epoch
+    def __init__(self, epoch: int, signum: int = signal.SIGTERM):
+        super().__init__(f"stopped by {signal.Signals(signum).name} during epoch {epoch + 1}")
+        self.epoch, self.signum = epoch, signum
 
 
 class Diverged(UserError):
@@ -141,23 +142,29 @@ class Diverged(UserError):
 
 
 class StopOnSignal(keras.callbacks.Callback):
-    """On SIGTERM (preemption), saves a backup at the next batch end and stops with `Preempted`.
+    """On SIGTERM (preemption) or SIGINT (Ctrl-C), saves a backup at the next batch end and stops with `Preempted`;
+    a second Ctrl-C stops at once (the backup of the last epoch stays).
 
     The backup records the current epoch as not done, so a resumed run redoes
     it from the saved weights and history.csv never holds a partial epoch.
     """
 
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
     def __init__(self, backup: RunBackup):
         super().__init__()
-        self.backup, self.requested, self.epoch, self.previous = backup, False, 0, None
+        self.backup, self.requested, self.epoch, self.previous = backup, None, 0, {}
 
     def on_train_begin(self, logs=None):
         if threading.current_thread() is threading.main_thread():
-            self.previous = signal.signal(signal.SIGTERM, self._request)
+            self.previous = {signum: signal.signal(signum, self._request) for signum in self.SIGNALS}
 
     def _request(self, signum, frame):
-        self.requested = True
-        log.warning("SIGTERM received: saving a backup at the end of this step")
+        if self.requested == signal.SIGINT and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # the second Ctrl-C
+        self.requested = signum
+        name = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
+        log.warning("%s received: saving a backup at the end of this step", name)
 
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch = epoch
@@ -165,15 +172,16 @@ class StopOnSignal(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         if self.requested:
             self.backup.save(self.epoch, batch + 1)  # this epoch is not finished: redo it on resume
-            raise Preempted(self.epoch)
+            raise Preempted(self.epoch, self.requested)
 
     def on_epoch_end(self, epoch, logs=None):
         if self.requested:  # arrived during validation: the epoch is complete and backed up already
-            raise Preempted(epoch + 1)
+            raise Preempted(epoch + 1, self.requested)
 
     def on_train_end(self, logs=None):
-        if self.previous is not None:
-            signal.signal(signal.SIGTERM, self.previous)
+        for signum, previous in self.previous.items():
+            signal.signal(signum, previous)
+        self.previous = {}
 
 
 class StopOnNaN(keras.callbacks.Callback):
