@@ -39,6 +39,7 @@ from trainer.tasks import phases as fitting
 from trainer.tasks.data import Data, load_data
 from trainer.tasks.setup import evaluate_checkpoint, run_folder, setup_strategy
 from trainer.tracking import loggers
+from trainer.tracking.curves import wait_for_drawings
 from trainer.tracking.reports import run_summary
 from trainer.tracking.sweep import sweep_folder
 from trainer.training.optimizers import peak_learning_rate
@@ -268,6 +269,7 @@ def finish(settings: Config, plan: Plan, folder: Folder, model: keras.Model, out
         metrics["test_loss"],
         metrics["weights_sha256"],
     )
+    wait_for_drawings()  # curves.png, drawn in the background while the test evaluation ran
     for tracker in plan.trackers:
         tracker.finish(metrics, [run_dir / artifact for artifact in parts.ARTIFACTS], run_dir)
     if plan.chief:
