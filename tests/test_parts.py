@@ -12,6 +12,7 @@ from trainer.errors import ConfigError
 from trainer.tasks import parts
 from trainer.tasks.setup import build_strategy
 from trainer.tracking.loggers import MLflowTracker
+from trainer.tracking.tensorboard import TensorBoard
 from trainer.training.optimizers import build_optimizer
 
 
@@ -61,7 +62,7 @@ def test_the_chosen_trackers_are_built_and_connected(tmp_path):
     settings = to_settings(compose(["logger=[tensorboard,mlflow]", f"logger.tracking_uri={uri}"]))
     trackers, others = parts.build_trackers(settings.logger, tmp_path / "run")
     assert [type(tracker) for tracker in trackers] == [MLflowTracker] and trackers[0].client is not None
-    assert [type(other) for other in others] == [keras.callbacks.TensorBoard]
+    assert [type(other) for other in others] == [TensorBoard] and isinstance(others[0], keras.callbacks.TensorBoard)
     assert others[0].log_dir == str(tmp_path / "run" / "tensorboard")
     assert parts.build_trackers(to_settings(compose(["logger=csv"])).logger, tmp_path) == ([], [])
 

@@ -97,3 +97,24 @@ def test_best_table_rounds_the_figures():
     assert lines[1].split()[:3] == ["1", "0.5000", "0.5000"]
     assert lines[2].split() == ["0", "0.1200", "0.1200", "0.1000", "optimizer.lr=0.1"]
     assert len(lines) == 3, "the failed job is not ranked"
+
+
+@pytest.mark.unit
+def test_hparams_are_only_the_swept_keys_each_with_its_type():
+    from tensorboard.plugins.hparams import api as hp
+
+    from trainer.tracking.sweep import _hparam, swept_keys
+
+    rows = [
+        {"overrides": "optimizer.lr=0.01 trainer.epochs=2 trainer.verbose=0 model=vgg19 trainer.deterministic=true"},
+        {"overrides": "optimizer.lr=0.1 trainer.epochs=4 trainer.verbose=0 model=custom trainer.deterministic=false"},
+    ]
+    keys = swept_keys(rows)
+    assert list(keys) == ["model", "optimizer.lr", "trainer.deterministic", "trainer.epochs"], (
+        "trainer.verbose is constant"
+    )
+    domains = {key: _hparam(key, values).domain for key, values in keys.items()}
+    assert isinstance(domains["optimizer.lr"], hp.RealInterval) and domains["optimizer.lr"].max_value == 0.1
+    assert isinstance(domains["trainer.epochs"], hp.IntInterval) and domains["trainer.epochs"].min_value == 2
+    assert domains["trainer.deterministic"].values == [False, True]
+    assert domains["model"].values == ["custom", "vgg19"]

@@ -143,7 +143,8 @@ class CallbacksConfig:
 
 @dataclass
 class TensorBoardConfig:
-    _target_: str = "keras.callbacks.TensorBoard"  # called with log_dir=RUN/tensorboard and the keys below
+    _target_: str = "trainer.tracking.tensorboard.TensorBoard"  # keras.callbacks.TensorBoard, epochs from 1; called
+    # with log_dir=RUN/tensorboard and the keys below
     write_graph: bool = False  # the model's graph too (large for VGG19)
     update_freq: str = "epoch"  # epoch, or a number of steps between writes
 

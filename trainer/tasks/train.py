@@ -42,6 +42,7 @@ from trainer.tracking import loggers
 from trainer.tracking.curves import wait_for_drawings
 from trainer.tracking.reports import run_summary
 from trainer.tracking.sweep import sweep_folder
+from trainer.tracking.tensorboard import write_test_metrics
 from trainer.training.optimizers import peak_learning_rate
 
 log = logging.getLogger(__name__)
@@ -269,6 +270,8 @@ def finish(settings: Config, plan: Plan, folder: Folder, model: keras.Model, out
         metrics["test_loss"],
         metrics["weights_sha256"],
     )
+    if plan.tensorboard:
+        write_test_metrics(run_dir / "tensorboard", metrics, metrics["best_epoch"])
     wait_for_drawings()  # curves.png, drawn in the background while the test evaluation ran
     for tracker in plan.trackers:
         tracker.finish(metrics, [run_dir / artifact for artifact in parts.ARTIFACTS], run_dir)

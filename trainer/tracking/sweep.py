@@ -162,14 +162,47 @@ def write_hparams(log_dir: Path, hparams: dict[str, Any], metrics: dict[str, flo
         tf.summary.flush()
 
 
-def write_hparams_config(log_dir: Path, keys: list[str], metrics: list[str]) -> None:
-    """The experiment-level HParams config, so TensorBoard's table lists every swept key and metric."""
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def swept_keys(rows: list[dict[str, str]]) -> dict[str, list[str]]:
+    """{key: its distinct values} of the keys whose value differs among the jobs of a sweep's summary rows: a
+    key every job sets alike (`trainer.verbose=0`, the data folder) is no hyperparameter of the sweep."""
+    values: dict[str, set[str]] = {}
+    for row in rows:
+        for item in row["overrides"].split():
+            key, _, value = item.lstrip("+~").partition("=")
+            if key and not key.startswith("hydra"):
+                values.setdefault(key, set()).add(value)
+    return {key: sorted(found) for key, found in sorted(values.items()) if len(found) > 1}
+
+
+def _hparam(key: str, values: list[str]):
+    """The key as a typed TensorBoard HParam: an interval for numbers, the values for anything else."""
+    from tensorboard.plugins.hparams import api as hp
+
+    numbers = [_number(value) for value in values]
+    if all(number is not None for number in numbers):
+        if all(number.is_integer() and "." not in value for number, value in zip(numbers, values, strict=True)):
+            return hp.HParam(key, hp.IntInterval(int(min(numbers)), int(max(numbers))))
+        return hp.HParam(key, hp.RealInterval(float(min(numbers)), float(max(numbers))))
+    if set(values) <= {"true", "false", "True", "False"}:
+        return hp.HParam(key, hp.Discrete([False, True]))
+    return hp.HParam(key, hp.Discrete(values))
+
+
+def write_hparams_config(log_dir: Path, keys: dict[str, list[str]], metrics: list[str]) -> None:
+    """The experiment-level HParams config, so TensorBoard's table lists every swept key (typed) and metric."""
     import tensorflow as tf
     from tensorboard.plugins.hparams import api as hp
 
     with tf.summary.create_file_writer(str(log_dir)).as_default():
         hp.hparams_config(
-            hparams=[hp.HParam(key) for key in keys],
+            hparams=[_hparam(key, values) for key, values in keys.items()],
             metrics=[hp.Metric(f"hparams/{name}", display_name=name) for name in metrics],
         )
         tf.summary.flush()
@@ -207,8 +240,7 @@ class SweepHParams(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         rows = _rows_or_empty(sweep_dir / "summary.csv")
-        keys = sorted({item.lstrip("+~").partition("=")[0] for row in rows for item in row["overrides"].split()})
-        keys = [key for key in keys if key and not key.startswith("hydra")]
+        keys = swept_keys(rows)
         if keys:
             try:
                 write_hparams_config(sweep_dir / "tensorboard", keys, list(HPARAMS_METRICS))

@@ -1,4 +1,4 @@
-"""TensorBoard beside Keras's own callback: the run's name and tags, and a few of the model's input images.
+"""TensorBoard: Keras's callback with epochs from 1, the run's name and tags, a few input images, the test figures.
 
 python run.py logger=tensorboard name=baseline tags=[digits]      # tensorboard --logdir outputs
 """
@@ -8,6 +8,25 @@ from __future__ import annotations
 from pathlib import Path
 
 import keras
+
+
+class TensorBoard(keras.callbacks.TensorBoard):
+    """Keras's TensorBoard callback with the epochs numbered from 1, as history.csv, the log, MLflow and W&B
+    number them (Keras's own starts at 0)."""
+
+    def on_epoch_end(self, epoch, logs=None):
+        super().on_epoch_end(epoch + 1, logs)
+
+
+def write_test_metrics(log_dir: Path, metrics: dict, step: int) -> None:
+    """The best checkpoint's test figures, as a `test` run beside Keras's `train` and `validation` ones (same
+    tags, at the best epoch), so every run shows them, not only sweeps through HParams."""
+    import tensorflow as tf
+
+    with tf.summary.create_file_writer(str(log_dir / "test")).as_default():
+        for name in ("accuracy", "loss"):
+            tf.summary.scalar(f"epoch_{name}", metrics[f"test_{name}"], step=step)
+        tf.summary.flush()
 
 
 class RunLabel(keras.callbacks.Callback):
