@@ -107,3 +107,15 @@ def test_a_bad_custom_model_is_one_clear_error(overrides, message):
 def test_a_builder_s_own_clear_error_passes_through_unchanged():
     with pytest.raises(DataError, match=r"^model\.weights=/nowhere\.h5: no such file$"):
         build_model("test_custom_model.build_missing_weights", {}, 10, (32, 32, 3))
+
+
+@pytest.mark.unit
+def test_a_target_nested_in_a_section_is_refused_and_never_called(tmp_path):
+    """A saved config is code: `resume=RUN` of someone else's folder must not open (create, truncate) files."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    evil = f"+model.evil={{_target_:builtins.open,_args_:[{victim},w]}}"
+    settings = to_settings(compose(["model=custom", f"model._target_={TARGET}", evil]))
+    with pytest.raises(ConfigError, match=r"^model\.evil\._target_: only model\._target_ is called") as caught:
+        build_model(settings.model._target_, settings.model.builder_options(), 10, (32, 32, 3))
+    assert victim.read_text() == "precious" and "\n" not in str(caught.value)

@@ -45,12 +45,34 @@ def build_target(key: str, target: Any, options: dict[str, Any], **runtime: Any)
         raise ConfigError(
             f"{key}._target_ must name an importable function or class, e.g. my_package.build; got {target!r}"
         )
-    try:
-        return instantiate({"_target_": target, **options}, **runtime, _convert_="all")
+    nested = _nested_targets(options, key)
+    if nested:
+        raise ConfigError(
+            f"{nested[0]}._target_: only {key}._target_ is called; a `_target_` nested in its keys is refused "
+            f"(a config from someone else's run folder is code: read it before running it)"
+        )
+    try:  # _recursive_=False: nothing nested is ever called
+        return instantiate({"_target_": target, **options}, **runtime, _convert_="all", _recursive_=False)
     except InstantiationException as error:  # cannot import the target, bad keys, or the target raised
         if isinstance(error.__cause__, UserError):
             raise error.__cause__ from None
         raise ConfigError(f"{key}._target_={target} (keys {sorted(options)}): {_first_line(error)}") from error
+
+
+def _nested_targets(value: Any, path: str) -> list[str]:
+    """The dotted paths under `path` of every mapping in `value` that holds a `_target_`."""
+    found = []
+    if isinstance(value, dict):
+        for name, item in value.items():
+            if isinstance(item, dict) and "_target_" in item:
+                found.append(f"{path}.{name}")
+            found += _nested_targets(item, f"{path}.{name}")
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            if isinstance(item, dict) and "_target_" in item:
+                found.append(f"{path}[{index}]")
+            found += _nested_targets(item, f"{path}[{index}]")
+    return found
 
 
 def build_model(
