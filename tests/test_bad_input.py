@@ -306,3 +306,11 @@ def test_tensorflows_function_node_prefix_and_escaped_quotes_leave_the_line(tmp_
 def test_converter_command_line_errors_are_one_line(tmp_path, capsys):
     assert convert_main([str(tmp_path / "missing"), str(tmp_path / "o")]) == 1
     assert capsys.readouterr().err.strip().splitlines() == [f"error: INPUT_DIR {tmp_path / 'missing'}: no such folder"]
+
+
+def test_help_describes_the_modes_the_groups_and_the_keys(tmp_path):
+    result = run_cli(["--help"], cwd=tmp_path)
+    assert result.returncode == 0
+    for text in ("Modes (mode=...)", "export     a SavedModel", "The most used keys", "dataset: cats_dogs, cifar, digits"):
+        assert text in result.stdout, text
+    assert not (tmp_path / "outputs").exists(), "--help makes no run folder"
