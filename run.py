@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 from trainer.config import register
 from trainer.config.hints import missing_extra
 from trainer.errors import DiskError, UserError, one_line
-from trainer.runs.folders import check_resume_argument, check_run_dir_argument
+from trainer.runs.folders import check_resume_argument, check_run_dir_argument, remove_if_unused
 
 register()
 _process = {"exit_hard_on_disk_error": True}  # False when `cli` runs inside another program (the tests)
@@ -41,8 +41,9 @@ def main(cfg: DictConfig) -> float | None:
     from trainer.tasks import run_task
 
     _share_cores(cfg)
+    hydra = HydraConfig.get()
     try:
-        return run_task(cfg, show_config=True, overrides=HydraConfig.get().overrides.task)
+        return run_task(cfg, show_config=True, overrides=hydra.overrides.task)
     except UserError as error:
         if os.environ.get("HYDRA_FULL_ERROR") == "1" or HydraConfig.get().mode == RunMode.MULTIRUN:
             raise  # a sweep records the failure and goes on with the other jobs
@@ -53,6 +54,9 @@ def main(cfg: DictConfig) -> float | None:
             logging.shutdown()
             os._exit(1)
         sys.exit(f"error: {one_line(error)}")
+    finally:
+        if hydra.mode != RunMode.MULTIRUN and not cfg.get("resume"):
+            remove_if_unused(Path(hydra.runtime.output_dir))  # nothing but .hydra/ and run.log: no folder
 
 
 def cli(arguments: list[str] | None = None, exit_hard_on_disk_error: bool = True) -> float | None:

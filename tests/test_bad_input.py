@@ -315,3 +315,9 @@ def test_help_describes_the_modes_the_groups_and_the_keys(tmp_path):
     for text in expected:
         assert text in result.stdout, text
     assert not (tmp_path / "outputs").exists(), "--help makes no run folder"
+
+
+def test_a_command_that_fails_before_it_starts_leaves_no_folder(tmp_path):
+    result = run_cli(["trainer.batch_size=0"], cwd=tmp_path)  # Hydra made outputs/DATE/TIME and wrote run.log
+    assert result.returncode == 1 and "error: trainer.batch_size must be >= 1" in result.stderr
+    assert not list((tmp_path / "outputs").glob("*/*")), "no folder for a run that never started"

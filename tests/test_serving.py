@@ -134,6 +134,7 @@ def test_export_all_formats_each_checked_against_keras(trained_run, tmp_path):
     for line in ("onnx ", "litert ", "model_int8.tflite", "largest difference from Keras", "accuracy"):
         assert line in result.stdout
     assert (export_dir / saved_model.VERSION / "saved_model.pb").is_file()
+    assert not (tmp_path / "e").exists(), "the export wrote its results elsewhere: no run folder of bookkeeping"
 
 
 @pytest.mark.integration

@@ -10,6 +10,7 @@ resolvers of `trainer.config.resolvers`); `trainer.runs.locks` keeps one writer 
 from __future__ import annotations
 
 import logging
+import shutil
 from pathlib import Path
 
 from trainer.errors import ConfigError
@@ -129,6 +130,22 @@ def check_run_dir_argument(arguments: list[str]) -> None:
             f"hydra.run.dir={run_dir} holds a training run already ({', '.join(found)}): a new run never reuses "
             f"its folder. Choose a new folder, or continue that run with resume={run_dir}"
         )
+
+
+BOOKKEEPING = {".hydra", "run.log", "config_tree.txt"}  # what Hydra and the config printout write into any run folder
+
+
+def remove_if_unused(folder: Path) -> bool:
+    """Deletes `folder` when it holds nothing but Hydra's bookkeeping: a command that failed before it started,
+    or an export or prediction that wrote its results elsewhere, leaves no folder behind. Returns whether it did."""
+    try:
+        names = {path.name for path in folder.iterdir()}
+    except OSError:
+        return False
+    if not names <= BOOKKEEPING:
+        return False
+    shutil.rmtree(folder, ignore_errors=True)
+    return True
 
 
 def hydra_subdir(resume: str | None) -> str | None:
