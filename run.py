@@ -22,6 +22,8 @@ from trainer.config import register
 from trainer.config.hints import missing_extra
 from trainer.errors import DiskError, UserError, one_line
 from trainer.runs.folders import check_resume_argument, check_run_dir_argument, remove_if_unused
+from trainer.tracking import sweep
+from trainer.tracking.sweep import record_failure
 
 register()
 _process = {"exit_hard_on_disk_error": True}  # False when `cli` runs inside another program (the tests)
@@ -45,8 +47,12 @@ def main(cfg: DictConfig) -> float | None:
     try:
         return run_task(cfg, show_config=True, overrides=hydra.overrides.task)
     except UserError as error:
-        if os.environ.get("HYDRA_FULL_ERROR") == "1" or HydraConfig.get().mode == RunMode.MULTIRUN:
-            raise  # a sweep records the failure and goes on with the other jobs
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        if hydra.mode == RunMode.MULTIRUN:  # a failed job is a row of the sweep's table and one line; the rest go on
+            logging.getLogger("run").error("error: %s", one_line(error))
+            record_failure(Path(hydra.runtime.output_dir), one_line(error))
+            return float("nan")  # Optuna counts the trial failed
         if isinstance(error, DiskError) and _process["exit_hard_on_disk_error"]:
             # HDF5 keeps the half-written file's handle and would flush it at interpreter exit, which on a
             # full disk crashes the process (SIGSEGV) after this line; everything written is consistent.
@@ -75,8 +81,13 @@ def cli(arguments: list[str] | None = None, exit_hard_on_disk_error: bool = True
     except UserError as error:
         sys.exit(f"error: {one_line(error)}")
     saved, sys.argv = sys.argv, [sys.argv[0] if sys.argv else "run.py", *arguments]
+    sweep.OUTCOME.clear()
     try:
-        return main()
+        result = main()
+        if sweep.OUTCOME.get("failed"):  # the table is printed; the exit code says some jobs failed
+            outcome = sweep.OUTCOME
+            sys.exit(f"error: {outcome['failed']} of {outcome['jobs']} jobs failed; see {outcome['summary']}")
+        return result
     except KeyboardInterrupt as interrupt:  # Ctrl-C: in training the backup is saved first (trainer.errors)
         print(str(interrupt) or "interrupted (Ctrl-C)", file=sys.stderr, flush=True)
         sys.exit(130)

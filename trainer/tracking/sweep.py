@@ -12,6 +12,7 @@ best jobs are printed as a table.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import fcntl
 import json
@@ -45,6 +46,25 @@ def sweep_folder(job_dir: Path, subdir: str) -> Path:
     """The sweep folder of a job whose folder is `<sweep dir>/<subdir>`. Not `hydra.sweep.dir` itself: read
     again, it would re-resolve `${now:...}`."""
     return job_dir.parents[len(Path(str(subdir)).parts) - 1]
+
+
+FAILURE = "failed.txt"  # in a job's folder: the one-line error that ended the job
+OUTCOME: dict[str, Any] = {}  # the last sweep of this process: {"jobs", "failed", "summary"} (run.py's exit code)
+
+
+def record_failure(run_dir: Path, message: str) -> None:
+    """Notes in a job's folder the error that ended it: the job returns, so the sweep goes on and its table is
+    printed (Hydra's basic sweeper re-raises a job's exception before its end-of-sweep callbacks run)."""
+    with contextlib.suppress(OSError):
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / FAILURE).write_text(message + "\n")
+
+
+def _failure(run_dir: Path) -> str:
+    try:
+        return (run_dir / FAILURE).read_text().strip()
+    except OSError:
+        return ""
 
 
 def _metrics(run_dir: Path) -> dict[str, Any]:
@@ -106,11 +126,12 @@ class SweepSummary(Callback):
         if str(hydra.mode) != "RunMode.MULTIRUN":
             return
         run_dir = Path(hydra.runtime.output_dir)
-        ok = job_return.status == JobStatus.COMPLETED
+        recorded = _failure(run_dir)
+        ok = job_return.status == JobStatus.COMPLETED and not recorded
         metrics = _metrics(run_dir) if ok else {}
         objective = job_return.return_value if ok else None
         failure = job_return._return_value
-        error = "" if ok else (str(failure).strip().splitlines() or [repr(failure)])[0]
+        error = recorded or ("" if ok else (str(failure).strip().splitlines() or [repr(failure)])[0])
         row = {
             "job": hydra.job.num,
             "status": "ok" if ok else "failed",
@@ -131,6 +152,7 @@ class SweepSummary(Callback):
         mode = config.get("objective", {}).get("mode", "max")
         print(f"Sweep summary: {len(rows)} jobs, {failed} failed -> {summary}")
         print(best_table(rows, mode, self.top))
+        OUTCOME.update(jobs=len(rows), failed=failed, summary=str(summary))
 
 
 def _swept_values(config: DictConfig, overrides: list[str]) -> dict[str, Any]:
