@@ -62,7 +62,7 @@ def test_sigkill_then_resume_has_every_epoch_exactly_once(tmp_path):
     process.wait()
     assert not (run_dir / "metrics.json").exists()
     assert (run_dir / "backup").is_dir()
-    resumed = run_cli([*_command(data, tmp_path / "second", *slow, f"resume={run_dir}")[2:]], cwd=tmp_path)
+    resumed = run_cli([*tiny_overrides(data), *slow, f"resume={run_dir}"], cwd=tmp_path)  # the same command
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"Resuming {run_dir} after epoch" in resumed.stdout + resumed.stderr
     assert _epochs(run_dir / "history.csv") == list(range(1, EPOCHS + 1))
