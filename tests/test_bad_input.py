@@ -272,6 +272,10 @@ def test_converter_skips_bad_images_and_rejects_bad_folders(tmp_path):
         (["trainer.batch_size=0"], "error: trainer.batch_size must be >= 1; got 0"),
         (["seed=-1"], "error: seed must be in [0, 2**32); got -1"),
         (["dataset.image_size=8"], "error: dataset.image_size must be >= 16 for VGG19's five poolings"),
+        (  # with steps_per_epoch too: 100000 images a batch exhausted memory after 96 s, and the kernel killed it
+            ["trainer.batch_size=100000", "trainer.steps_per_epoch=6"],
+            "error: trainer.batch_size=100000 is larger than the 1238 training records",
+        ),
         (
             ["strategy=mirrored", "strategy.cpu_devices=2", "trainer.batch_size=15"],
             "error: trainer.batch_size=15 must be divisible by the 2 replicas of the strategy",

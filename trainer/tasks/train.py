@@ -113,11 +113,11 @@ def plan_run(settings: Config) -> Plan:
         model_preprocessing=settings.model.preprocessing,
         num_workers=strategies.num_input_pipelines(strategy),
     )
-    steps = settings.trainer.steps_per_epoch or data.train_steps or data.num_examples["train"] // batch
-    if steps < 1:
+    if batch > data.num_examples["train"]:  # with trainer.steps_per_epoch too: each batch would repeat records
         raise ConfigError(
             f"trainer.batch_size={batch} is larger than the {data.num_examples['train']} training records"
         )
+    steps = settings.trainer.steps_per_epoch or data.train_steps or data.num_examples["train"] // batch
     log.info(
         "Global batch %d = %d replica(s) x %d, %d steps per epoch <trainer.batch_size=%d>",
         batch,
