@@ -54,6 +54,7 @@ def _test_images(data_dir: Path, count: int = 16) -> np.ndarray:
 
 @pytest.mark.integration
 def test_best_keras_through_keras_own_export_serves_what_predict_gives(trained_run, tmp_path):
+    """Every format Keras's `model.export` offers here (openvino needs a package this project does not use)."""
     data_dir, run_dir = trained_run
     model = keras.saving.load_model(run_dir / "checkpoints" / "best.keras")
     images = _test_images(data_dir)
@@ -71,6 +72,8 @@ def test_best_keras_through_keras_own_export_serves_what_predict_gives(trained_r
     spec = [tf.TensorSpec([None, 28, 28, 3], tf.uint8, name="images")]
     model.export(str(tmp_path / "m.onnx"), format="onnx", input_signature=spec, verbose=False)
     np.testing.assert_allclose(load_runner("onnx", tmp_path / "m.onnx")(images), expected, atol=1e-5)
+    model.export(str(tmp_path / "m.tflite"), format="litert", input_signature=spec, verbose=False)
+    np.testing.assert_allclose(load_runner("litert", tmp_path / "m.tflite")(images), expected, atol=1e-5)
 
 
 # --- serve_bytes ------------------------------------------------------------------------------------------------
