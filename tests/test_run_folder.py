@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -565,6 +566,28 @@ def test_resume_latest_picks_the_run_whose_backup_was_written_last(tmp_path, mon
         metadata.write_text('{"epoch": 1}')
         os.utime(metadata, (written, written))
     assert resume_folder("latest") == str(Path("outputs") / "2026-11-30" / "10-00-00")
+
+
+@pytest.mark.e2e
+def test_a_resume_on_other_data_is_refused_and_a_moved_copy_passes(tmp_path):
+    run_dir = tmp_path / "run"
+    stopped = _run(tmp_path, _train_arguments(tmp_path, run_dir, epochs=2), _signal_in_first_step(signal.SIGTERM))
+    assert stopped.returncode == 0 and (run_dir / "data.json").is_file()
+    shifted = write_cifar(tmp_path / "shifted")  # the same names, sizes and counts, every label + 1
+    for path in shifted.glob("*.bin"):
+        records = np.frombuffer(path.read_bytes(), np.uint8).reshape(-1, 3073).copy()
+        records[:, 0] = (records[:, 0] + 1) % 10
+        path.write_bytes(records.tobytes())
+    refused = _run(tmp_path, [f"resume={run_dir}", f"dataset.data_dir={shifted}"])
+    assert refused.returncode == 1 and refused.stderr.strip().splitlines()[-1] == (
+        f"error: resume={run_dir}: the data differs from what {run_dir} trained on (test: test_batch.bin has other "
+        f"content); point dataset.data_dir at that data, or continue on this data with allow_data_change=true"
+    )
+    moved = tmp_path / "moved"
+    shutil.copytree(tmp_path / "cifar", moved)
+    shutil.rmtree(tmp_path / "cifar")
+    _resume(tmp_path, run_dir, f"dataset.data_dir={moved}")  # the same data in another folder
+    _assert_finished_once(run_dir, 2)
 
 
 @pytest.mark.integration

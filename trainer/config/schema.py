@@ -274,6 +274,7 @@ class Config:
     mode: Mode = Mode.train  # train | evaluate | predict | inspect | export
     checkpoint: str | None = None  # evaluate/predict: a .keras file or a run folder
     resume: str | None = None  # train: continue the run in this folder (or `latest`) from its backup
+    allow_data_change: bool = False  # resume: continue on other data than the run trained on (RUN/data.json)
     seed: int = 42  # seeds weights, shuffling and augmentation
     output_dir: str = MISSING  # the run folder (Hydra's runtime.output_dir)
 

@@ -6,12 +6,14 @@ python run.py resume=outputs/2026-11-30/12-00-00     # or resume=latest
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import tempfile
 from pathlib import Path
 
 from trainer.errors import ConfigError
 from trainer.runs import folders, history
+from trainer.runs.atomic import write_json
 from trainer.runs.backup import read_state
 from trainer.runs.checkpoints import commit_best
 
@@ -71,3 +73,46 @@ def prepare_resume(run_dir: Path, backup_dir: Path, resume: str | None) -> tuple
         else:
             log.info("No epoch of %s was finished: training it from epoch 1 <resume=%s>", run_dir, resume)
     return done, state.ended if state else ""
+
+
+DATA_FILE = "data.json"  # in the run folder: what the run trains on (`trainer.tasks.data.fingerprint`)
+
+
+def _difference(recorded: dict, current: dict) -> str:
+    """The first way the data differs, e.g. `train: 1238 -> 1200 records` or a file of a split."""
+    for split in sorted(recorded.keys() | current.keys()):
+        old, new = recorded.get(split) or {}, current.get(split) or {}
+        if old.get("records") != new.get("records"):
+            return f"{split}: {old.get('records')} -> {new.get('records')} records"
+        for before, after in zip(old.get("files", []), new.get("files", []), strict=False):
+            if before[:2] == after[:2] and before != after:
+                return f"{split}: {before[0]} has other content"
+            if before != after:
+                return f"{split}: {before[0]} ({before[1]:,} bytes) -> {after[0]} ({after[1]:,} bytes)"
+        if len(old.get("files", [])) != len(new.get("files", [])):
+            return f"{split}: {len(old.get('files', []))} -> {len(new.get('files', []))} files"
+    return "the recorded fingerprint"
+
+
+def bind_data(run_dir: Path, fingerprint: dict, resume: str | None, allow_change: bool = False) -> None:
+    """Records the data a run trains on (`RUN/data.json`); a resume must find the same data: the same files
+    (a moved copy passes: names, sizes and record ranges are compared, not folders) and record counts.
+
+    Raises:
+        ConfigError: resuming on other data without `allow_data_change=true`.
+    """
+    path = run_dir / DATA_FILE
+    if resume and path.is_file():
+        try:
+            recorded = json.loads(path.read_text())
+        except ValueError:
+            recorded = None
+        if recorded is not None and recorded != fingerprint:
+            change = _difference(recorded, fingerprint)
+            if not allow_change:
+                raise ConfigError(
+                    f"resume={resume}: the data differs from what {run_dir} trained on ({change}); point "
+                    f"dataset.data_dir at that data, or continue on this data with allow_data_change=true"
+                )
+            log.warning("Resuming %s on other data than it trained on (%s) <allow_data_change=true>", run_dir, change)
+    write_json(path, fingerprint)

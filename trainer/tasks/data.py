@@ -11,9 +11,11 @@ with, so no task reads the dataset section twice.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
+import posixpath
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import tensorflow as tf
 
@@ -51,6 +53,8 @@ class Data:
     train_steps: int | None = None  # multi-worker: the steps per epoch that every worker's share holds
     # Reads the files again to name the one holding a bad record (raises a DataError); None: checked at start-up.
     find_bad_record: Callable[[], None] | None = None
+    # Per split: its record count and [file name, bytes, sampled sha256, first record, records or -1] per range.
+    fingerprint: dict = field(default_factory=dict)
 
     @contextlib.contextmanager
     def named_bad_records(self) -> Iterator[None]:
@@ -245,6 +249,38 @@ def normalization_for(dataset: DatasetConfig, model_preprocessing: str | None) -
     return "standardize" if dataset.standardize else "none"
 
 
+SAMPLE_BYTES = 1 << 20  # the fingerprint reads this much at the start, middle and end of each file
+
+
+def _sampled_sha256(path: str, size: int) -> str:
+    """SHA-256 of three 1 MiB samples of a file (all of a file of 3 MiB or less): other labels or pixels in
+    files of the same names and sizes change it, and a dataset of any size costs three reads a file."""
+    digest = hashlib.sha256()
+    with tf.io.gfile.GFile(path, "rb") as handle:
+        for offset in sorted({0, max(0, size // 2 - SAMPLE_BYTES // 2), max(0, size - SAMPLE_BYTES)}):
+            handle.seek(offset)
+            digest.update(handle.read(SAMPLE_BYTES))
+    return digest.hexdigest()[:16]
+
+
+def fingerprint(sources: dict[str, Source]) -> dict:
+    """What identifies each split's data: its record count and, per file range, the file's name (not its folder:
+    a moved copy is the same data), its size, a sampled checksum and the records read from it."""
+    files = {}
+    for source in sources.values():
+        for path in source.records.files:
+            if path not in files:
+                size = tf.io.gfile.stat(path).length
+                files[path] = [posixpath.basename(path), size, _sampled_sha256(path, size)]
+    return {
+        split: {
+            "records": source.count,
+            "files": [[*files[path], start, length] for path, start, length in source.records.ranges],
+        }
+        for split, source in sorted(sources.items())
+    }
+
+
 def load_data(
     dataset: DatasetConfig,
     batch_size: int,
@@ -291,4 +327,5 @@ def load_data(
         train_for_worker=train_for_worker,
         train_steps=train_steps,
         find_bad_record=splits.find_bad_record,
+        fingerprint=fingerprint(sources),
     )

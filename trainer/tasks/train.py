@@ -33,7 +33,7 @@ from trainer.runs import history, locks
 from trainer.runs.atomic import remove_temporaries, write_json
 from trainer.runs.backup import remove_backup
 from trainer.runs.checkpoints import ModelInfo, weights_fingerprint
-from trainer.runs.resume import backup_folder, prepare_resume, resolve_resume
+from trainer.runs.resume import backup_folder, bind_data, prepare_resume, resolve_resume
 from trainer.tasks import parts
 from trainer.tasks import phases as fitting
 from trainer.tasks.data import Data, load_data
@@ -225,6 +225,8 @@ def open_run_folder(settings: Config, plan: Plan) -> Iterator[Folder]:
         for folder in (run_dir, run_dir / "checkpoints"):
             remove_temporaries(folder)  # left by a killed process; this one holds the folder
         done, ended = prepare_resume(run_dir, backup_dir, settings.resume)
+        if plan.chief:
+            bind_data(run_dir, plan.data.fingerprint, settings.resume, settings.allow_data_change)
         if done > settings.trainer.epochs:
             raise ConfigError(f"resume={settings.resume}: {done} epochs are done already; raise trainer.epochs")
         yield Folder(run_dir, backup_dir, done, ended, invocation, run_name, tags)
