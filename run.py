@@ -21,7 +21,12 @@ from omegaconf import DictConfig
 from trainer.config import register
 from trainer.config.hints import missing_extra
 from trainer.errors import DiskError, UserError, one_line
-from trainer.runs.folders import check_resume_argument, check_run_dir_argument, remove_if_unused
+from trainer.runs.folders import (
+    check_resume_argument,
+    check_run_dir_argument,
+    check_writable_output,
+    remove_if_unused,
+)
 from trainer.tracking import sweep
 from trainer.tracking.sweep import record_failure
 
@@ -78,6 +83,7 @@ def cli(arguments: list[str] | None = None, exit_hard_on_disk_error: bool = True
     try:
         check_resume_argument(arguments)  # Hydra makes the run folder from it before main() runs
         check_run_dir_argument(arguments)  # ... and writes .hydra/ into it
+        check_writable_output(arguments)
     except UserError as error:
         sys.exit(f"error: {one_line(error)}")
     saved, sys.argv = sys.argv, [sys.argv[0] if sys.argv else "run.py", *arguments]

@@ -348,6 +348,28 @@ def test_a_full_disk_is_one_line_and_resume_after_freeing_space_gives_every_epoc
     _assert_finished_once(run_dir, 3)
 
 
+@pytest.mark.integration
+def test_a_read_only_place_for_the_run_folder_is_one_line(tmp_path):
+    mount = tmp_path / "readonly"
+    mount.mkdir()
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(mount)], capture_output=True)
+    if result.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {result.stderr.decode().strip()}")
+    try:
+        for arguments, cwd, folder in (
+            ([f"hydra.run.dir={mount}/run"], tmp_path, mount),
+            ([], mount, mount),  # the default outputs/ in a read-only working folder
+        ):
+            outcome = run_cli(["trainer.epochs=1", *arguments], cwd=cwd)
+            assert outcome.returncode == 1 and "Traceback" not in outcome.stderr
+            assert outcome.stderr.strip().splitlines()[-1] == (
+                f"error: cannot create the run folder in {folder} (Read-only file system); "
+                f"set hydra.run.dir=A_WRITABLE_FOLDER"
+            )
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
 @pytest.mark.unit
 def test_an_unwritable_file_is_a_disk_error_and_leaves_the_previous_file(tmp_path, monkeypatch):
     path = tmp_path / "metrics.json"

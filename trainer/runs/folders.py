@@ -10,10 +10,11 @@ resolvers of `trainer.config.resolvers`); `trainer.runs.locks` keeps one writer 
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 from pathlib import Path
 
-from trainer.errors import ConfigError
+from trainer.errors import ConfigError, DiskError
 from trainer.runs import locks
 
 log = logging.getLogger(__name__)
@@ -146,6 +147,31 @@ def remove_if_unused(folder: Path) -> bool:
         return False
     shutil.rmtree(folder, ignore_errors=True)
     return True
+
+
+def check_writable_output(arguments: list[str]) -> None:
+    """Checks that the folder Hydra will create the run (or sweep) folder in can be written, before Hydra
+    tries: its failure inside a resolver is a traceback.
+
+    Raises:
+        DiskError: one line naming the folder and the key that moves it.
+    """
+    sweep = "-m" in arguments or "--multirun" in arguments
+    key = "hydra.sweep.dir" if sweep else "hydra.run.dir"
+    target = Path(_argument(arguments, key) or "outputs")
+    if not sweep and _argument(arguments, "resume"):
+        return  # the resumed run's own folder, checked by resume_folder
+    existing = next((folder for folder in [target, *target.parents] if folder.exists()), Path("."))
+    if existing.is_dir() and os.access(existing, os.W_OK | os.X_OK):
+        return
+    try:  # os.access misses a read-only file system for root: try what Hydra will do
+        probe = existing / f".vggtrain-write-probe-{os.getpid()}"
+        probe.mkdir()
+        probe.rmdir()
+    except OSError as error:
+        raise DiskError(
+            f"cannot create the run folder in {existing.resolve()} ({error.strerror}); set {key}=A_WRITABLE_FOLDER"
+        ) from None
 
 
 def hydra_subdir(resume: str | None) -> str | None:
