@@ -226,6 +226,9 @@ def test_an_mlflow_sweep_is_one_parent_with_a_child_per_job_and_tensorboard_hpar
     assert len(parents) == 1 and len(children) == 2
     assert {run.data.tags["mlflow.parentRunId"] for run in children} == {parents[0].info.run_id}
     assert sorted(run.data.params["optimizer.lr"] for run in children) == ["0.01", "0.02"]
+    assert sorted(run.info.run_name for run in children) == ["0: optimizer.lr=0.01", "1: optimizer.lr=0.02"]
+    assert "Creating initial MLflow database tables" not in result.stdout + result.stderr
+    assert not any(key.startswith("final/") and key.endswith("name") for run in children for key in run.data.metrics)
     assert parents[0].info.status == "FINISHED" and "best_objective" in parents[0].data.metrics
 
     import tensorflow as tf

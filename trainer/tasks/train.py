@@ -201,6 +201,30 @@ def _sweep_folder() -> Path | None:
     return sweep_folder(Path(hydra.runtime.output_dir), hydra.sweep.subdir)
 
 
+SWEEP_SYNTAX = ("range(", "choice(", "interval(", "glob(", "shuffle(", "sort(", "tag(")
+
+
+def _job_name() -> str | None:
+    """A multirun job's name for the trackers: its number and the values of the swept keys (`3: optimizer.lr=0.01
+    model.dropout=0.5`), not just the folder's number; None outside a multirun."""
+    import sys
+
+    if _sweep_folder() is None:
+        return None
+    from hydra.core.hydra_config import HydraConfig
+
+    hydra = HydraConfig.get()
+    swept = set(hydra.sweeper.get("params") or {})  # Optuna's search space, a sweeper's params
+    for argument in sys.argv[1:]:  # the command line's grids, where this process launched the sweep
+        key, _, value = argument.lstrip("+~").partition("=")
+        if not value.startswith(("[", "{")) and ("," in value or value.startswith(SWEEP_SYNTAX)):
+            swept.add(key)
+    task = list(hydra.overrides.task)
+    chosen = [item for item in task if item.lstrip("+~").partition("=")[0] in swept]
+    chosen = chosen or [item for item in task if "/" not in item and not item.startswith("hydra.")]
+    return f"{hydra.job.num}: {' '.join(chosen)}" if chosen else str(hydra.job.num)
+
+
 @contextlib.contextmanager
 def open_run_folder(settings: Config, plan: Plan) -> Iterator[Folder]:
     """Holds the run folder while the body trains: its lock (the chief's), the trackers' runs, the errors
@@ -210,7 +234,7 @@ def open_run_folder(settings: Config, plan: Plan) -> Iterator[Folder]:
         RunLocked: another process holds the folder.
         ConfigError: the run finished already, or has more epochs done than `trainer.epochs`.
     """
-    run_name, tags = settings.name or Path(plan.output_dir).name, list(settings.tags)
+    run_name, tags = settings.name or _job_name() or Path(plan.output_dir).name, list(settings.tags)
     log.info("Run %s, tags [%s] <name=%s tags=%s>", run_name, ", ".join(tags), settings.name, tags)
     params = {key: value for key, value in loggers.flatten(settings).items() if key != "output_dir"}
     with (
