@@ -98,6 +98,14 @@ def check_resume_argument(arguments: list[str]) -> None:
 TRAINING_FILES = ("history.csv", "backup", "checkpoints", "metrics.json")  # a folder with any of them holds a run
 
 
+def _holds(path: Path) -> bool:
+    """Whether a run's file is there (a folder counts once it holds something: an empty `checkpoints/` made
+    ahead of the run holds no run)."""
+    if path.is_dir():
+        return any(path.iterdir())
+    return path.exists()
+
+
 def _argument(arguments: list[str], key: str) -> str | None:
     for argument in arguments:
         name, _, value = argument.lstrip("+").partition("=")
@@ -125,7 +133,7 @@ def check_run_dir_argument(arguments: list[str]) -> None:
             f"resume={resume} writes into the resumed run's own folder; drop hydra.run.dir={run_dir} "
             f"(it would split the run between two folders)"
         )
-    found = [name for name in TRAINING_FILES if (Path(run_dir) / name).exists()]
+    found = [name for name in TRAINING_FILES if _holds(Path(run_dir) / name)]
     if found:
         raise ConfigError(
             f"hydra.run.dir={run_dir} holds a training run already ({', '.join(found)}): a new run never reuses "
