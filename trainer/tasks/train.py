@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -207,8 +208,6 @@ SWEEP_SYNTAX = ("range(", "choice(", "interval(", "glob(", "shuffle(", "sort(", 
 def _job_name() -> str | None:
     """A multirun job's name for the trackers: its number and the values of the swept keys (`3: optimizer.lr=0.01
     model.dropout=0.5`), not just the folder's number; None outside a multirun."""
-    import sys
-
     if _sweep_folder() is None:
         return None
     from hydra.core.hydra_config import HydraConfig
