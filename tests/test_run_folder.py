@@ -8,6 +8,7 @@ resumes that follow run in this process.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
@@ -315,19 +316,25 @@ def test_the_backup_keeps_only_the_weights_its_two_metadata_files_name(tmp_path)
     assert [name[:10] for name in weights] == ["epoch00003", "epoch00004"]
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    """A 7 MiB tmpfs: room for epoch 1's checkpoints (2 x 1.4 MB: the inference model) and backup (4 MB, with
-    Adam's state), not for epoch 2's, whose backup is written beside the first before it replaces it."""
-    mount = tmp_path / "disk"
+@contextlib.contextmanager
+def _tmpfs(mount: Path, options: str):
+    """A tmpfs mounted at `mount` with `options` while the body runs; skips the test where mounting is refused."""
     mount.mkdir()
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=7m", "tmpfs", str(mount)], capture_output=True)
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount)], capture_output=True)
     if result.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {result.stderr.decode().strip()}")
     try:
         yield mount
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 7 MiB tmpfs: room for epoch 1's checkpoints (2 x 1.4 MB: the inference model) and backup (4 MB, with
+    Adam's state), not for epoch 2's, whose backup is written beside the first before it replaces it."""
+    with _tmpfs(tmp_path / "disk", "size=7m") as mount:
+        yield mount
 
 
 @pytest.mark.e2e
@@ -350,12 +357,7 @@ def test_a_full_disk_is_one_line_and_resume_after_freeing_space_gives_every_epoc
 
 @pytest.mark.integration
 def test_a_read_only_place_for_the_run_folder_is_one_line(tmp_path):
-    mount = tmp_path / "readonly"
-    mount.mkdir()
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(mount)], capture_output=True)
-    if result.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {result.stderr.decode().strip()}")
-    try:
+    with _tmpfs(tmp_path / "readonly", "ro,size=1m") as mount:
         for arguments, cwd, folder in (
             ([f"hydra.run.dir={mount}/run"], tmp_path, mount),
             ([], mount, mount),  # the default outputs/ in a read-only working folder
@@ -366,8 +368,6 @@ def test_a_read_only_place_for_the_run_folder_is_one_line(tmp_path):
                 f"error: cannot create the run folder in {folder} (Read-only file system); "
                 f"set hydra.run.dir=A_WRITABLE_FOLDER"
             )
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 @pytest.mark.unit
@@ -577,16 +577,21 @@ def test_resume_of_a_folder_that_is_no_run_is_one_line_and_makes_no_folder(tmp_p
     assert sorted(path.name for path in tmp_path.iterdir()) == [], "no dated folder is left"
 
 
+def _two_backed_up_runs(root: Path) -> None:
+    """outputs/2026-11-30/10-00-00, whose backup was written last, and 11-00-00, made later but backed up first."""
+    for name, written in (("2026-11-30/10-00-00", 200), ("2026-11-30/11-00-00", 100)):
+        metadata = root / "outputs" / name / "backup" / METADATA
+        metadata.parent.mkdir(parents=True)
+        metadata.write_text('{"epoch": 1}')
+        os.utime(metadata, (written, written))
+
+
 @pytest.mark.unit
 def test_resume_latest_picks_the_run_whose_backup_was_written_last(tmp_path, monkeypatch):
     from trainer.runs.folders import resume_folder
 
     monkeypatch.chdir(tmp_path)
-    for name, written in (("2026-11-30/10-00-00", 200), ("2026-11-30/11-00-00", 100)):
-        metadata = tmp_path / "outputs" / name / "backup" / METADATA
-        metadata.parent.mkdir(parents=True)
-        metadata.write_text('{"epoch": 1}')
-        os.utime(metadata, (written, written))
+    _two_backed_up_runs(tmp_path)
     assert resume_folder("latest") == str(Path("outputs") / "2026-11-30" / "10-00-00")
 
 
@@ -617,11 +622,7 @@ def test_resume_latest_skips_a_run_that_a_live_process_is_training(tmp_path, mon
     from trainer.runs.folders import resume_folder
 
     monkeypatch.chdir(tmp_path)
-    for name, written in (("2026-11-30/10-00-00", 200), ("2026-11-30/11-00-00", 100)):
-        metadata = tmp_path / "outputs" / name / "backup" / METADATA
-        metadata.parent.mkdir(parents=True)
-        metadata.write_text('{"epoch": 1}')
-        os.utime(metadata, (written, written))
+    _two_backed_up_runs(tmp_path)
     newest = tmp_path / "outputs" / "2026-11-30" / "10-00-00"
     holder = subprocess.Popen(  # another process trains the newest run: it holds its lock
         [sys.executable, "-c", "import sys, time; from pathlib import Path; from trainer.runs.locks import run_lock\n"
