@@ -261,7 +261,9 @@ class ScheduleConfig:
 class OptimizerConfig:
     """What every optimizer option shares. Its other keys go to the Keras optimizer `_target_` names."""
 
-    RESERVED: ClassVar[tuple[str, ...]] = ("_target_", "name", "lr", "scale_with_replicas", "lr_batch_size", "schedule")
+    RESERVED: ClassVar[tuple[str, ...]] = (
+        "_target_", "name", "lr", "scale_with_replicas", "lr_batch_size", "schedule", "ema_momentum"
+    )  # fmt: skip
 
     _target_: str = MISSING  # a Keras optimizer class: called with learning_rate, clipnorm and its own keys
     name: str = MISSING  # the option's name: the log, resume's check of the experiment
@@ -270,9 +272,12 @@ class OptimizerConfig:
     scale_with_replicas: bool = False  # multiply lr by the number of replicas (linear scaling rule)
     lr_batch_size: int | None = None  # the global batch lr is tuned for: batch B trains at lr x B / lr_batch_size
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)  # the learning rate, step by step
+    ema_momentum: float | None = None  # EMA of the weights (validation, checkpoints, export use it); null: off
 
     def __post_init__(self) -> None:
         require(self.lr > 0, "optimizer.lr", "> 0", self.lr)
+        momentum = self.ema_momentum
+        require(momentum is None or 0 < momentum < 1, "optimizer.ema_momentum", "in (0, 1) or null", momentum)
         require(self.clipnorm is None or self.clipnorm > 0, "optimizer.clipnorm", "> 0 or null", self.clipnorm)
         require(
             self.lr_batch_size is None or self.lr_batch_size >= 1,
@@ -288,8 +293,11 @@ class OptimizerConfig:
         )
 
     def keras_options(self) -> dict[str, Any]:
-        """The keyword arguments of the Keras optimizer besides its learning rate."""
-        return {key: value for key, value in vars(self).items() if key not in self.RESERVED}
+        """The keyword arguments of the Keras optimizer besides its learning rate (and gradient accumulation)."""
+        options = {key: value for key, value in vars(self).items() if key not in self.RESERVED}
+        if self.ema_momentum is not None:
+            options.update(use_ema=True, ema_momentum=self.ema_momentum)
+        return options
 
 
 @dataclass

@@ -31,7 +31,7 @@ from trainer.config.fields import (
 )
 from trainer.config.groups import DatasetConfig, ModelConfig, OptimizerConfig, StrategyConfig
 from trainer.errors import ConfigError
-from trainer.models import MIN_INPUT_SIZES
+from trainer.models import MIN_INPUT_SIZES, TTA
 
 
 def _class_weight_option(value: Any) -> str | dict[int, float] | None:
@@ -65,6 +65,7 @@ class TrainerConfig:
     precision: Precision = Precision.float32  # float32 | mixed_float16 | mixed_bfloat16
     jit_compile: str = "auto"  # auto | true | false (XLA; with a strategy, Keras's auto means off)
     steps_per_execution: int = 1  # training steps run per call into TensorFlow
+    grad_accum_steps: int = 1  # average the gradients of N batches per update: an effective batch N x batch_size
     label_smoothing: float = 0.0  # targets become (1 - s) one-hot + s / num_classes
     class_weight: Any = None  # null | balanced (n / (classes x n_class), from the training split) | {0: w, ...}
     tf_logs: bool = False  # true: TensorFlow's own start-up and INFO logs too (cuInit, oneDNN, absl, ...)
@@ -88,6 +89,7 @@ class TrainerConfig:
             self.jit_compile,
         )
         require(self.steps_per_execution >= 1, "trainer.steps_per_execution", ">= 1", self.steps_per_execution)
+        require(self.grad_accum_steps >= 1, "trainer.grad_accum_steps", ">= 1 (1: off)", self.grad_accum_steps)
         require(0 <= self.label_smoothing < 1, "trainer.label_smoothing", "in [0, 1)", self.label_smoothing)
         self.class_weight = _class_weight_option(self.class_weight)
         require(
@@ -210,6 +212,10 @@ class FinetuneConfig:
 @dataclass
 class EvaluateConfig:
     split: EvaluateSplit = EvaluateSplit.test  # val | test
+    tta: str = "none"  # none | flip: the mean of the probabilities of each image and its mirror image
+
+    def __post_init__(self) -> None:
+        require(self.tta in TTA, "evaluate.tta", "none or flip", self.tta)
 
 
 @dataclass
@@ -218,8 +224,10 @@ class PredictConfig:
     format: str = "auto"  # auto (by file name) | images | records (.bin) | tfrecord
     output: str | None = None  # the CSV; default: predictions.csv in the run folder
     workers: int = 0  # threads decoding image files; 0: one per core
+    tta: str = "none"  # none | flip: the mean of the probabilities of each image and its mirror image
 
     def __post_init__(self) -> None:
+        require(self.tta in TTA, "predict.tta", "none or flip", self.tta)
         formats = ("auto", "images", "records", "tfrecord")
         require(self.format in formats, "predict.format", "auto, images, records or tfrecord", self.format)
         require(self.workers >= 0, "predict.workers", ">= 0 (0: one per core)", self.workers)

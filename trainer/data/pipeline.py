@@ -23,6 +23,7 @@ from collections.abc import Callable
 import tensorflow as tf
 
 from trainer.data.decoders import Decoder
+from trainer.data.mixing import Mixing, batch_mixer
 from trainer.data.preprocess import Preprocess, prepare_images, to_model_size
 from trainer.data.sources import Source
 
@@ -74,6 +75,7 @@ def train_dataset(
     seed: int,
     shuffle_buffer: int = 1000,
     cache: bool = False,
+    mixing: Mixing | None = None,
 ) -> tf.data.Dataset:
     """Shuffled, augmented, endless batches for `fit(steps_per_epoch=...)`.
 
@@ -86,9 +88,11 @@ def train_dataset(
         seed: Seeds the file order, the shuffle order and every augmentation parameter.
         shuffle_buffer: Records held for shuffling.
         cache: Keep the decoded, resized images in memory after the first pass.
+        mixing: MixUp and CutMix of each batch (`trainer.data.mixing`), from the same batch seed.
 
     Returns:
-        A dataset of (uint8 images [batch, size, size, 3], int32 labels [batch]).
+        A dataset of (uint8 images [batch, size, size, 3], int32 labels [batch]); with `mixing`, of (float32
+        images, float32 soft labels [batch, classes]).
     """
     cached = _cached(source, decoder, preprocess) if cache else None
     share = source.records.per_epoch
@@ -105,9 +109,12 @@ def train_dataset(
     batches = replayed_per_iterator(passes).batch(batch_size, drop_remainder=True)
     seeds = tf.data.Dataset.random(seed=seed + 1)  # one stateless seed per batch; another stream than the shuffle's
 
+    mix = batch_mixer(mixing) if mixing else None
+
     def prepare(batch, batch_seed):
         images, labels = batch if cache else decoder(batch)
-        return prepare_images(images, preprocess, batch_seed), labels
+        images = prepare_images(images, preprocess, batch_seed)
+        return mix(images, labels, batch_seed) if mix else (images, labels)
 
     batches = tf.data.Dataset.zip((batches, seeds)).map(prepare, num_parallel_calls=AUTOTUNE, deterministic=True)
     return batches.prefetch(AUTOTUNE).with_options(_options(share is not None))

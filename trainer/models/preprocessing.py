@@ -15,6 +15,10 @@ through a bare `model(x)` and make `model.export` trace a random graph):
 - `random_flip` (training only): a horizontal flip, drawn per image;
 - `random_brightness`, `random_contrast` (training only): colour augmentation, one
   random factor per image (Keras draws a `[batch, 1, 1, 1]` factor);
+- `rand_augment` or `aug_mix` (training only): Keras's `RandAugment` (2 random ops per
+  image) or `AugMix`, at strength `dataset.augment.policy_magnitude`;
+- `random_erasing` (training only): Keras's `RandomErasing`, a random rectangle of an image
+  filled with noise, with probability `dataset.augment.random_erasing`;
 - `standardize`: `LayerNormalization` over height, width and channels without centre or
   scale, i.e. `tf.image.per_image_standardization` (equal to within 3e-7); or
 - `caffe`: what ImageNet VGG weights expect (`keras.applications.vgg19.preprocess_input`):
@@ -34,7 +38,7 @@ import keras
 import numpy as np
 from keras import layers
 
-from trainer.data.augmentation import Augmentation
+from trainer.data.augmentation import Augmentation, Policy
 
 NORMALIZATIONS = ("standardize", "caffe", "none")
 CAFFE_MEAN_BGR = (103.939, 116.779, 123.68)  # keras.applications.vgg19.preprocess_input
@@ -89,6 +93,27 @@ def augmentation_layers(augment: Augmentation, seed: int) -> list[layers.Layer]:
                 name="random_contrast",
             )
         )
+    return result + _policy_layers(augment, seed)
+
+
+def _policy_layers(augment: Augmentation, seed: int) -> list[layers.Layer]:
+    """Keras's RandAugment or AugMix, then RandomErasing, as `augment` asks."""
+    result = []
+    magnitude = {} if augment.policy_magnitude is None else {"factor": augment.policy_magnitude}
+    if augment.policy == Policy.randaugment:
+        result.append(layers.RandAugment(PIXEL_RANGE, seed=seed + 3, dtype="float32", name="rand_augment", **magnitude))
+    elif augment.policy == Policy.augmix:
+        result.append(layers.AugMix(PIXEL_RANGE, seed=seed + 3, dtype="float32", name="aug_mix", **magnitude))
+    if augment.random_erasing:
+        result.append(
+            layers.RandomErasing(
+                (augment.random_erasing, augment.random_erasing),  # (p, p): erase with probability p
+                value_range=PIXEL_RANGE,
+                seed=seed + 4,
+                dtype="float32",
+                name="random_erasing",
+            )
+        )
     return result
 
 
@@ -116,6 +141,7 @@ def build_models(
     normalization: str = "standardize",
     augment: Augmentation | None = None,
     seed: int = 0,
+    float_input: bool = False,
 ) -> Models:
     """`network` (float inputs of its own input shape) behind uint8 input and normalization; for training,
     also behind the augmentation.
@@ -125,9 +151,11 @@ def build_models(
         normalization: `standardize`, `caffe` or `none`.
         augment: Flip and colour augmentation, in the training model only.
         seed: Seeds the augmentation.
+        float_input: The training model takes float32 pixels on the same 0..255 scale (MixUp and CutMix
+            mix images on the host); the inference model always takes uint8.
 
     Returns:
-        Both models, named like `network`, taking uint8 [batch, height, width, 3] pixels.
+        Both models, named like `network`, taking [batch, height, width, 3] pixels.
     """
     shape = tuple(network.input_shape[1:])
     if len(shape) != 3 or shape[-1] != 3:
@@ -137,9 +165,9 @@ def build_models(
     image = keras.Input(shape=shape, dtype="uint8", name="image")
     inference = keras.Model(image, _chain(image, [to_float, normalize, network]), name=network.name)
     augmentation = augmentation_layers(augment or Augmentation(), seed)
-    if not augmentation:
+    if not augmentation and not float_input:
         return Models(inference, inference)
-    image = keras.Input(shape=shape, dtype="uint8", name="image")
+    image = keras.Input(shape=shape, dtype="float32" if float_input else "uint8", name="image")
     training = keras.Model(image, _chain(image, [to_float, *augmentation, normalize, network]), name=network.name)
     return Models(inference, training)
 

@@ -23,6 +23,7 @@ from trainer.config.groups import BinaryDatasetConfig, DatasetConfig, TFRecordDa
 from trainer.data import binary, pipeline, shares, tfrecords
 from trainer.data.augmentation import Augmentation
 from trainer.data.decoders import BinaryDecoder, Decoder, TFRecordDecoder
+from trainer.data.mixing import Mixing
 from trainer.data.preprocess import Preprocess
 from trainer.data.shares import Records
 from trainer.data.sources import FixedLengthReader, Source, TFRecordReader
@@ -304,9 +305,12 @@ def load_data(
     preprocess = Preprocess(image_size=dataset.resize_to, augment=dataset.augment)
     decoder, cache = splits.decoder, dataset.cache
     sources = splits.sources
+    mixing = Mixing.of(dataset.augment, len(splits.class_names))
 
     def train(source: Source, batch: int, offset: int) -> tf.data.Dataset:
-        return pipeline.train_dataset(source, decoder, preprocess, batch, seed + offset, dataset.shuffle_buffer, cache)
+        return pipeline.train_dataset(
+            source, decoder, preprocess, batch, seed + offset, dataset.shuffle_buffer, cache, mixing
+        )
 
     train_for_worker, train_steps = None, None
     if num_workers > 1:

@@ -1,6 +1,6 @@
 """`mode=evaluate`: a trained checkpoint on the test or validation split, with its confusion matrix.
 
-    python run.py mode=evaluate checkpoint=outputs/2026-11-30/12-00-00 [evaluate.split=val]
+    python run.py mode=evaluate checkpoint=outputs/2026-11-30/12-00-00 [evaluate.split=val] [evaluate.tta=flip]
 
 Evaluation uses the evaluation pipeline (no augmentation) and dropout off.
 """
@@ -30,7 +30,7 @@ def evaluate(settings: Config) -> float:
     data = load_data(settings.dataset, settings.trainer.batch_size, settings.seed, check_val=split == "val")
     with run_folder(settings.output_dir, strategies.is_chief(strategy)) as run_dir:
         with collective_errors(strategy), data.named_bad_records():
-            metrics = evaluate_checkpoint(strategy, settings.checkpoint, data, split, run_dir)
+            metrics = evaluate_checkpoint(strategy, settings.checkpoint, data, split, run_dir, settings.evaluate.tta)
         metrics["split"] = split
         write_json(run_dir / "metrics.json", metrics)
     log.info("%s accuracy %.4f, loss %.4f", split, metrics["accuracy"], metrics["loss"])

@@ -18,6 +18,7 @@ from typing import Any
 import keras
 
 from trainer.config.schema import CallbacksConfig, Config, LoggerConfig
+from trainer.data.mixing import with_class_weights
 from trainer.errors import ConfigError
 from trainer.models.registry import build_target
 from trainer.tasks.data import Data
@@ -96,9 +97,67 @@ def build_trackers(logger: LoggerConfig, run_dir: Path) -> tuple[list[Tracker], 
     return trackers, others
 
 
+def log_training_options(settings: Config, steps_per_epoch: int) -> None:
+    """One line for each option that changes what a step does: gradient accumulation, EMA, MixUp/CutMix."""
+    accumulate, batch = settings.trainer.grad_accum_steps, settings.trainer.batch_size
+    if accumulate > 1:
+        log.info(
+            "Effective global batch %d = %d accumulated batches x %d: one update every %d steps, %d updates "
+            "per epoch <trainer.grad_accum_steps=%d>",
+            accumulate * batch,
+            accumulate,
+            batch,
+            accumulate,
+            steps_per_epoch // accumulate,
+            accumulate,
+        )
+        if steps_per_epoch % accumulate:
+            log.warning(
+                "%d steps per epoch are not a multiple of trainer.grad_accum_steps=%d: updates straddle epochs",
+                steps_per_epoch,
+                accumulate,
+            )
+    momentum = settings.optimizer.ema_momentum
+    if momentum is not None:
+        log.info(
+            "EMA of the weights (momentum %g): validation, the checkpoints, the test evaluation and the export "
+            "use the averaged weights <optimizer.ema_momentum=%g>",
+            momentum,
+            momentum,
+        )
+    augment, smoothing = settings.dataset.augment, settings.trainer.label_smoothing
+    if augment.mixing:
+        both = augment.mixup_alpha and augment.cutmix_alpha
+        log.info(
+            "MixUp alpha %g, CutMix alpha %g: %g of the images mixed%s, labels one-hot and mixed with them%s "
+            "<dataset.augment.mixup_alpha=%g dataset.augment.cutmix_alpha=%g>",
+            augment.mixup_alpha,
+            augment.cutmix_alpha,
+            augment.mix_prob,
+            f", CutMix for {augment.mix_switch_prob:g} of those" if both else "",
+            f", smoothed by {smoothing:g}" if smoothing else "",
+            augment.mixup_alpha,
+            augment.cutmix_alpha,
+        )
+
+
 def stopped_early(callbacks: list[keras.callbacks.Callback]) -> bool:
     """Whether an EarlyStopping among `callbacks` ended the last `fit` early."""
     return any(isinstance(item, keras.callbacks.EarlyStopping) and item.stopped_epoch > 0 for item in callbacks)
+
+
+def training_input(settings: Config, data: Data, weights: dict[int, float] | None):
+    """(the training dataset, its per-worker builder, fit's `class_weight`): with MixUp or CutMix, class weights
+    become each image's sample weight in the pipeline (its soft label's weighted mean), not `class_weight`,
+    which would weigh a soft label by its largest share alone."""
+    train, for_worker = data.train, data.train_for_worker
+    if weights is None or not settings.dataset.augment.mixing:
+        return train, for_worker, weights
+    train = with_class_weights(train, weights)
+    if for_worker is not None:
+        build = for_worker
+        for_worker = lambda context: with_class_weights(build(context), weights)  # noqa: E731
+    return train, for_worker, None
 
 
 def class_weight(settings: Config, data: Data) -> dict[int, float] | None:

@@ -31,7 +31,7 @@ from trainer.tasks import parts
 from trainer.tracking.tensorboard import RunLabel, SampleImages
 from trainer.training.callbacks import Preempted, RunFiles, training_callbacks
 from trainer.training.losses import build_loss
-from trainer.training.metrics import cross_entropy
+from trainer.training.metrics import training_metrics
 from trainer.training.optimizers import build_learning_rate, build_optimizer
 from trainer.training.tracing import build_step_state
 
@@ -76,16 +76,20 @@ def compile_model(model: keras.Model, settings: Config, lr: float, steps_per_epo
         boundaries=list(schedule.boundaries),
         factor=schedule.factor,
     )
-    optimizer = build_optimizer(opt._target_, learning_rate, opt.keras_options())
+    options = opt.keras_options()
+    if settings.trainer.grad_accum_steps > 1:
+        options["gradient_accumulation_steps"] = settings.trainer.grad_accum_steps
+    optimizer = build_optimizer(opt._target_, learning_rate, options)
     if settings.trainer.precision == "mixed_float16":
         # Wrapped here rather than by compile, so the checkpoint's compile config names the loss-scale
         # optimizer: load_model rebuilds it under any global policy and loads its saved variables (wrapped
         # by compile, a float32 process rebuilt a bare Adam: "Skipping variable loading ... (117 vs 121)").
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    soft = settings.dataset.augment.mixing  # MixUp's and CutMix's labels
     model.compile(
         optimizer=optimizer,
-        loss=build_loss(settings.trainer.label_smoothing),
-        metrics=["accuracy", cross_entropy()],  # the data loss: Keras's loss adds the L2 penalty
+        loss=build_loss(settings.trainer.label_smoothing, soft),
+        metrics=training_metrics(soft),  # with the data loss: Keras's loss adds the L2 penalty
         jit_compile={"auto": "auto", "true": True, "false": False}[settings.trainer.jit_compile],
         steps_per_execution=settings.trainer.steps_per_execution,
     )
@@ -119,7 +123,8 @@ def _run_files(settings: Config, plan: Plan, folder: Folder, models: Models, inf
     name = "/".join(Path(plan.output_dir).parts[-2:])
     title = f"{name}  ·  dataset={settings.dataset.name}  ·  model={settings.model.name}"
     mode, every = settings.objective.mode, settings.trainer.save_every_steps
-    return RunFiles(folder.run_dir, folder.backup_dir, models.inference, info, plan.metric, mode, every, title)
+    ema = settings.optimizer.ema_momentum is not None
+    return RunFiles(folder.run_dir, folder.backup_dir, models.inference, info, plan.metric, mode, every, title, ema)
 
 
 def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, info: ModelInfo) -> str:
@@ -143,10 +148,13 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
         with strategy.scope():
             compile_model(model, settings, plan.lr * last.lr_scale, steps, last.end - last.start)
             restore_backup(model, folder.backup_dir)  # builds the optimizer's variables: inside the scope
+            model.optimizer.finalize_variable_values(model.trainable_variables)  # the EMA, as after fit
         return folder.ended or "completed"
     extra = parts.build_callbacks(settings.callbacks, settings.optimizer.schedule.name)
     loggers_ = _loggers(plan, folder)
-    class_weight = parts.class_weight(settings, plan.data)
+    train, train_for_worker, class_weight = parts.training_input(
+        settings, plan.data, parts.class_weight(settings, plan.data)
+    )
     progress = plan.chief and settings.trainer.verbose == 1 and sys.stderr.isatty()
     switched_here = False  # a phase ended in this process and the next one starts here
     for phase in plan.phases:
@@ -165,7 +173,7 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
             backup.save(phase.start)
         try:
             model.fit(
-                strategies.training_input(strategy, plan.data.train, plan.data.train_for_worker),
+                strategies.training_input(strategy, train, train_for_worker),
                 initial_epoch=max(folder.done, phase.start),
                 epochs=phase.end,
                 steps_per_epoch=steps,

@@ -21,6 +21,7 @@ from trainer.config.schema import Config
 from trainer.data import predict_inputs, tfrecords
 from trainer.data.preprocess import Preprocess
 from trainer.errors import ConfigError
+from trainer.models.tta import with_tta
 from trainer.runs import checkpoints
 from trainer.runs.atomic import atomic_path, write_json
 from trainer.runs.outputs import check_prediction_output
@@ -81,13 +82,15 @@ def predict(settings: Config) -> float | None:
     strategy = setup_strategy(settings)
     with strategy.scope():
         model, info = checkpoints.load(settings.checkpoint)
+        model = with_tta(model, settings.predict.tta)
     class_names = list(info.class_names)  # the model's, whatever the dataset config says
     log.info(
-        "Predicting %d %s file(s) from %s with %s",
+        "Predicting %d %s file(s) from %s with %s%s",
         len(files),
         kind,
         settings.predict.input,
         checkpoints.resolve(settings.checkpoint),
+        " and flip TTA <predict.tta=flip>" if settings.predict.tta == "flip" else "",
     )
 
     header = [

@@ -19,6 +19,7 @@ from trainer.config.schema import Config
 from trainer.distribute import strategies
 from trainer.distribute.cluster import WORKER_PREFIX
 from trainer.models.registry import build_target
+from trainer.models.tta import with_tta
 from trainer.runs import checkpoints
 from trainer.tasks.data import Data
 from trainer.tracking.reports import plot_confusion_png, write_confusion_csv
@@ -95,13 +96,18 @@ def run_folder(output_dir: str, chief: bool) -> Iterator[Path]:
 
 
 def evaluate_checkpoint(
-    strategy: tf.distribute.Strategy, checkpoint: str | Path, data: Data, split: str, run_dir: Path
+    strategy: tf.distribute.Strategy,
+    checkpoint: str | Path,
+    data: Data,
+    split: str,
+    run_dir: Path,
+    tta: str = "none",
 ) -> dict:
-    """Loads a checkpoint, checks that `data` fits it, evaluates it on `split` in one pass and writes the
-    confusion matrix as CSV and PNG.
+    """Loads a checkpoint, checks that `data` fits it, evaluates it on `split` in one pass (with test-time
+    augmentation `tta`: none or flip) and writes the confusion matrix as CSV and PNG.
 
     Returns:
-        The metrics of `trainer.training.metrics.evaluate`, plus the checkpoint's path.
+        The metrics of `trainer.training.metrics.evaluate`, plus the checkpoint's path and the `tta`.
 
     Raises:
         DataError: the data's class names or image size differ from the model's.
@@ -110,6 +116,7 @@ def evaluate_checkpoint(
     with strategy.scope():
         model, info = checkpoints.load(checkpoint)
         checkpoints.check_data(checkpoints.resolve(checkpoint), info, class_names, data.input_shape[0], "the dataset")
+        model = with_tta(model, tta)
         metrics.compile_for_evaluation(model, len(class_names))
     build_step_state(model, next(iter(data.test.take(1))))  # never a cached split: its cache would be cut short
     results, matrix = metrics.evaluate(model, getattr(data, split), class_names)
@@ -121,10 +128,12 @@ def evaluate_checkpoint(
         f"{split} split: accuracy {results['accuracy']:.4f}",
     )
     results["checkpoint"] = str(checkpoints.resolve(checkpoint))
+    results["tta"] = tta
     log.info(
-        "Evaluated %s on %s: accuracy %.4f, loss %.4f over %d examples",
+        "Evaluated %s on %s%s: accuracy %.4f, loss %.4f over %d examples",
         results["checkpoint"],
         split,
+        " with flip TTA (the mean of each image and its mirror) <evaluate.tta=flip>" if tta == "flip" else "",
         results["accuracy"],
         results["loss"],
         results["num_examples"],

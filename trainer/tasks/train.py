@@ -127,6 +127,7 @@ def plan_run(settings: Config) -> Plan:
         steps,
         batch,
     )
+    parts.log_training_options(settings, steps)
     opt = settings.optimizer
     lr = peak_learning_rate(opt.lr, batch, opt.lr_batch_size, replicas, opt.scale_with_replicas)
     if opt.lr_batch_size and lr != opt.lr:
@@ -172,7 +173,7 @@ def build_run_model(settings: Config, plan: Plan) -> tuple[Models, ModelInfo]:
     keras.mixed_precision.set_global_policy(settings.trainer.precision)  # before any layer is built
     with plan.strategy.scope():
         network = build_network(settings, data, plan.strategy.num_replicas_in_sync)
-        models = build_models(network, data.normalization, data.augment, settings.seed)
+        models = build_models(network, data.normalization, data.augment, settings.seed, data.augment.mixing)
     info = ModelInfo(
         tuple(data.class_names), data.input_shape[0], data.resize_to, data.normalization, settings.dataset.name
     )
@@ -268,7 +269,8 @@ def finish(settings: Config, plan: Plan, folder: Folder, model: keras.Model, out
     values = history.columns(history.read_rows(run_dir / history.FILE))
     best = history.best_index(values[plan.metric], settings.objective.mode)
     log.info("Training done (%s): evaluating the best checkpoint on the test split", outcome.replace("_", " "))
-    test = evaluate_checkpoint(plan.strategy, run_dir / "checkpoints" / "best.keras", plan.data, "test", run_dir)
+    best_keras, tta = run_dir / "checkpoints" / "best.keras", settings.evaluate.tta
+    test = evaluate_checkpoint(plan.strategy, best_keras, plan.data, "test", run_dir, tta)
     batch, epochs = settings.trainer.batch_size, len(values[plan.metric])
     metrics = {
         "name": folder.run_name,
@@ -280,7 +282,8 @@ def finish(settings: Config, plan: Plan, folder: Folder, model: keras.Model, out
         "stopped_early": outcome == "stopped_early",
         "val_accuracy": float(values["val_accuracy"][best]),
         "val_loss": float(values["val_loss"][best]),
-        **{f"test_{name}": value for name, value in test.items() if name != "checkpoint"},
+        **{f"test_{name}": value for name, value in test.items() if name not in ("checkpoint", "tta")},
+        **({"test_tta": tta} if tta != "none" else {}),
         "train_seconds": round(seconds, 2),
         "train_images_per_second": round((epochs - folder.done) * plan.steps_per_epoch * batch / seconds, 1),
         "num_examples": plan.data.num_examples,

@@ -22,9 +22,19 @@ from trainer.errors import ConfigError
 LOSS_NAME = "sparse_categorical_crossentropy"
 
 
+def targets(y_true, y_pred):
+    """Labels as probability targets like `y_pred`: integer labels ([batch] or [batch, 1]) one-hot, the soft
+    labels of MixUp and CutMix ([batch, classes]) as they are."""
+    if len(y_true.shape) == len(y_pred.shape) and y_true.shape[-1] not in (1, None):
+        return ops.cast(y_true, y_pred.dtype)
+    labels = ops.cast(ops.reshape(y_true, (-1,)), "int32")
+    return ops.one_hot(labels, ops.shape(y_pred)[-1], dtype=y_pred.dtype)
+
+
 @keras.saving.register_keras_serializable(package="vggtrain")
 class SmoothedSparseCrossentropy(keras.losses.Loss):
-    """Cross-entropy of integer labels against (1 - s) one-hot + s / num_classes targets."""
+    """Cross-entropy of integer labels (or of MixUp's and CutMix's soft labels) against (1 - s) targets +
+    s / num_classes."""
 
     def __init__(self, label_smoothing: float = 0.0, name: str = LOSS_NAME, **kwargs):
         super().__init__(name=name, **kwargs)
@@ -33,17 +43,18 @@ class SmoothedSparseCrossentropy(keras.losses.Loss):
         self.label_smoothing = label_smoothing
 
     def call(self, y_true, y_pred):
-        labels = ops.cast(ops.reshape(y_true, (-1,)), "int32")
-        targets = ops.one_hot(labels, ops.shape(y_pred)[-1], dtype=y_pred.dtype)
-        return keras.losses.categorical_crossentropy(targets, y_pred, label_smoothing=self.label_smoothing)
+        return keras.losses.categorical_crossentropy(
+            targets(y_true, y_pred), y_pred, label_smoothing=self.label_smoothing
+        )
 
     def get_config(self) -> dict:
         return {**super().get_config(), "label_smoothing": self.label_smoothing}
 
 
-def build_loss(label_smoothing: float = 0.0) -> str | keras.losses.Loss:
-    """Keras's sparse cross-entropy, or its label-smoothed form when `label_smoothing` > 0."""
-    return SmoothedSparseCrossentropy(label_smoothing) if label_smoothing else LOSS_NAME
+def build_loss(label_smoothing: float = 0.0, soft_labels: bool = False) -> str | keras.losses.Loss:
+    """Keras's sparse cross-entropy, or the form that smooths (`label_smoothing` > 0) or takes the soft labels
+    of MixUp and CutMix (`soft_labels`) too."""
+    return SmoothedSparseCrossentropy(label_smoothing) if label_smoothing or soft_labels else LOSS_NAME
 
 
 def count_labels(dataset, num_classes: int) -> list[int]:

@@ -18,6 +18,8 @@ import keras
 import numpy as np
 from keras import ops
 
+from trainer.training.losses import targets
+
 
 class ConfusionMatrix(keras.metrics.Metric):
     """Counts (true class, predicted class) pairs; `result()` is the matrix, rows = true class."""
@@ -52,9 +54,33 @@ CROSS_ENTROPY = "cross_entropy"  # the data loss, a compiled metric: Keras's `lo
 PENALTY = "regularization_loss"  # the L2 penalty of the weights, reported beside the data loss
 
 
-def cross_entropy() -> keras.metrics.Metric:
-    """The cross-entropy of integer labels, unweighted and unsmoothed: the data loss that runs report."""
+@keras.saving.register_keras_serializable(package="vggtrain")
+def label_cross_entropy(y_true, y_pred):
+    """The cross-entropy of integer or soft (MixUp, CutMix) labels."""
+    return keras.losses.categorical_crossentropy(targets(y_true, y_pred), y_pred)
+
+
+@keras.saving.register_keras_serializable(package="vggtrain")
+def label_accuracy(y_true, y_pred):
+    """Whether the predicted class is the label's (a soft label's largest share)."""
+    target = ops.argmax(targets(y_true, y_pred), axis=-1)
+    return ops.cast(ops.equal(target, ops.argmax(y_pred, axis=-1)), "float32")
+
+
+def cross_entropy(soft_labels: bool = False) -> keras.metrics.Metric:
+    """The cross-entropy of the labels, unweighted and unsmoothed: the data loss that runs report. With
+    `soft_labels`, of integer and soft labels alike (training on MixUp's, validating on integers)."""
+    if soft_labels:
+        return keras.metrics.MeanMetricWrapper(label_cross_entropy, name=CROSS_ENTROPY)
     return keras.metrics.SparseCategoricalCrossentropy(name=CROSS_ENTROPY)
+
+
+def training_metrics(soft_labels: bool = False) -> list:
+    """What `compile` reports: accuracy and the data loss. With soft labels, training accuracy is that of
+    each mixed label's largest share."""
+    if soft_labels:
+        return [keras.metrics.MeanMetricWrapper(label_accuracy, name="accuracy"), cross_entropy(True)]
+    return ["accuracy", cross_entropy()]
 
 
 def honest_loss(logs: dict, penalty: float | None = None) -> dict:

@@ -21,6 +21,7 @@ def build_step_state(model: keras.Model, batch: tuple[tf.Tensor, tf.Tensor]) -> 
     if model.distribute_strategy is not tf.distribute.get_strategy():
         return
     images, labels = batch
+    images = tf.cast(images, model.inputs[0].dtype)  # float32 for a model trained on MixUp's images
     model.compute_metrics(images, labels, model(images, training=False))
     model.reset_metrics()
     optimizer = getattr(model, "optimizer", None)
