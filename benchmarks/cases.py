@@ -15,6 +15,7 @@ CASES = {
     "trainer_overhead": training.trainer_overhead,
     "model_preprocessing": training.model_preprocessing,
     "input_bound": training.input_bound,
+    "augmentation_cost": training.augmentation_cost,
     "memory": pipelines.memory,
     "startup": demo.startup,
     "converter": converter.converter,

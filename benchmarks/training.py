@@ -1,7 +1,7 @@
 """Training rows: what the run.py path costs a training step against plain Keras, what the model's own
 preprocessing costs, and whether the demo's input pipeline keeps up with its model.
 
-    python -m benchmarks --only trainer_overhead model_preprocessing input_bound
+    python -m benchmarks --only trainer_overhead model_preprocessing input_bound augmentation_cost
 """
 
 from __future__ import annotations
@@ -147,3 +147,57 @@ def input_bound(folder: Path, quick: bool) -> list[Row]:
         for name, dataset in (("cached", cached), ("real", real)):
             rates[name].append(fit_rate(models[name], dataset, steps, epochs=3)[0])
     return [Row("Input-bound check (real pipeline vs cached)", max(rates["real"]), max(rates["cached"]), "img/s", 0.97)]
+
+
+def augmentation_cost(folder: Path, quick: bool) -> list[Row]:
+    """What a training step of the demo's VGG19 (quarter width, CIFAR's flip and colour jitter in the model) costs
+    with Keras's RandAugment in the model, and with MixUp/CutMix on the host, against neither; side by side."""
+    import keras
+    import tensorflow as tf
+
+    from trainer.data.augmentation import Augmentation, Policy
+    from trainer.data.mixing import Mixing, batch_mixer
+    from trainer.models.preprocessing import build_models
+    from trainer.training.losses import build_loss
+    from trainer.training.metrics import training_metrics
+
+    rng = np.random.default_rng(0)
+    pixels = rng.integers(0, 256, (512, 32, 32, 3)).astype(np.uint8)
+    labels = rng.integers(0, 10, 512).astype(np.int32)
+    plain = tf.data.Dataset.from_tensor_slices((pixels, labels)).batch(64).cache().repeat()
+    mix = batch_mixer(Mixing(10, mixup_alpha=0.8, cutmix_alpha=1.0))
+    seeds = tf.data.Dataset.random(seed=1)
+    mixed = tf.data.Dataset.zip((plain, seeds)).map(
+        lambda batch, seed: mix(*batch, seed), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+    )
+    variants = {
+        "none": (Augmentation(**CIFAR_MODEL), plain, False),
+        "randaugment": (Augmentation(**CIFAR_MODEL, policy=Policy.randaugment), plain, False),
+        "mixing": (Augmentation(**CIFAR_MODEL), mixed.prefetch(tf.data.AUTOTUNE), True),
+    }
+    models = {}
+    for name, (augment, _, soft) in variants.items():
+        keras.utils.set_random_seed(0)
+        models[name] = build_models(demo_model(), "standardize", augment, seed=0, float_input=soft).training
+        models[name].compile(
+            optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
+            loss=build_loss(0.0, soft),
+            metrics=training_metrics(soft),
+        )
+    steps = 8 if quick else 40
+    rates = {name: [] for name in variants}
+    for _ in range(1 if quick else TRAINING_ROUNDS):  # alternating rounds, best of each
+        for name, (_, dataset, _) in variants.items():
+            rates[name].append(fit_rate(models[name], dataset, steps, epochs=3)[0])
+    return [
+        Row(
+            "Training step: RandAugment in the model vs none",
+            max(rates["randaugment"]),
+            max(rates["none"]),
+            "img/s",
+            None,
+        ),  # fmt: skip
+        Row(
+            "Training step: MixUp/CutMix on the host vs none", max(rates["mixing"]), max(rates["none"]), "img/s", None
+        ),  # fmt: skip
+    ]

@@ -161,6 +161,34 @@ def case_epochs_zero(world, tmp):
     return ["trainer.epochs=0"], "trainer.epochs must be >= 1; got 0"
 
 
+def case_unknown_policy(world, tmp):
+    return ["dataset.augment.policy=autoaugment"], "dataset.augment.policy"
+
+
+def case_policy_magnitude_above_one(world, tmp):
+    return ["dataset.augment.policy_magnitude=9"], "dataset.augment.policy_magnitude must be in (0, 1] or null; got 9"
+
+
+def case_mix_prob_above_one(world, tmp):
+    return ["dataset.augment.mix_prob=1.5"], "dataset.augment.mix_prob must be a probability in [0, 1]; got 1.5"
+
+
+def case_negative_mixup_alpha(world, tmp):
+    return ["dataset.augment.mixup_alpha=-0.2"], "dataset.augment.mixup_alpha must be >= 0 (0: off); got -0.2"
+
+
+def case_ema_momentum_one(world, tmp):
+    return ["optimizer.ema_momentum=1.0"], "optimizer.ema_momentum must be in (0, 1) or null; got 1.0"
+
+
+def case_grad_accum_zero(world, tmp):
+    return ["trainer.grad_accum_steps=0"], "trainer.grad_accum_steps must be >= 1 (1: off); got 0"
+
+
+def case_unknown_tta(world, tmp):
+    return ["evaluate.tta=five_crop"], "evaluate.tta must be none or flip; got 'five_crop'"
+
+
 def case_checkpoint_of_another_model(world, tmp):
     import keras
 

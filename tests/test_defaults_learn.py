@@ -79,3 +79,36 @@ def test_from_scratch_preset_learns_synthetic_cifar_in_a_few_epochs(tmp_path, pr
         assert "Peak lr 0.025 = 0.1 x batch 32 / 128 (linear scaling)" in caplog.text
     assert metrics["test_accuracy"] >= bound, metrics  # a preset that does not learn stays near chance (0.1)
     assert history["accuracy"][-1] > history["accuracy"][0] + 0.2, "training accuracy must climb"
+
+
+OPTIONS = {  # each state-of-the-art option of docs/training.md, alone, on top of the defaults
+    "randaugment": ["dataset.augment.policy=randaugment"],
+    "augmix": ["dataset.augment.policy=augmix"],
+    "random_erasing": ["dataset.augment.random_erasing=0.25"],
+    "mixup": ["dataset.augment.mixup_alpha=0.2"],
+    "cutmix": ["dataset.augment.cutmix_alpha=1.0"],
+    "ema": ["optimizer.ema_momentum=0.9"],
+    "grad_accum": ["trainer.grad_accum_steps=2"],
+    "flip_tta": ["evaluate.tta=flip"],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("option", sorted(OPTIONS))
+def test_each_training_option_still_learns_synthetic_cifar_in_the_same_budget(tmp_path, option):
+    data = write_stripes(tmp_path / "cifar", records_per_file=128, num_test=200)
+    overrides = [
+        "dataset=cifar",
+        f"dataset.data_dir={data}",
+        "dataset.val_size=64",
+        "model.width_multiplier=0.25",
+        f"trainer.epochs={EPOCHS}",
+        "trainer.batch_size=32",
+        "trainer.threads=2",
+        "trainer.verbose=0",
+        *OPTIONS[option],
+    ]
+    run_task(compose(overrides, tmp_path / "run"))
+    metrics = check_run_metrics(tmp_path / "run")
+    print(f"{option}: test {metrics['test_accuracy']:.3f}")  # for `pytest -m slow -rP`
+    assert metrics["test_accuracy"] >= 0.8, metrics

@@ -5,8 +5,9 @@
 Writes contact_sheet.png (each tile captioned with its label's class name) and
 inspect.json (per-class counts, shape, dtype, value range) into the run folder.
 The images are the uint8 pixels the model takes; with `inspect.augmented=true` they
-also get the model's own training-time flip and colour jitter, as the network sees them
-before its normalization layer.
+also get MixUp/CutMix (captioned with both classes and their shares) and the model's own
+training-time flip, colour jitter, policy and erasing, as the network sees them before its
+normalization layer.
 """
 
 from __future__ import annotations
@@ -41,10 +42,18 @@ def _first_images(dataset, count: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _with_model_augmentation(images: np.ndarray, augment: Augmentation, seed: int) -> np.ndarray:
     """The model's training-time flip and colour jitter applied to the host's uint8 images, for display."""
-    pixels = images.astype(np.float32)
+    pixels = images.astype(np.float32)  # float32 already when MixUp or CutMix mixed them
     for layer in augmentation_layers(augment, seed):
         pixels = np.asarray(layer(pixels, training=True))
     return np.clip(np.rint(pixels), 0, 255).astype(np.uint8)
+
+
+def _caption(label: np.ndarray, class_names: list[str]) -> str:
+    """A label's class name; a MixUp or CutMix label's two largest shares (`cat 0.70 + dog 0.30`)."""
+    if np.ndim(label) == 0:
+        return class_names[label] if 0 <= label < len(class_names) else "?"
+    shares = [(float(label[index]), class_names[index]) for index in np.argsort(label)[::-1][:2] if label[index] > 0]
+    return " + ".join(f"{name} {share:.2f}" for share, name in shares) if len(shares) > 1 else shares[0][1]
 
 
 def _count(dataset, total: int, class_names: list[str]) -> dict[str, int]:
@@ -74,7 +83,7 @@ def _inspect(settings: Config, data) -> None:
     images, labels = _first_images(dataset, options.num_images)
     if options.augmented and options.split == "train":
         images = _with_model_augmentation(images, data.augment, settings.seed)
-    captions = [data.class_names[label] if 0 <= label < len(data.class_names) else "?" for label in labels]
+    captions = [_caption(label, data.class_names) for label in labels]
     run_dir = Path(settings.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     sheet = save_png(contact_sheet(images, captions), run_dir / "contact_sheet.png")

@@ -21,6 +21,7 @@ import tensorflow as tf
 
 from trainer.config.schema import Config
 from trainer.distribute import strategies
+from trainer.distribute.accumulation import accumulate_across_replicas
 from trainer.errors import DiskError
 from trainer.models.finetune import set_trainable
 from trainer.models.preprocessing import Models
@@ -79,7 +80,7 @@ def compile_model(model: keras.Model, settings: Config, lr: float, steps_per_epo
     options = opt.keras_options()
     if settings.trainer.grad_accum_steps > 1:
         options["gradient_accumulation_steps"] = settings.trainer.grad_accum_steps
-    optimizer = build_optimizer(opt._target_, learning_rate, options)
+    optimizer = accumulate_across_replicas(build_optimizer(opt._target_, learning_rate, options))
     if settings.trainer.precision == "mixed_float16":
         # Wrapped here rather than by compile, so the checkpoint's compile config names the loss-scale
         # optimizer: load_model rebuilds it under any global policy and loads its saved variables (wrapped
