@@ -289,7 +289,8 @@ def test_predict_with_flip_tta_writes_the_mean_probabilities(trained_run, tmp_pa
 
 
 @pytest.mark.integration
-def test_a_run_with_every_option_trains_and_saves_no_training_layer(tmp_path):
+@pytest.mark.parametrize("strategy", [[], ["strategy=mirrored", "strategy.cpu_devices=2"]], ids=["single", "mirrored"])
+def test_a_run_with_every_option_trains_and_saves_no_training_layer(tmp_path, strategy):
     data = write_cifar(tmp_path / "cifar", records_per_file=16, num_test=16)
     run = tmp_path / "run"
     overrides = [
@@ -303,6 +304,7 @@ def test_a_run_with_every_option_trains_and_saves_no_training_layer(tmp_path):
         "trainer.label_smoothing=0.1",
         "trainer.class_weight=balanced",
         "evaluate.tta=flip",
+        *strategy,
         f"hydra.run.dir={run}",
     ]
     result = run_cli(overrides, cwd=tmp_path)
