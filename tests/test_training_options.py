@@ -317,3 +317,13 @@ def test_a_run_with_every_option_trains_and_saves_no_training_layer(tmp_path, st
     names = {layer.name for layer in inner_layers(saved)}
     assert not names & {"rand_augment", "random_erasing", "random_flip", "random_brightness", "random_contrast"}
     assert saved.inputs[0].dtype == "uint8", "the deployed model takes uint8 even when training took mixed floats"
+
+
+@pytest.mark.unit
+def test_inspect_captions_a_mixed_label_with_both_classes():
+    from trainer.tasks.inspect import _caption
+
+    names = ["cat", "dog", "fox"]
+    assert _caption(np.int32(1), names) == "dog"
+    assert _caption(np.array([0.7, 0.3, 0.0]), names) == "cat 70%/dog 30%"
+    assert _caption(np.array([0.0, 0.999, 0.001]), names) == "dog"

@@ -49,11 +49,11 @@ def _with_model_augmentation(images: np.ndarray, augment: Augmentation, seed: in
 
 
 def _caption(label: np.ndarray, class_names: list[str]) -> str:
-    """A label's class name; a MixUp or CutMix label's two largest shares (`cat 0.70 + dog 0.30`)."""
+    """A label's class name; a MixUp or CutMix label's two largest shares (`cat 70%/dog 30%`)."""
     if np.ndim(label) == 0:
         return class_names[label] if 0 <= label < len(class_names) else "?"
-    shares = [(float(label[index]), class_names[index]) for index in np.argsort(label)[::-1][:2] if label[index] > 0]
-    return " + ".join(f"{name} {share:.2f}" for share, name in shares) if len(shares) > 1 else shares[0][1]
+    shares = [(float(label[index]), class_names[index]) for index in np.argsort(label)[::-1][:2] if label[index] >= 0.005]
+    return "/".join(f"{name} {share:.0%}" for share, name in shares) if len(shares) > 1 else shares[0][1]
 
 
 def _count(dataset, total: int, class_names: list[str]) -> dict[str, int]:
