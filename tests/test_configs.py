@@ -42,6 +42,27 @@ def test_experiment_preset_switches_dataset_and_recipe():
     assert settings.optimizer.lr == 0.1 and settings.optimizer.schedule.name == "step"
 
 
+def test_cifar_vgg19_bn_is_the_published_recipe():
+    settings = to_settings(compose(["experiment=cifar_vgg19_bn"]))
+    opt, augment = settings.optimizer, settings.dataset.augment
+    assert (opt.lr, opt.lr_batch_size, opt.momentum, opt.schedule.name, opt.schedule.factor) == (
+        0.05, 128, 0.9, "step", 0.5
+    )  # fmt: skip
+    assert list(opt.schedule.boundaries) == list(range(30, 300, 30))
+    assert (settings.trainer.epochs, settings.trainer.batch_size) == (300, 128)
+    assert settings.model.weight_decay == 2.5e-4  # PyTorch's 5e-4 in Keras's L2 (2 l w)
+    assert (augment.crop, augment.padding, augment.flip, augment.brightness) == ("pad", 4, True, 0.0)
+
+
+def test_cifar_vgg19_modern_adds_the_current_recipe_to_the_same_network():
+    base, modern = (to_settings(compose([f"experiment={name}"])) for name in ("cifar_vgg19_bn", "cifar_vgg19_modern"))
+    assert modern.model == base.model
+    assert modern.optimizer.schedule.name == "cosine" and modern.optimizer.schedule.warmup_epochs == 5.0
+    assert modern.optimizer.ema_momentum == 0.9998 and modern.trainer.label_smoothing == 0.1
+    assert modern.dataset.augment.policy == "randaugment" and modern.dataset.augment.random_erasing == 0.25
+    assert modern.evaluate.tta == "flip"
+
+
 def test_command_line_beats_the_preset():
     settings = to_settings(compose(["experiment=cifar_vgg19", "optimizer.lr=0.02"]))
     assert settings.optimizer.lr == 0.02

@@ -327,3 +327,21 @@ def test_inspect_captions_a_mixed_label_with_both_classes():
     assert _caption(np.int32(1), names) == "dog"
     assert _caption(np.array([0.7, 0.3, 0.0]), names) == "cat 70%/dog 30%"
     assert _caption(np.array([0.0, 0.999, 0.001]), names) == "dog"
+
+
+@pytest.mark.integration
+def test_the_modern_preset_runs_end_to_end(tmp_path):
+    data = write_cifar(tmp_path / "cifar", records_per_file=16, num_test=16)
+    overrides = [
+        "experiment=cifar_vgg19_modern",
+        f"dataset.data_dir={data}",
+        "dataset.val_size=16",
+        "debug=smoke",
+        "trainer.batch_size=8",
+        "trainer.steps_per_epoch=2",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    ]
+    result = run_cli(overrides, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["test_tta"] == "flip" and metrics["epochs_completed"] == 1
