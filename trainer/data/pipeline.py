@@ -34,6 +34,12 @@ CACHE_DECODE_BATCH = 1024  # records decoded at once when filling the cache
 def _options(share: bool) -> tf.data.Options:
     options = tf.data.Options()
     options.deterministic = True  # parallel reads and maps must never reorder examples
+    # No autotune model thread: destroying an iterator (Keras does when `fit` returns) waited for that thread's
+    # next wake-up, up to 60 s, because it sleeps out its optimization period without being woken (TF 2.21:
+    # the main thread in ~LogicalThreadWrapper, the model thread in Model::OptimizeLoop's timed wait). Without
+    # the model, AUTOTUNE maps run one call per core and prefetches use the legacy adaptive buffer: the
+    # pipeline rows of `python -m benchmarks` measure the same rates.
+    options.autotune.enabled = False
     # Shard by element, not by file: a split may be a single file or a range across files, so FILE sharding
     # cannot work. A worker's own share (`trainer.data.shares`) is sharded already.
     policy = tf.data.experimental.AutoShardPolicy
