@@ -141,6 +141,24 @@ def _bad_label_tfrecord(label):
     return case
 
 
+def _bad_image_records(path: Path, bad: int, image: bytes | None) -> None:
+    """8 records of 40x40x3 bytes, but record `bad`: `image` as its img_raw (None: no img_raw at all)."""
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for index in range(8):
+            feature = {"label": _int(index % 2), "img_raw": _bytes(bytes(4800))}
+            if index == bad:
+                feature = {"label": _int(0)} if image is None else {"label": _int(0), "img_raw": _bytes(image)}
+            writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+
+
+def _bad_image_tfrecord(image: bytes | None, reason: str):
+    def case(world, tmp):
+        _bad_image_records(tmp / "images.tfrecords", 5, image)
+        return _pets_train(world, tmp / "images.tfrecords"), f"images.tfrecords: record 5 cannot be decoded: {reason}"
+
+    return case
+
+
 def case_unknown_key(world, tmp):
     return ["model.dropuot=0.1"], "dropuot"
 
@@ -258,6 +276,9 @@ def case_predict_output_is_a_folder(world, tmp):
 CASES = {name[5:]: function for name, function in dict(globals()).items() if name.startswith("case_")}
 CASES["label_too_large_tfrecord"] = _bad_label_tfrecord(2)
 CASES["negative_label_tfrecord"] = _bad_label_tfrecord(-1)
+CASES["short_image_after_record_0"] = _bad_image_tfrecord(bytes(100), "'img_raw' is not 40x40x3 bytes")
+CASES["empty_image_after_record_0"] = _bad_image_tfrecord(b"", "'img_raw' is not 40x40x3 bytes")
+CASES["missing_image_after_record_0"] = _bad_image_tfrecord(None, "Feature: img_raw (data type: string) is required")
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -353,3 +374,21 @@ def test_a_command_that_fails_before_it_starts_leaves_no_folder(tmp_path):
     result = run_cli(["trainer.batch_size=0"], cwd=tmp_path)  # Hydra made outputs/DATE/TIME and wrote run.log
     assert result.returncode == 1 and "error: trainer.batch_size must be >= 1" in result.stderr
     assert not list((tmp_path / "outputs").glob("*/*")), "no folder for a run that never started"
+
+
+@pytest.mark.integration
+def test_predict_names_a_bad_image_record_after_record_0(tmp_path):
+    from trainer.config.store import to_settings
+    from trainer.data import predict_inputs
+    from trainer.data.preprocess import Preprocess
+    from trainer.errors import DataError
+    from trainer.tasks.data import record_spec
+
+    dataset = to_settings(compose(_pets(tmp_path, []))).dataset
+    _bad_image_records(tmp_path / "a.tfrecords", None, b"")  # 8 good records
+    _bad_image_records(tmp_path / "b.tfrecords", 7, bytes(100))
+    chunks = predict_inputs.tfrecord_chunks(
+        [tmp_path / "a.tfrecords", tmp_path / "b.tfrecords"], record_spec(dataset), Preprocess(32), 2, 4
+    )
+    with pytest.raises(DataError, match=r"b\.tfrecords: record 7 cannot be decoded: 'img_raw' is not 40x40x3 bytes"):
+        list(chunks)

@@ -48,6 +48,20 @@ def write_stripes(folder: Path, records_per_file: int, num_test: int) -> Path:
     return folder
 
 
+def stripes_overrides(data: Path, epochs: int) -> list[str]:
+    """`dataset=cifar` on the stripes of `write_stripes`, a quarter-width VGG19, `epochs` of 18 steps."""
+    return [
+        "dataset=cifar",
+        f"dataset.data_dir={data}",
+        "dataset.val_size=64",
+        "model.width_multiplier=0.25",
+        f"trainer.epochs={epochs}",
+        "trainer.batch_size=32",  # 18 steps per epoch
+        "trainer.threads=2",
+        "trainer.verbose=0",
+    ]
+
+
 @pytest.mark.slow
 # Measured (8 epochs): the defaults reach test 0.98; experiment=cifar_vgg19 0.47 (its SGD recipe with dropout 0.5
 # is made for 160 epochs; it is still climbing), and 0.29 at its unscaled lr 0.1 for batch 32.
@@ -57,17 +71,7 @@ def write_stripes(folder: Path, records_per_file: int, num_test: int) -> Path:
 def test_from_scratch_preset_learns_synthetic_cifar_in_a_few_epochs(tmp_path, preset, bound, caplog):
     caplog.set_level("INFO", logger="trainer.tasks")
     data = write_stripes(tmp_path / "cifar", records_per_file=128, num_test=200)
-    overrides = [
-        "dataset=cifar",
-        *preset,
-        f"dataset.data_dir={data}",
-        "dataset.val_size=64",
-        "model.width_multiplier=0.25",
-        f"trainer.epochs={EPOCHS}",
-        "trainer.batch_size=32",  # 18 steps per epoch
-        "trainer.threads=2",
-        "trainer.verbose=0",
-    ]
+    overrides = [*preset, *stripes_overrides(data, EPOCHS)]
     run_task(compose(overrides, tmp_path / "run"))
     metrics = check_run_metrics(tmp_path / "run")
     history = columns(read_rows(tmp_path / "run" / "history.csv"))
@@ -99,17 +103,7 @@ OPTIONS = {  # each state-of-the-art option of docs/training.md, alone, on top o
 @pytest.mark.parametrize("option", sorted(OPTIONS))
 def test_each_training_option_still_learns_synthetic_cifar_in_the_same_budget(tmp_path, option):
     data = write_stripes(tmp_path / "cifar", records_per_file=128, num_test=200)
-    overrides = [
-        "dataset=cifar",
-        f"dataset.data_dir={data}",
-        "dataset.val_size=64",
-        "model.width_multiplier=0.25",
-        f"trainer.epochs={OPTION_EPOCHS}",
-        "trainer.batch_size=32",
-        "trainer.threads=2",
-        "trainer.verbose=0",
-        *OPTIONS[option],
-    ]
+    overrides = [*stripes_overrides(data, OPTION_EPOCHS), *OPTIONS[option]]
     run_task(compose(overrides, tmp_path / "run"))
     metrics = check_run_metrics(tmp_path / "run")
     print(f"{option}: test {metrics['test_accuracy']:.3f}")  # for `pytest -m slow -rP`

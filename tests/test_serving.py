@@ -120,6 +120,7 @@ def test_export_all_formats_each_checked_against_keras(trained_run, tmp_path):
     typed = ["mode=export", f"checkpoint={run_dir}", f"export.dir={export_dir}", "export.format=all"]
     result = run_cli([*typed, "export.quantize=int8", "export.check_images=24", f"hydra.run.dir={tmp_path / 'e'}"])
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "tf2onnx" not in result.stdout + result.stderr, "tf2onnx's INFO lines stay quiet"
     info = json.loads((export_dir / bundle.INFO_FILE).read_text())
     files = info["files"]
     assert set(files) == {"saved_model", "onnx", "litert"} and files["litert"]["quantized"]["quantize"] == "int8"

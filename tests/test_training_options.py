@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import TINY_MODEL, compose, run_cli, tiny_overrides, write_cifar
+from conftest import TINY_MODEL, cifar_overrides, compose, run_cli, tiny_overrides, write_cifar
 from trainer.config.store import to_settings
 from trainer.data.augmentation import Augmentation, Policy
 from trainer.data.mixing import Mixing, mix_batch, with_class_weights
@@ -321,21 +321,26 @@ def test_predict_with_flip_tta_writes_the_mean_probabilities(trained_run, tmp_pa
     np.testing.assert_allclose(probabilities, expected, atol=1e-6)
 
 
+EVERY_OPTION = [  # but the policy, which each run picks
+    "dataset.augment.random_erasing=0.25",
+    "dataset.augment.mixup_alpha=0.2",
+    "dataset.augment.cutmix_alpha=1.0",
+    "optimizer.ema_momentum=0.9",
+    "trainer.grad_accum_steps=2",
+    "trainer.label_smoothing=0.1",
+    "trainer.class_weight=balanced",
+    "evaluate.tta=flip",
+]
+
+
 @pytest.mark.integration
 def test_a_run_with_every_option_trains_and_saves_no_training_layer(tmp_path):
     data = write_cifar(tmp_path / "cifar", records_per_file=16, num_test=16)
     run = tmp_path / "run"
     overrides = [
-        *[item for item in tiny_overrides(data) if item not in TINY_MODEL],
+        *[item for item in tiny_overrides(data) if item not in TINY_MODEL],  # VGG19: batch norm, dropout
         "dataset.augment.policy=randaugment",
-        "dataset.augment.random_erasing=0.25",
-        "dataset.augment.mixup_alpha=0.2",
-        "dataset.augment.cutmix_alpha=1.0",
-        "optimizer.ema_momentum=0.9",
-        "trainer.grad_accum_steps=2",
-        "trainer.label_smoothing=0.1",
-        "trainer.class_weight=balanced",
-        "evaluate.tta=flip",
+        *EVERY_OPTION,
         f"hydra.run.dir={run}",
     ]
     result = run_cli(overrides, cwd=tmp_path)
@@ -363,15 +368,7 @@ def test_inspect_captions_a_mixed_label_with_both_classes():
 @pytest.mark.integration
 def test_the_modern_preset_runs_end_to_end(tmp_path):
     data = write_cifar(tmp_path / "cifar", records_per_file=16, num_test=16)
-    overrides = [
-        "experiment=cifar_vgg19_modern",
-        f"dataset.data_dir={data}",
-        "dataset.val_size=16",
-        "debug=smoke",
-        "trainer.batch_size=8",
-        "trainer.steps_per_epoch=2",
-        f"hydra.run.dir={tmp_path / 'run'}",
-    ]
+    overrides = ["experiment=cifar_vgg19_modern", *cifar_overrides(data), f"hydra.run.dir={tmp_path / 'run'}"]
     result = run_cli(overrides, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
@@ -387,17 +384,12 @@ def test_every_option_trains_under_mirrored(tmp_path):
     data = write_cifar(tmp_path / "cifar", records_per_file=16, num_test=16)
     run = tmp_path / "run"
     arguments = [
-        *tiny_overrides(data),
+        *[item for item in tiny_overrides(data) if item != "trainer.epochs=1"],
         "strategy=mirrored",
         "strategy.cpu_devices=2",
         "dataset.augment.policy=augmix",
-        "dataset.augment.random_erasing=0.25",
-        "dataset.augment.mixup_alpha=0.2",
-        "dataset.augment.cutmix_alpha=1.0",
-        "optimizer.ema_momentum=0.9",
-        "trainer.grad_accum_steps=2",
+        *EVERY_OPTION,
         "trainer.epochs=2",
-        "evaluate.tta=flip",
         f"hydra.run.dir={run}",
     ]
     process = run_py(arguments, cwd=tmp_path)

@@ -26,7 +26,7 @@ from trainer.data.images import ImageError, list_images, load_rgb
 from trainer.data.preprocess import Preprocess, prepare_images
 from trainer.data.shares import Records
 from trainer.data.sources import FixedLengthReader, Source, TFRecordReader
-from trainer.errors import DataError
+from trainer.errors import DataError, op_error_reason
 
 log = logging.getLogger(__name__)
 
@@ -152,8 +152,9 @@ def tfrecord_chunks(
             batch = next(batches, None)
         except tf.errors.OpError as error:
             name, record = owners[min(index, len(owners) - 1)]
-            reason = error.message.splitlines()[0] if error.message else type(error).__name__
-            raise DataError(f"{name}: bad record at or after record {record} ({reason})") from None
+            for later in names[names.index(name) :]:  # the failing batch starts at `record` of `name`
+                tfrecords.find_undecodable(later, spec, decoder, record if later == name else 0)
+            raise DataError(f"{name}: bad record at or after record {record} ({op_error_reason(error)})") from None
         if batch is None:
             return
         images, labels = batch

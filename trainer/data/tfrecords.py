@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import struct
 from dataclasses import dataclass
 
@@ -29,7 +30,7 @@ from google.protobuf.message import DecodeError
 
 from trainer.data import record_writer
 from trainer.data.record_writer import DEFAULT_KEYS, FORMATS
-from trainer.errors import DataError
+from trainer.errors import TF_FUNCTION_NODE, DataError
 
 log = logging.getLogger(__name__)
 
@@ -279,6 +280,34 @@ def scan_file(path: str, spec: RecordSpec, num_classes: int | None = None, filen
                 )
         if filenames:
             names += [_decode_name(name) for name in parsed[spec.filename_key].numpy()]
+        count += int(batch.shape[0])
+
+
+def _reason(error: tf.errors.OpError) -> str:
+    """An eager op's error in a few words: its first line without TensorFlow's function and op names."""
+    text = TF_FUNCTION_NODE.sub("", _first_line(error))
+    return re.sub(r"\s*\[Op:[^\]]*\]|Name: <unknown>, ", "", text).strip()
+
+
+def find_undecodable(path: str, spec: RecordSpec, decoder, start: int = 0) -> None:
+    """Decodes every record of a file with the pipeline's own `decoder` (batch by batch, then one by one in a
+    batch that fails), from record `start` on.
+
+    Raises:
+        DataError: naming the file and the first record the decoder refuses (an image feature that is
+            missing, empty, repeated or of the wrong length; a JPEG that does not decode), with its reason.
+    """
+    compression = compression_of([path], spec.compression)
+    count = start
+    for batch in tf.data.TFRecordDataset(path, compression_type=compression).skip(start).batch(SCAN_BATCH):
+        try:
+            decoder(batch)
+        except tf.errors.InvalidArgumentError:
+            for index in range(int(batch.shape[0])):
+                try:
+                    decoder(batch[index : index + 1])
+                except tf.errors.InvalidArgumentError as error:
+                    raise DataError(f"{path}: record {count + index} cannot be decoded: {_reason(error)}") from None
         count += int(batch.shape[0])
 
 

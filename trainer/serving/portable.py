@@ -10,6 +10,7 @@ the client (TensorFlow's antialiased resize has no ONNX or LiteRT op). They need
 from __future__ import annotations
 
 import importlib.util
+import logging
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from trainer import quiet
 from trainer.errors import ConfigError
 
 EXTRA = {"onnx": ("tf2onnx", "onnxruntime"), "litert": ("ai_edge_litert",)}
@@ -37,7 +39,9 @@ def _signature(model: keras.Model) -> list[tf.TensorSpec]:
 
 
 def write_onnx(model: keras.Model, path: Path) -> Path:
-    """`model` as ONNX (uint8 in, probabilities out), through tf2onnx."""
+    """`model` as ONNX (uint8 in, probabilities out), through tf2onnx (its INFO lines only with
+    `trainer.tf_logs=true`: they reached the console through the root logger)."""
+    logging.getLogger("tf2onnx").setLevel(logging.INFO if quiet.showing_logs() else logging.WARNING)
     model.export(str(path), format="onnx", input_signature=_signature(model), verbose=False)
     return path
 

@@ -154,13 +154,17 @@ def _file_counts(files: list[str], manifest: dict | None, spec) -> list[int]:
 
 def _bad_record_finder(files: dict[str, list[str]], spec: tfrecords.RecordSpec, num_classes: int):
     """`Data.find_bad_record` for TFRecords (with a manifest, no file was read whole at start-up): every
-    file of every split is read once, checksums and labels checked, until one fails."""
+    file of every split is read once, checksums and labels checked, then decoded as the pipeline does,
+    until one fails."""
     paths = list(dict.fromkeys(path for split in files.values() for path in split))
 
     def find() -> None:
         log.warning("A bad record stopped the input pipeline; reading the %d record files to name it", len(paths))
         for path in paths:
             tfrecords.scan_file(path, spec, num_classes)  # raises a DataError naming the file and record
+        decoder = TFRecordDecoder(spec, num_classes)
+        for path in paths:  # an image feature that is missing, empty, repeated or of the wrong length
+            tfrecords.find_undecodable(path, spec, decoder)
 
     return find
 

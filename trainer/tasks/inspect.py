@@ -52,7 +52,8 @@ def _caption(label: np.ndarray, class_names: list[str]) -> str:
     """A label's class name; a MixUp or CutMix label's two largest shares (`cat 70%/dog 30%`)."""
     if np.ndim(label) == 0:
         return class_names[label] if 0 <= label < len(class_names) else "?"
-    shares = [(float(label[index]), class_names[index]) for index in np.argsort(label)[::-1][:2] if label[index] >= 0.005]
+    largest = [index for index in np.argsort(label)[::-1][:2] if label[index] >= 0.005]  # shares shown as >= 1%
+    shares = [(float(label[index]), class_names[index]) for index in largest]
     return "/".join(f"{name} {share:.0%}" for share, name in shares) if len(shares) > 1 else shares[0][1]
 
 
