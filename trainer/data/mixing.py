@@ -125,19 +125,20 @@ def mix_batch(
         cut = _uniform(batch, seed, _SWITCH) < mixing.switch_prob
     else:
         cut = tf.fill([batch], bool(mixing.cutmix_alpha))
-    ones = tf.ones([batch])
-    # Weight of each image's own label; 1 where an image is not mixed (or not by this method).
-    mixup_weight = _beta(batch, mixing.mixup_alpha, seed, (_MIXUP_A, _MIXUP_B)) if mixing.mixup_alpha else ones
-    mixup_weight = tf.where(mixed & ~cut, mixup_weight, ones)
-    cut_weight = _beta(batch, mixing.cutmix_alpha, seed, (_CUT_A, _CUT_B)) if mixing.cutmix_alpha else ones
-    masks, kept = _boxes(shape, tf.where(mixed & cut, cut_weight, ones), seed)
     mixup, cutmix = layers or (keras.layers.MixUp(dtype="float32"), keras.layers.CutMix(dtype="float32"))
-    pixels = tf.cast(images, tf.float32)
-    by_mixup = mixup.transform_images(pixels, {"mix_weight": mixup_weight, "permutation_order": permutation})
-    pasted = {"batch_masks": masks, "mix_weight": kept, "permutation_order": permutation}
-    by_cutmix = cutmix.transform_images(pixels, pasted)
-    out = tf.where(cut[:, None, None, None], by_cutmix, by_mixup)
-    weight = tf.where(cut, kept, mixup_weight)
+    out = pixels = tf.cast(images, tf.float32)
+    weight = tf.ones([batch])  # of each image's own label: 1 where an image is not mixed
+    if mixing.mixup_alpha:
+        weight = tf.where(mixed & ~cut, _beta(batch, mixing.mixup_alpha, seed, (_MIXUP_A, _MIXUP_B)), 1.0)
+        out = mixup.transform_images(pixels, {"mix_weight": weight, "permutation_order": permutation})
+    if mixing.cutmix_alpha:
+        drawn = tf.where(mixed & cut, _beta(batch, mixing.cutmix_alpha, seed, (_CUT_A, _CUT_B)), 1.0)
+        masks, kept = _boxes(shape, drawn, seed)
+        pasted = cutmix.transform_images(
+            pixels, {"batch_masks": masks, "mix_weight": kept, "permutation_order": permutation}
+        )
+        out = tf.where(cut[:, None, None, None], pasted, out)
+        weight = tf.where(cut, kept, weight)
     soft = mixup.transform_labels(onehot, {"mix_weight": weight, "permutation_order": permutation})
     return out, soft
 
