@@ -34,8 +34,9 @@ import keras
 import tensorflow as tf
 
 from trainer.data.augmentation import Augmentation
+from trainer.data.preprocess import stream_seed, uniform
 
-# Stateless streams of the batch seed, apart from the crops' (trainer.data.preprocess uses 0-4).
+# Stateless streams of the batch seed (`stream_seed`), apart from the crops' (trainer.data.preprocess uses 0-4).
 _PERMUTATION, _MIXED, _SWITCH, _MIXUP_A, _MIXUP_B, _CUT_A, _CUT_B, _BOX_Y, _BOX_X = range(10, 19)
 
 
@@ -57,19 +58,11 @@ class Mixing:
         return cls(num_classes, augment.mixup_alpha, augment.cutmix_alpha, augment.mix_prob, augment.mix_switch_prob)
 
 
-def _seed(seed: tf.Tensor, stream: int) -> tf.Tensor:
-    return tf.stack([tf.cast(seed, tf.int64), tf.constant(stream, tf.int64)])
-
-
 def _beta(batch: tf.Tensor, alpha: float, seed: tf.Tensor, streams: tuple[int, int]) -> tf.Tensor:
     """Beta(alpha, alpha) per image, as the ratio of two stateless gamma draws."""
-    first = tf.random.stateless_gamma([batch], _seed(seed, streams[0]), alpha)
-    second = tf.random.stateless_gamma([batch], _seed(seed, streams[1]), alpha)
+    first = tf.random.stateless_gamma([batch], stream_seed(seed, streams[0]), alpha)
+    second = tf.random.stateless_gamma([batch], stream_seed(seed, streams[1]), alpha)
     return first / tf.maximum(first + second, 1e-12)
-
-
-def _uniform(batch: tf.Tensor, seed: tf.Tensor, stream: int) -> tf.Tensor:
-    return tf.random.stateless_uniform([batch], _seed(seed, stream))
 
 
 def _boxes(shape: tf.Tensor, keep: tf.Tensor, seed: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -79,8 +72,8 @@ def _boxes(shape: tf.Tensor, keep: tf.Tensor, seed: tf.Tensor) -> tuple[tf.Tenso
     side = tf.sqrt(1.0 - keep)
     box_h = tf.cast(tf.round(side * tf.cast(height, tf.float32)), tf.int32)
     box_w = tf.cast(tf.round(side * tf.cast(width, tf.float32)), tf.int32)
-    top = tf.cast(tf.floor(_uniform(batch, seed, _BOX_Y) * tf.cast(height - box_h + 1, tf.float32)), tf.int32)
-    left = tf.cast(tf.floor(_uniform(batch, seed, _BOX_X) * tf.cast(width - box_w + 1, tf.float32)), tf.int32)
+    top = tf.cast(tf.floor(uniform(batch, seed, _BOX_Y) * tf.cast(height - box_h + 1, tf.float32)), tf.int32)
+    left = tf.cast(tf.floor(uniform(batch, seed, _BOX_X) * tf.cast(width - box_w + 1, tf.float32)), tf.int32)
     rows = tf.range(height)[None, :, None, None]
     columns = tf.range(width)[None, None, :, None]
     inside_rows = (rows >= top[:, None, None, None]) & (rows < (top + box_h)[:, None, None, None])
@@ -119,10 +112,10 @@ def mix_batch(
     shape = tf.shape(images)
     batch = shape[0]
     onehot = tf.one_hot(tf.cast(tf.reshape(labels, [-1]), tf.int32), mixing.num_classes, dtype=tf.float32)
-    permutation = tf.argsort(_uniform(batch, seed, _PERMUTATION))
-    mixed = _uniform(batch, seed, _MIXED) < mixing.prob
+    permutation = tf.argsort(uniform(batch, seed, _PERMUTATION))
+    mixed = uniform(batch, seed, _MIXED) < mixing.prob
     if mixing.mixup_alpha and mixing.cutmix_alpha:
-        cut = _uniform(batch, seed, _SWITCH) < mixing.switch_prob
+        cut = uniform(batch, seed, _SWITCH) < mixing.switch_prob
     else:
         cut = tf.fill([batch], bool(mixing.cutmix_alpha))
     mixup, cutmix = layers or (keras.layers.MixUp(dtype="float32"), keras.layers.CutMix(dtype="float32"))

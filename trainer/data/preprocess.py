@@ -64,12 +64,14 @@ def to_model_size(images: tf.Tensor, size: int) -> tf.Tensor:
     return images
 
 
-def _seed(seed: tf.Tensor, stream: int) -> tf.Tensor:
+def stream_seed(seed: tf.Tensor, stream: int) -> tf.Tensor:
+    """The stateless seed of random stream `stream` of a batch's `seed` (MixUp and CutMix use streams 10-18)."""
     return tf.stack([tf.cast(seed, tf.int64), tf.constant(stream, tf.int64)])
 
 
-def _uniform(batch: tf.Tensor, seed: tf.Tensor, stream: int, low: float, high: float) -> tf.Tensor:
-    return tf.random.stateless_uniform([batch], _seed(seed, stream), low, high)
+def uniform(batch: tf.Tensor, seed: tf.Tensor, stream: int, low: float = 0.0, high: float = 1.0) -> tf.Tensor:
+    """One uniform draw in [low, high) per image, from stream `stream` of the batch's `seed`."""
+    return tf.random.stateless_uniform([batch], stream_seed(seed, stream), low, high)
 
 
 def _crop_window(images: tf.Tensor, augment: Augmentation) -> tuple[int, int]:
@@ -89,7 +91,7 @@ def draw_parameters(images: tf.Tensor, augment: Augmentation, seed: tf.Tensor) -
     if size:
         for name, stream, extent in (("top", _CROP_Y, images.shape[1]), ("left", _CROP_X, images.shape[2])):
             high = extent + 2 * pad - size + 1
-            params[name] = tf.random.stateless_uniform([batch], _seed(seed, stream), 0, high, dtype=tf.int32)
+            params[name] = tf.random.stateless_uniform([batch], stream_seed(seed, stream), 0, high, dtype=tf.int32)
     return params
 
 
@@ -103,12 +105,12 @@ def random_resized_crop(images: tf.Tensor, min_area: float, seed: tf.Tensor) -> 
     """Inception-style crop: a box of random area in [min_area, 1] and aspect ratio in [3/4, 4/3],
     at a random position, resized back to the input size (uint8); every parameter drawn per image."""
     batch = tf.shape(images)[0]
-    area = _uniform(batch, seed, _AREA, min_area, 1.0)
-    ratio = tf.exp(_uniform(batch, seed, _RATIO, math.log(3 / 4), math.log(4 / 3)))
+    area = uniform(batch, seed, _AREA, min_area, 1.0)
+    ratio = tf.exp(uniform(batch, seed, _RATIO, math.log(3 / 4), math.log(4 / 3)))
     height = tf.minimum(tf.sqrt(area / ratio), 1.0)
     width = tf.minimum(tf.sqrt(area * ratio), 1.0)
-    top = _uniform(batch, seed, _CROP_Y, 0.0, 1.0) * (1.0 - height)
-    left = _uniform(batch, seed, _CROP_X, 0.0, 1.0) * (1.0 - width)
+    top = uniform(batch, seed, _CROP_Y, 0.0, 1.0) * (1.0 - height)
+    left = uniform(batch, seed, _CROP_X, 0.0, 1.0) * (1.0 - width)
     boxes = tf.stack([top, left, top + height, left + width], axis=1)
     size = [images.shape[1], images.shape[2]]
     return to_uint8(tf.image.crop_and_resize(images, boxes, tf.range(batch), size))
