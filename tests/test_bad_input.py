@@ -377,11 +377,10 @@ def test_a_command_that_fails_before_it_starts_leaves_no_folder(tmp_path):
 
 
 @pytest.mark.integration
-def test_predict_names_a_bad_image_record_after_record_0(tmp_path):
+def test_predict_names_a_bad_image_record_after_record_0_in_its_row(tmp_path):
     from trainer.config.store import to_settings
     from trainer.data import predict_inputs
     from trainer.data.preprocess import Preprocess
-    from trainer.errors import DataError
     from trainer.tasks.data import record_spec
 
     dataset = to_settings(compose(_pets(tmp_path, []))).dataset
@@ -390,5 +389,7 @@ def test_predict_names_a_bad_image_record_after_record_0(tmp_path):
     chunks = predict_inputs.tfrecord_chunks(
         [tmp_path / "a.tfrecords", tmp_path / "b.tfrecords"], record_spec(dataset), Preprocess(32), 2, 4
     )
-    with pytest.raises(DataError, match=r"b\.tfrecords: record 7 cannot be decoded: 'img_raw' is not 40x40x3 bytes"):
-        list(chunks)
+    items = [item for chunk_items, _ in chunks for item in chunk_items]
+    assert [item.error for item in items[:15]] == [None] * 15
+    reason = "record 7 cannot be decoded: 'img_raw' is not 40x40x3 bytes (dataset.stored_size)"
+    assert items[15].error == f"{tmp_path / 'b.tfrecords'}: {reason}"

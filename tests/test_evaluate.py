@@ -145,6 +145,30 @@ def test_predict_on_records_keeps_input_order(trained, tmp_path):
     assert predicted == expected.argmax(axis=1).tolist()
 
 
+def test_predict_gives_a_record_whose_label_is_no_class_its_row(trained, tmp_path):
+    data, run_dir = trained
+    records = np.frombuffer((data / "test_batch.bin").read_bytes(), np.uint8).reshape(24, 3073)[:6].copy()
+    records[3, 0] = 12  # the model has 10 classes
+    (tmp_path / "odd.bin").write_bytes(records.tobytes())
+    overrides = [*cifar_overrides(data), "mode=predict", f"checkpoint={run_dir}", f"predict.input={tmp_path}/odd.bin"]
+    _task([*overrides, f"predict.output={tmp_path / 'odd.csv'}"], tmp_path / "r")
+    _task(
+        [*overrides[:-1], f"predict.input={data}/test_batch.bin", f"predict.output={tmp_path / 'all.csv'}"],
+        tmp_path / "s",
+    )
+    rows, reference = _read_csv(tmp_path / "odd.csv"), _read_csv(tmp_path / "all.csv")[:6]
+    assert [row["id"] for row in rows] == ["0", "1", "2", "3", "4", "5"]
+    assert rows[3]["error"] == f"{tmp_path / 'odd.bin'}: record 3 has label 12, expected 0 to 9 (the model's classes)"
+    assert rows[3]["predicted_class"] == rows[3]["true_class"] == ""
+    for row, expected in zip(rows[:3] + rows[4:], reference[:3] + reference[4:], strict=True):
+        assert (row["predicted_class"], row["true_class"], row["error"]) == (
+            expected["predicted_class"],
+            expected["true_class"],
+            "",
+        )
+        assert float(row["prob_cat"]) == pytest.approx(float(expected["prob_cat"]), rel=1e-5)
+
+
 def test_predict_on_an_image_folder_reports_skipped_files(trained, tmp_path):
     data, run_dir = trained
     folder = tmp_path / "images"

@@ -120,15 +120,24 @@ def count_records(path: str | os.PathLike, layout: BinaryLayout) -> int:
     return size // layout.record_bytes
 
 
+def stored_labels(path: str | os.PathLike, layout: BinaryLayout) -> np.ndarray:
+    """Every label of one file, read without its pixels.
+
+    Raises:
+        DataError: the file size is not a whole number of records.
+    """
+    count = count_records(path, layout)
+    records = np.memmap(path, dtype=np.uint8, mode="r", shape=(count, layout.record_bytes))
+    return np.array(records[:, layout.label_index], dtype=np.int64)
+
+
 def read_labels(path: str | os.PathLike, layout: BinaryLayout, num_classes: int) -> np.ndarray:
     """Reads every label of one file without loading its pixels, and checks their range.
 
     Raises:
         DataError: the file size is wrong or a label is outside [0, num_classes).
     """
-    count = count_records(path, layout)
-    records = np.memmap(path, dtype=np.uint8, mode="r", shape=(count, layout.record_bytes))
-    labels = np.array(records[:, layout.label_index], dtype=np.int64)
+    labels = stored_labels(path, layout)
     bad = np.flatnonzero(labels >= num_classes)
     if bad.size:
         raise DataError(

@@ -20,13 +20,13 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from trainer.data import binary, pipeline, tfrecords
+from trainer.data import binary, pipeline, record_rows, tfrecords
 from trainer.data.decoders import BinaryDecoder, TFRecordDecoder
 from trainer.data.images import ImageError, list_images, load_rgb
 from trainer.data.preprocess import Preprocess, prepare_images
 from trainer.data.shares import Records
-from trainer.data.sources import FixedLengthReader, Source, TFRecordReader
-from trainer.errors import DataError, op_error_reason
+from trainer.data.sources import FixedLengthReader, Source
+from trainer.errors import DataError
 
 log = logging.getLogger(__name__)
 
@@ -105,64 +105,71 @@ def resolve_inputs(spec: str, format: str = "auto") -> tuple[str, list[Path | st
 def record_chunks(
     files: list[Path], layout: binary.BinaryLayout, preprocess: Preprocess, num_classes: int, batch_size: int
 ) -> Iterator[Chunk]:
-    """Fixed-length records, in file order; the id is the record's index over all files."""
-    owners = []
-    for file in files:
-        binary.read_labels(file, layout, num_classes)  # size and label checks, naming the file
-        owners += [file.name] * binary.count_records(file, layout)
+    """Fixed-length records, in file order; the id is the record's index over all files. A record whose
+    label is not a class of the model gets its item with the reason, and is not predicted."""
+    owners, labels = [], []
+    for file in files:  # sizes checked, naming the file
+        stored = binary.stored_labels(file, layout)
+        owners += [(file, number) for number in range(len(stored))]
+        labels += stored.tolist()
     source = Source(
         Records.whole_files([str(file) for file in files], len(owners)), FixedLengthReader(layout.record_bytes)
     )
-    decoder = BinaryDecoder(layout, num_classes)
     index = 0
-    for images, labels in pipeline.eval_dataset(source, decoder, preprocess, batch_size):
+    for images, _ in pipeline.eval_dataset(source, BinaryDecoder(layout), preprocess, batch_size):
         items = [
-            Item(str(index + offset), owners[index + offset], int(label)) for offset, label in enumerate(labels.numpy())
+            _binary_item(index + offset, *owners[index + offset], labels[index + offset], num_classes)
+            for offset in range(len(images))
         ]
         index += len(items)
-        yield items, images
+        kept = [item.error is None for item in items]
+        yield items, (images if all(kept) else tf.boolean_mask(images, kept)) if any(kept) else None
+
+
+def _binary_item(index: int, file: Path, number: int, label: int, num_classes: int) -> Item:
+    if label < num_classes:
+        return Item(str(index), file.name, label)
+    reason = f"{file}: record {number} has label {label}, expected 0 to {num_classes - 1} (the model's classes)"
+    return Item(str(index), file.name, None, reason)
 
 
 def tfrecord_chunks(
     files: list[Path | str], spec, preprocess: Preprocess, num_classes: int, batch_size: int
 ) -> Iterator[Chunk]:
-    """TFRecord files in the given order; the id is the file name stored in the record, else its index.
-
-    Every file is read once first: checksums, labels (a label out of range names its file and record)
-    and stored names.
+    """TFRecord files in the given order, one item per record; the id is the file name stored in the record,
+    else its index over all files. A record that cannot be used (not an Example, a label outside the model's
+    classes, an image that does not decode, a corrupted frame) gets its item with the file, the record and
+    the reason, and the rest are still predicted.
 
     Raises:
-        DataError: naming the file and record at fault.
+        DataError: a file is not TFRecords, or its first record is of another layout (`dataset.format`,
+            the keys, `dataset.stored_size`): every record of it would fail.
     """
     kept = tfrecords.without_empty([str(file) for file in files], spec, "predict.input")
-    names, labeled = list(kept), all(kept.values())
-    owners, stored = [], []
-    for name in names:
-        scan = tfrecords.scan_file(name, spec, num_classes if labeled else None, filenames=True)
-        owners += [(name, record) for record in range(scan.count)]
-        stored += scan.filenames
+    labels = num_classes if all(kept.values()) else None  # a file without labels: no accuracy for any
+    decoder = TFRecordDecoder(spec, labeled=False)  # images only: the labels were checked record by record
     index = 0
-    reader = TFRecordReader(tfrecords.compression_of(names, spec.compression))
-    decoder = TFRecordDecoder(spec, num_classes, labeled)
-    batches = iter(
-        pipeline.eval_dataset(Source(Records.whole_files(names, len(owners)), reader), decoder, preprocess, batch_size)
-    )
-    while True:
-        try:
-            batch = next(batches, None)
-        except tf.errors.OpError as error:
-            name, record = owners[min(index, len(owners) - 1)]
-            for later in names[names.index(name) :]:  # the failing batch starts at `record` of `name`
-                tfrecords.find_undecodable(later, spec, decoder, record if later == name else 0)
-            raise DataError(f"{name}: bad record at or after record {record} ({op_error_reason(error)})") from None
-        if batch is None:
-            return
-        images, labels = batch
-        items = []
-        for label in labels.numpy():
-            items.append(Item(stored[index] or str(index), stored[index], int(label) if labeled else None))
-            index += 1
-        yield items, images
+    for path in kept:
+        for records in record_rows.read_checked(path, spec, labels, batch_size):
+            items = [_record_item(index + offset, path, record) for offset, record in enumerate(records)]
+            index += len(items)
+            yield items, _decoded(items, records, path, decoder, preprocess)
+
+
+def _decoded(items: list[Item], records: list, path: str, decoder, preprocess: Preprocess) -> tf.Tensor | None:
+    """The model-ready images of the records that passed the checks; a record the decoder refuses gets
+    its error on its item."""
+    usable = [(item, record) for item, record in zip(items, records, strict=True) if record.error is None]
+    images, refused = tfrecords.decode_each([record.serialized for _, record in usable], decoder)
+    for (item, record), reason in zip(usable, refused, strict=True):
+        if reason:
+            item.error = f"{path}: record {record.number} cannot be decoded: {reason}"
+    return prepare_images(images, preprocess) if images is not None else None
+
+
+def _record_item(index: int, path: str, record: record_rows.CheckedRecord) -> Item:
+    error = f"{path}: record {record.number} {record.error}" if record.error else None
+    return Item(record.name or str(index), record.name, record.label, error)
 
 
 def _class_of(file: Path, root: Path | None, class_names: list[str]) -> int | None:

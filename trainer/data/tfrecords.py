@@ -192,7 +192,7 @@ def without_empty(paths: list[str], spec: RecordSpec, key: str) -> dict[str, boo
     return kept
 
 
-def _first_line(error: tf.errors.OpError) -> str:
+def first_line(error: tf.errors.OpError) -> str:
     return error.message.splitlines()[0] if error.message else type(error).__name__
 
 
@@ -208,7 +208,7 @@ def inspect_first(path: str, spec: RecordSpec) -> bool | None:
     try:
         first = next(iter(tf.data.TFRecordDataset(path, compression_type=compression).take(1)), None)
     except tf.errors.OpError as error:
-        raise DataError(f"{path}: not a readable TFRecord file ({_first_line(error)})") from None
+        raise DataError(f"{path}: not a readable TFRecord file ({first_line(error)})") from None
     if first is None:
         return None
     try:
@@ -265,7 +265,7 @@ def scan_file(path: str, spec: RecordSpec, num_classes: int | None = None, filen
         except tf.errors.OpError as error:
             bad = count + _readable_records(path, compression, count)
             raise DataError(
-                f"{path}: corrupted or truncated TFRecord file at record {bad} ({_first_line(error)})"
+                f"{path}: corrupted or truncated TFRecord file at record {bad} ({first_line(error)})"
             ) from None
         if batch is None:
             return FileScan(count, names)
@@ -283,15 +283,33 @@ def scan_file(path: str, spec: RecordSpec, num_classes: int | None = None, filen
         count += int(batch.shape[0])
 
 
-def _reason(error: tf.errors.OpError) -> str:
+def reason(error: tf.errors.OpError) -> str:
     """An eager op's error in a few words: its first line without TensorFlow's function and op names."""
-    text = TF_FUNCTION_NODE.sub("", _first_line(error))
+    text = TF_FUNCTION_NODE.sub("", first_line(error))
     return re.sub(r"\s*\[Op:[^\]]*\]|Name: <unknown>, ", "", text).strip()
 
 
+def decode_each(serialized: list[bytes], decoder) -> tuple[tf.Tensor | None, list[str | None]]:
+    """The images of the records that the pipeline's `decoder` takes (all at once, else one by one), and for
+    each record None or the reason it refuses it."""
+    if not serialized:
+        return None, []
+    try:
+        return decoder(tf.constant(serialized))[0], [None] * len(serialized)
+    except tf.errors.InvalidArgumentError:
+        pass
+    images, reasons = [], []
+    for record in serialized:
+        try:
+            images.append(decoder(tf.constant([record]))[0])
+            reasons.append(None)
+        except tf.errors.InvalidArgumentError as error:
+            reasons.append(reason(error))
+    return (tf.concat(images, 0) if images else None), reasons
+
+
 def find_undecodable(path: str, spec: RecordSpec, decoder, start: int = 0) -> None:
-    """Decodes every record of a file with the pipeline's own `decoder` (batch by batch, then one by one in a
-    batch that fails), from record `start` on.
+    """Decodes every record of a file with the pipeline's own `decoder`, from record `start` on.
 
     Raises:
         DataError: naming the file and the first record the decoder refuses (an image feature that is
@@ -300,15 +318,11 @@ def find_undecodable(path: str, spec: RecordSpec, decoder, start: int = 0) -> No
     compression = compression_of([path], spec.compression)
     count = start
     for batch in tf.data.TFRecordDataset(path, compression_type=compression).skip(start).batch(SCAN_BATCH):
-        try:
-            decoder(batch)
-        except tf.errors.InvalidArgumentError:
-            for index in range(int(batch.shape[0])):
-                try:
-                    decoder(batch[index : index + 1])
-                except tf.errors.InvalidArgumentError as error:
-                    raise DataError(f"{path}: record {count + index} cannot be decoded: {_reason(error)}") from None
-        count += int(batch.shape[0])
+        _, reasons = decode_each(list(batch.numpy()), decoder)
+        for offset, refused in enumerate(reasons):
+            if refused:
+                raise DataError(f"{path}: record {count + offset} cannot be decoded: {refused}")
+        count += len(reasons)
 
 
 def _readable_records(path: str, compression: str, start: int) -> int:
@@ -333,7 +347,7 @@ def _parse_checked(path: str, batch: tf.Tensor, description: dict, first: int) -
         try:
             tf.io.parse_single_example(record, description)
         except (tf.errors.InvalidArgumentError, UnicodeDecodeError) as error:
-            reason = _first_line(error) if isinstance(error, tf.errors.OpError) else "not a valid Example"
+            reason = first_line(error) if isinstance(error, tf.errors.OpError) else "not a valid Example"
             raise DataError(
                 f"{path}: record {first + offset} does not parse as an Example with {sorted(description)} "
                 f"({reason}); check dataset.label_key/filename_key"
