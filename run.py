@@ -62,6 +62,9 @@ def main(cfg: DictConfig) -> float | None:
             # HDF5 keeps the half-written file's handle and would flush it at interpreter exit, which on a
             # full disk crashes the process (SIGSEGV) after this line; everything written is consistent.
             print(f"error: {one_line(error)}", file=sys.stderr, flush=True)
+            from trainer.tracking.curves import wait_for_drawings  # imported by the run already
+
+            wait_for_drawings()  # a curves.png being drawn ends (or fails) and removes its temporary file
             logging.shutdown()
             os._exit(1)
         sys.exit(f"error: {one_line(error)}")

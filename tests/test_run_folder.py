@@ -329,30 +329,84 @@ def _tmpfs(mount: Path, options: str):
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    """A 7 MiB tmpfs: room for epoch 1's checkpoints (2 x 1.4 MB: the inference model) and backup (4 MB, with
-    Adam's state), not for epoch 2's, whose backup is written beside the first before it replaces it."""
-    with _tmpfs(tmp_path / "disk", "size=7m") as mount:
-        yield mount
+@pytest.fixture(params=[("3m", 0), ("7m", 1)], ids=["3MiB", "7MiB"])
+def small_disk(tmp_path, request):
+    """(a tmpfs, the epochs whose backup it holds). 7 MiB: room for epoch 1's checkpoints (2 x 1.4 MB: the
+    inference model) and backup (4 MB, with Adam's state), not for epoch 2's, whose backup is written beside
+    the first before it replaces it. 3 MiB: room for the checkpoints, and the disk fills while the backup's
+    HDF5 file is written (which crashed the process, SIGSEGV, when HDF5 wrote to the disk itself)."""
+    size, backed_up = request.param
+    with _tmpfs(tmp_path / "disk", f"size={size}") as mount:
+        yield mount, backed_up
 
 
 @pytest.mark.e2e
 def test_a_full_disk_is_one_line_and_resume_after_freeing_space_gives_every_epoch_once(tmp_path, small_disk):
-    run_dir = small_disk / "run"
+    disk, backed_up = small_disk
+    run_dir = disk / "run"
     full = _run(tmp_path, _train_arguments(tmp_path, run_dir, epochs=3, model="vgg19"), process=True)
-    assert full.returncode == 1
+    assert full.returncode == 1, full.stderr[-2000:]
     assert "Traceback" not in full.stdout + full.stderr
     error = full.stderr.strip().splitlines()[-1]
     assert error.startswith(f"error: cannot write {run_dir}/") and "No space left on device" in error
     assert error.endswith(f"Free space or fix permissions, then continue with: python run.py resume={run_dir}")
-    assert _epochs(run_dir) == [1] and _backup_epoch(run_dir) == 1
+    assert _epochs(run_dir) == [1]
+    assert (_backup_epoch(run_dir) if backed_up else (run_dir / "backup" / METADATA).exists()) == backed_up
     assert _temporaries(run_dir) == []
-    for name in ("last.keras", "best.keras"):
+    for name in ("last.keras", "best.keras")[: 1 + backed_up]:  # a best of an uncommitted epoch waits as pending
         keras.saving.load_model(run_dir / "checkpoints" / name)  # the earlier checkpoints stay loadable
-    subprocess.run(["mount", "-o", "remount,size=64m", str(small_disk)], check=True)
+    subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)
     _resume(tmp_path, run_dir)
     _assert_finished_once(run_dir, 3)
+
+
+FILL_AND_SAVE = """
+import os, sys, keras
+from pathlib import Path
+from trainer.errors import DiskError
+from trainer.runs import backup
+from trainer.runs.atomic import write_atomic
+
+disk = Path(sys.argv[1])
+model = keras.Sequential([keras.Input((400,)), keras.layers.Dense(400), keras.layers.Dense(400)])
+model.compile(optimizer="adam", loss="mse")
+model.optimizer.build(model.trainable_variables)  # weights + Adam's two moments: about 3.9 MB
+for through_memory in (True, False):
+    if not through_memory:
+        backup._available_memory = lambda: 0  # a state too large for memory: HDF5 writes it, after a space check
+    for free_kib in (0, 16, 256, 1024, 2048, 3000, 3900, 7000):
+        filler = disk / "filler"
+        with open(filler, "wb") as handle:
+            handle.write(bytes(max(0, 8 * 1024 * 1024 - free_kib * 1024)))
+        try:
+            write_atomic(disk / "state.weights.h5", lambda path: backup.save_weights(model, path))
+            outcome = "written"
+        except DiskError as error:
+            outcome = str(error)
+        print(f"{through_memory} {free_kib} {outcome}", flush=True)
+        filler.unlink()
+        (disk / "state.weights.h5").unlink(missing_ok=True)
+"""
+
+
+@pytest.mark.integration
+def test_a_backup_that_the_disk_cannot_hold_is_one_disk_error_at_every_size(tmp_path):
+    with _tmpfs(tmp_path / "disk", "size=8m") as disk:
+        result = subprocess.run(
+            [sys.executable, "-c", FILL_AND_SAVE, str(disk)], env=ENV, capture_output=True, text=True, timeout=300
+        )
+        left = sorted(path.name for path in disk.iterdir())
+    assert result.returncode == 0, result.stderr[-3000:]  # HDF5 writing to a full disk itself: SIGSEGV
+    assert "Traceback" not in result.stderr
+    outcomes = [line.split(" ", 2) for line in result.stdout.splitlines()]
+    assert len(outcomes) == 16 and left == []
+    for through_memory, free_kib, outcome in outcomes:
+        assert outcome == "written" or (
+            outcome.startswith(f"cannot write {disk}/state.weights.h5: No space left on device")
+            and outcome.endswith("; the previous file is unchanged")
+        ), (through_memory, free_kib, outcome)
+    written = [(through_memory, free_kib) for through_memory, free_kib, outcome in outcomes if outcome == "written"]
+    assert ("True", "7000") in written and ("False", "7000") in written  # room for it, both ways
 
 
 @pytest.mark.integration

@@ -131,3 +131,36 @@ def test_predict_names_classes_as_the_converter_did_and_matches_evaluate(tmp_pat
     assert all(row[7] == ("dog" if row[0].startswith("Dog/") else "cat") for row in rows), "Dog/ holds dogs"
     assert all(row[6] == ("0" if row[0].startswith("Dog/") else "1") for row in rows), "dog is the model's class 0"
     assert accuracy == pytest.approx(test_accuracy, abs=1e-9) and count == manifest["splits"]["test"]["count"]
+
+
+@pytest.mark.parametrize("edit", ["unknown_key", "no_preprocessing", "both", "no_name"])
+def test_a_hand_edited_model_section_is_one_line_in_every_mode(cifar_run, tmp_path, edit):
+    from omegaconf import OmegaConf
+
+    root, run_dir = cifar_run
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    saved = OmegaConf.load(run / ".hydra" / "config.yaml")
+    if edit in ("unknown_key", "both"):
+        saved.model.colour = "blue"
+    if edit in ("no_preprocessing", "both"):
+        del saved.model["preprocessing"]
+    if edit == "no_name":
+        del saved.model["name"]
+    OmegaConf.save(saved, run / ".hydra" / "config.yaml")
+    for mode in ("evaluate", "predict", "export", "inspect", "resume"):
+        arguments = [f"resume={run}"] if mode == "resume" else [f"mode={mode}", f"checkpoint={run}"]
+        if mode == "predict":
+            arguments += [f"predict.input={root / 'cifar'}/test_batch.bin", f"predict.output={tmp_path / mode}.csv"]
+        if mode == "export":
+            arguments += [f"export.dir={tmp_path / 'export'}"]
+        if mode != "resume":
+            arguments += [f"hydra.run.dir={tmp_path / mode}"]
+        result = run_cli(arguments, cwd=tmp_path)
+        assert "Traceback" not in result.stdout + result.stderr, (mode, result.stderr[-3000:])
+        if edit in ("unknown_key", "both"):
+            assert result.returncode == 1, (mode, result.stderr[-2000:])
+            line = result.stderr.strip().splitlines()[-1]
+            assert line.startswith("error: ") and "config.yaml" in line and "colour" in line, (mode, line)
+        else:  # a key left out takes the schema's default
+            assert result.returncode == 0, (mode, result.stderr[-2000:])

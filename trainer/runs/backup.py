@@ -14,14 +14,19 @@ after metrics.json is written, never by the callback.
 
 from __future__ import annotations
 
+import errno
+import io
 import json
 import logging
+import math
+import os
 import secrets
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import keras
+import numpy as np
 
 from trainer.errors import ConfigError
 from trainer.runs.atomic import remove_temporaries, write_atomic
@@ -110,6 +115,43 @@ def restore(model: keras.Model, backup_dir: Path) -> BackupState | None:
     return state
 
 
+class _InMemoryWeightsFile(io.BytesIO):
+    """A `.weights.h5` file in memory: Keras checks the name, HDF5 writes into the buffer."""
+
+    def __str__(self) -> str:
+        return "backup.weights.h5"
+
+
+def _available_memory() -> int:
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # not on this system: assume room
+        return 1 << 62
+
+
+def save_weights(model: keras.Model, path: Path) -> None:
+    """`model.save_weights(path)` (weights and optimizer state), built in memory and then written as plain
+    bytes: HDF5 crashes the process (SIGSEGV) when the disk fills under its own writes, where a plain write
+    fails with one OSError. Keras's `.keras` saving goes through memory too. A state too large for half the
+    free memory is written by HDF5 itself, once the disk is seen to hold it.
+
+    Raises:
+        OSError: the disk cannot hold the file.
+    """
+    variables = [*model.weights, *getattr(getattr(model, "optimizer", None), "variables", [])]
+    size = sum(math.prod(variable.shape) * np.dtype(variable.dtype).itemsize for variable in variables)
+    if size < _available_memory() // 2:
+        buffer = _InMemoryWeightsFile()
+        model.save_weights(buffer)
+        path.write_bytes(buffer.getbuffer())
+        return
+    free = shutil.disk_usage(path.parent).free
+    if free < size * 1.1 + (1 << 20):
+        need = f"about {size / 1e6:.0f} MB needed, {free / 1e6:.0f} MB free"
+        raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} ({need})")
+    model.save_weights(path)
+
+
 class RunBackup(keras.callbacks.Callback):
     """Restores the weights at train begin; commits a backup at every epoch end (and every
     `save_every_steps` steps). Put it after every callback that writes the epoch's files."""
@@ -142,7 +184,7 @@ class RunBackup(keras.callbacks.Callback):
         self.steps_since_save = 0
         self.backup_dir.mkdir(parents=True, exist_ok=True)
         weights = self.backup_dir / f"epoch{epochs_done:05d}-step{batch:06d}-{secrets.token_hex(3)}.weights.h5"
-        write_atomic(weights, self.model.save_weights)
+        write_atomic(weights, lambda temporary: save_weights(self.model, temporary))
         current = self.backup_dir / METADATA
         if _parse(current) is not None:
             text = current.read_text()

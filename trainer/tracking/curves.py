@@ -74,12 +74,13 @@ def draw_curves(
     return Path(path)
 
 
-_DRAWINGS: list[threading.Thread] = []  # the final drawings of the runs of this process, until `wait_for_drawings`
+_DRAWINGS: list[threading.Thread] = []  # the drawings of the runs of this process, until `wait_for_drawings`
 
 
 def wait_for_drawings() -> None:
-    """Waits for the curves.png drawings that training ends handed to the background: call before saying that
-    curves.png is there. (They are non-daemon threads, so a process that never calls this still ends them.)"""
+    """Waits for the curves.png drawings handed to the background: call before saying that curves.png is
+    there, and before a hard exit (a drawing cut short leaves its temporary file). They are non-daemon
+    threads, so a process that ends normally ends them too."""
     while _DRAWINGS:
         _DRAWINGS.pop().join()
 
@@ -111,8 +112,9 @@ class Curves(keras.callbacks.Callback):
             return  # the next epoch end (or the train end) catches up
         rows = history.read_rows(self.history_csv)  # here, not in the thread: the next epoch rewrites the file
         self.drawn_epochs = len(rows)
-        self.drawing = threading.Thread(target=self._draw_in_turn, args=(rows,), name="curves")  # joined at exit
+        self.drawing = threading.Thread(target=self._draw_in_turn, args=(rows,), name="curves")
         self.drawing.start()
+        _DRAWINGS[:] = [*(drawing for drawing in _DRAWINGS if drawing.is_alive()), self.drawing]
 
     def _draw_in_turn(self, rows: list[dict]) -> None:
         started = time.monotonic()
