@@ -148,6 +148,7 @@ def test_a_hand_edited_model_section_is_one_line_in_every_mode(cifar_run, tmp_pa
     if edit == "no_name":
         del saved.model["name"]
     OmegaConf.save(saved, run / ".hydra" / "config.yaml")
+    (run / "metrics.json").unlink()  # as if killed in its test evaluation: resume evaluates again
     for mode in ("evaluate", "predict", "export", "inspect", "resume"):
         arguments = [f"resume={run}"] if mode == "resume" else [f"mode={mode}", f"checkpoint={run}"]
         if mode == "predict":
@@ -155,7 +156,7 @@ def test_a_hand_edited_model_section_is_one_line_in_every_mode(cifar_run, tmp_pa
         if mode == "export":
             arguments += [f"export.dir={tmp_path / 'export'}"]
         if mode != "resume":
-            arguments += [f"hydra.run.dir={tmp_path / mode}"]
+            arguments += [f"hydra.run.dir={tmp_path / mode}_run"]
         result = run_cli(arguments, cwd=tmp_path)
         assert "Traceback" not in result.stdout + result.stderr, (mode, result.stderr[-3000:])
         if edit in ("unknown_key", "both"):
