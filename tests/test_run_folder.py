@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import json
 import os
 import shutil
@@ -28,7 +29,7 @@ import pytest
 from conftest import ROOT, SUBPROCESS_ENV, cifar_overrides, compose, run_cli, tiny_overrides, write_cifar
 from trainer.errors import ConfigError, DiskError
 from trainer.runs.atomic import write_atomic, write_json
-from trainer.runs.backup import METADATA, PREVIOUS, RunBackup, read_state
+from trainer.runs.backup import METADATA, PREVIOUS, RunBackup, read_state, restore
 from trainer.runs.folders import claim_new_folder
 from trainer.runs.locks import RunLocked, run_lock
 
@@ -132,7 +133,7 @@ KILL_POINTS = [
     # (patch, epochs in history.csv right after the kill): the epoch is committed after its row and checkpoints
     pytest.param(_kill_in_write("trainer.training.callbacks", "last.keras", 2), [1], id="inside-checkpoint-save"),
     pytest.param(
-        _kill_in_write("trainer.runs.backup", ".weights.h5", 2),
+        _kill_in_write("trainer.runs.backup", METADATA, 2),  # epoch 2's commit: written, not renamed
         [1, 2],
         id="inside-backup-commit",
         marks=pytest.mark.slow,
@@ -161,6 +162,30 @@ def test_sigkill_at_the_end_of_an_epoch_redoes_that_epoch_and_skips_none(tmp_pat
     events = [json.loads(line) for line in (run_dir / "invocations.jsonl").read_text().splitlines()]
     assert [event["event"] for event in events] == ["start", "start", "end"]  # the kill left no end line
     assert f"resume={run_dir}" in events[1]["command"] and events[2]["outcome"] == "finished"
+
+
+SAVE_THE_WEIGHTS_AT_EPOCH_ENDS = """
+import trainer.runs.backup as target
+target.RunBackup.on_epoch_end = lambda self, epoch, logs=None: self.save(epoch + 1)
+"""
+
+
+@pytest.mark.e2e
+def test_a_resume_from_the_linked_checkpoint_equals_one_from_the_backups_own_save(tmp_path):
+    """An epoch-end backup links last.keras (and adds the optimizer state where last.keras lacks it, as with the
+    model's augmentation layers here) instead of saving the weights again: what a resume restores is the same,
+    to the bit, as from a backup that saved them."""
+    kill = _kill_in_write("trainer.training.callbacks", "last.keras", 3)
+    digests = []
+    for name, patch in (("linked", ""), ("saved", SAVE_THE_WEIGHTS_AT_EPOCH_ENDS)):
+        arguments = [*_train_arguments(tmp_path, tmp_path / name, epochs=3), "trainer.deterministic=true"]
+        killed = _run(tmp_path, arguments, kill + patch)
+        assert killed.returncode == -signal.SIGKILL and _backup_epoch(tmp_path / name) == 2
+        backup_files = [path.name for path in (tmp_path / name / "backup").iterdir()]
+        assert any(name.endswith(".optimizer.npz") for name in backup_files) == (name == "linked"), backup_files
+        _resume(tmp_path, tmp_path / name)
+        digests.append(json.loads((tmp_path / name / "metrics.json").read_text())["weights_sha256"])
+    assert digests[0] == digests[1]
 
 
 SIGNALS_IN_EPOCH_1 = [
@@ -314,6 +339,67 @@ def test_the_backup_keeps_only_the_weights_its_two_metadata_files_name(tmp_path)
         backup.save(epoch)
     weights = sorted(path.name for path in (tmp_path / "backup").glob("*.weights.h5"))
     assert [name[:10] for name in weights] == ["epoch00003", "epoch00004"]
+
+
+def _fitted_pair(augment: bool) -> tuple[keras.Model, keras.Model]:
+    """(model being fitted, inference model of its layers) after one Adam step: the same model, or a training
+    model with a flip in front of the inference model's layers."""
+    inputs = keras.Input((4, 4, 3))
+    network = keras.Sequential([keras.Input((4, 4, 3)), keras.layers.Flatten(), keras.layers.Dense(2)])
+    inference = keras.Model(inputs, network(inputs))
+    training = keras.Model(inputs, network(keras.layers.RandomFlip(seed=1)(inputs))) if augment else inference
+    training.compile(optimizer="adam", loss="mse")
+    training.fit(np.ones((4, 4, 4, 3)), np.ones((4, 2)), verbose=0)
+    return training, inference
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("augment", [False, True], ids=["one-model", "training-model-apart"])
+def test_an_epoch_end_backup_links_the_checkpoint_and_restores_weights_and_optimizer(tmp_path, augment):
+    from trainer.runs import checkpoints
+
+    training, inference = _fitted_pair(augment)
+    last = tmp_path / "checkpoints" / "last.keras"
+    last.parent.mkdir()
+    info = checkpoints.ModelInfo(("a", "b"), 4, 4, "none")
+    backup = RunBackup(tmp_path / "backup", checkpoint=last, inference=inference)
+    backup.set_model(training)
+    for epoch in (1, 2, 3):
+        training.optimizer.iterations.assign(epoch * 10)
+        training.layers[-1].set_weights([weight + epoch for weight in training.layers[-1].get_weights()])
+        checkpoints.save(inference, last, dataclasses.replace(info, epoch=epoch))
+        backup.on_epoch_end(epoch - 1)
+    files = sorted(path.name for path in (tmp_path / "backup").iterdir())
+    assert not [name for name in files if name.endswith(".weights.h5")], "no second save of the weights"
+    state = read_state(tmp_path / "backup")
+    assert state.epoch == 3 and state.weights.suffix == ".keras"
+    assert os.path.samefile(state.weights, last), "a hard link: no bytes written twice"
+    assert (state.optimizer is not None) == augment, "the optimizer state apart only where last.keras lacks it"
+    assert len([name for name in files if name.startswith("epoch00003")]) == 1 + augment
+    assert not [name for name in files if name.startswith("epoch00001")], "only the two committed epochs stay"
+    expected = [np.asarray(variable) for variable in [*training.weights, *training.optimizer.variables]]
+
+    fresh_training, fresh_inference = _fitted_pair(augment)
+    fresh_training.optimizer.iterations.assign(0)
+    restore(fresh_training, tmp_path / "backup", fresh_inference)
+    restored = [np.asarray(variable) for variable in [*fresh_training.weights, *fresh_training.optimizer.variables]]
+    assert int(fresh_training.optimizer.iterations) == 30
+    for want, got in zip(expected, restored, strict=True):
+        np.testing.assert_array_equal(want, got)
+
+
+@pytest.mark.unit
+def test_an_epoch_end_backup_saves_the_weights_itself_where_the_checkpoint_is_not_this_epochs(tmp_path):
+    from trainer.runs import checkpoints
+
+    training, inference = _fitted_pair(False)
+    last = tmp_path / "last.keras"
+    checkpoints.save(inference, last, checkpoints.ModelInfo(("a", "b"), 4, 4, "none", epoch=1))  # a diverged epoch 2
+    backup = RunBackup(tmp_path / "backup", checkpoint=last, inference=inference)
+    backup.set_model(training)
+    backup.on_epoch_end(1)
+    state = read_state(tmp_path / "backup")
+    assert state.epoch == 2 and state.weights.name.endswith(".weights.h5") and state.optimizer is None
 
 
 @contextlib.contextmanager

@@ -29,6 +29,7 @@ import keras
 import numpy as np
 
 from trainer.errors import ConfigError
+from trainer.runs import checkpoints
 from trainer.runs.atomic import remove_temporaries, write_atomic
 
 log = logging.getLogger(__name__)
@@ -39,25 +40,39 @@ PREVIOUS = METADATA + ".bkp"
 
 @dataclass(frozen=True)
 class BackupState:
-    """A committed backup: `epoch` epochs are done; `weights` holds the weights and optimizer state; `ended`
-    says why training ended before `trainer.epochs` (`stopped_early`), or is empty while it goes on."""
+    """A committed backup: `epoch` epochs are done; `weights` holds the weights (and the optimizer state, unless
+    `optimizer` names a file of its own); `ended` says why training ended before `trainer.epochs`
+    (`stopped_early`), or is empty while it goes on."""
 
     epoch: int
     batch: int
     weights: Path
     metadata: Path
     ended: str = ""
+    optimizer: Path | None = None
+
+    def to_json(self, ended: str | None = None) -> str:
+        data = {"epoch": self.epoch, "batch": self.batch, "weights": self.weights.name}
+        if self.optimizer is not None:
+            data["optimizer"] = self.optimizer.name
+        ended = self.ended if ended is None else ended
+        return json.dumps({**data, "ended": ended} if ended else data)
+
+    def files(self) -> set[str]:
+        return {self.weights.name} | ({self.optimizer.name} if self.optimizer else set())
 
 
 def _parse(metadata: Path) -> BackupState | None:
-    """The state one metadata file describes, or None if it is unreadable or its weights are missing."""
+    """The state one metadata file describes, or None if it is unreadable or a file it names is missing."""
     try:
         data = json.loads(metadata.read_text())
         epoch, batch = int(data["epoch"]), int(data.get("batch", 0))
         weights, ended = metadata.parent / data["weights"], str(data.get("ended", ""))
+        optimizer = metadata.parent / data["optimizer"] if data.get("optimizer") else None
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
-    return BackupState(epoch, batch, weights, metadata, ended) if weights.is_file() else None
+    state = BackupState(epoch, batch, weights, metadata, ended, optimizer)
+    return state if all((metadata.parent / name).is_file() for name in state.files()) else None
 
 
 def read_state(backup_dir: Path) -> BackupState | None:
@@ -87,8 +102,7 @@ def mark_ended(backup_dir: Path, outcome: str) -> None:
     state = read_state(backup_dir)
     if state is None:
         return
-    metadata = json.dumps({"epoch": state.epoch, "batch": state.batch, "weights": state.weights.name, "ended": outcome})
-    write_atomic(backup_dir / METADATA, lambda temporary: temporary.write_text(metadata))
+    write_atomic(backup_dir / METADATA, lambda temporary: temporary.write_text(state.to_json(ended=outcome)))
 
 
 def remove_backup(backup_dir: Path) -> None:
@@ -96,8 +110,10 @@ def remove_backup(backup_dir: Path) -> None:
     shutil.rmtree(backup_dir, ignore_errors=True)
 
 
-def restore(model: keras.Model, backup_dir: Path) -> BackupState | None:
-    """Loads the newest backup's weights (and optimizer state, if `model` is compiled) into `model`.
+def restore(model: keras.Model, backup_dir: Path, inference: keras.Model | None = None) -> BackupState | None:
+    """Loads the newest backup's weights (and optimizer state, if `model` is compiled) into `model`. A backup
+    that links an epoch's checkpoint (a `.keras` file of `inference`, the model whose layers `model` fits) loads
+    it into `inference`, then the optimizer state of its own file, if it has one.
 
     Raises:
         ConfigError: the backup cannot be read or does not fit the model.
@@ -109,10 +125,35 @@ def restore(model: keras.Model, backup_dir: Path) -> BackupState | None:
     if optimizer is not None and not optimizer.built:  # its variables are in the backup too
         optimizer.build(model.trainable_variables)
     try:
-        model.load_weights(state.weights)
+        if state.weights.suffix == ".keras":
+            (inference or model).load_weights(state.weights)
+        else:
+            model.load_weights(state.weights)
+        if state.optimizer is not None and optimizer is not None:
+            _load_optimizer(optimizer, state.optimizer)
     except Exception as error:  # a foreign or damaged file
         raise ConfigError(f"{state.weights}: cannot restore the backup ({str(error).splitlines()[0]})") from None
     return state
+
+
+def _save_optimizer(optimizer: keras.optimizers.Optimizer, path: Path) -> None:
+    """The optimizer's variables (iterations, slots, EMA, loss scale), in order, as one `.npz` file."""
+    buffer = io.BytesIO()
+    np.savez(buffer, *(keras.ops.convert_to_numpy(variable) for variable in optimizer.variables))
+    path.write_bytes(buffer.getbuffer())
+
+
+def _load_optimizer(optimizer: keras.optimizers.Optimizer, path: Path) -> None:
+    with np.load(path) as stored:
+        values = [stored[f"arr_{index}"] for index in range(len(stored.files))]
+    variables = optimizer.variables
+    shapes = [tuple(variable.shape) for variable in variables]
+    if [value.shape for value in values] != shapes:
+        raise ValueError(
+            f"{path.name} holds {len(values)} optimizer variables that do not fit the optimizer's {len(shapes)}"
+        )
+    for variable, value in zip(variables, values, strict=True):
+        variable.assign(value)
 
 
 class _InMemoryWeightsFile(io.BytesIO):
@@ -154,17 +195,31 @@ def save_weights(model: keras.Model, path: Path) -> None:
 
 class RunBackup(keras.callbacks.Callback):
     """Restores the weights at train begin; commits a backup at every epoch end (and every
-    `save_every_steps` steps). Put it after every callback that writes the epoch's files."""
+    `save_every_steps` steps). Put it after every callback that writes the epoch's files.
 
-    def __init__(self, backup_dir: Path, save_every_steps: int | None = None):
+    At an epoch end the weights are not saved a second time: the backup links `checkpoint` (the last.keras that
+    `Checkpoints` has just written of `inference`, whose layers the fitted model shares; a copy where the file
+    system has no hard links) and adds the optimizer state in a file of its own when the checkpoint lacks it
+    (`inference` is not the compiled model). Without `checkpoint` (the EMA: it holds the averages), or when it
+    does not hold this epoch, the backup saves the fitted model's weights and optimizer state itself.
+    """
+
+    def __init__(
+        self,
+        backup_dir: Path,
+        save_every_steps: int | None = None,
+        checkpoint: Path | None = None,
+        inference: keras.Model | None = None,
+    ):
         super().__init__()
         self.backup_dir, self.save_every_steps = Path(backup_dir), save_every_steps
+        self.checkpoint, self.inference = checkpoint, inference
         self.epoch, self.steps_since_save = 0, 0
 
     def on_train_begin(self, logs=None):
         if self.backup_dir.is_dir():
             remove_temporaries(self.backup_dir)
-        restore(self.model, self.backup_dir)
+        restore(self.model, self.backup_dir, self.inference)
 
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch = epoch
@@ -177,21 +232,47 @@ class RunBackup(keras.callbacks.Callback):
             self.save(self.epoch, batch + 1)
 
     def on_epoch_end(self, epoch, logs=None):
-        self.save(epoch + 1)
+        info = checkpoints.read_info(self.checkpoint) if self.checkpoint and self.checkpoint.is_file() else None
+        if info is not None and info.epoch == epoch + 1:
+            self._link_checkpoint(epoch + 1)
+        else:
+            self.save(epoch + 1)
 
     def save(self, epochs_done: int, batch: int = 0) -> None:
         """Commits the model's state as `epochs_done` finished epochs (+ `batch` steps of the next)."""
         self.steps_since_save = 0
-        self.backup_dir.mkdir(parents=True, exist_ok=True)
-        weights = self.backup_dir / f"epoch{epochs_done:05d}-step{batch:06d}-{secrets.token_hex(3)}.weights.h5"
+        weights = self._new_file(epochs_done, batch, ".weights.h5")
         write_atomic(weights, lambda temporary: save_weights(self.model, temporary))
+        self._commit(BackupState(epochs_done, batch, weights, self.backup_dir / METADATA))
+
+    def _link_checkpoint(self, epochs_done: int) -> None:
+        self.steps_since_save = 0
+        weights = self._new_file(epochs_done, 0, ".keras")
+        try:
+            os.link(self.checkpoint, weights)
+        except OSError:  # no hard links here (or across these folders): a copy, which takes milliseconds
+            write_atomic(weights, lambda temporary: shutil.copyfile(self.checkpoint, temporary))
+        optimizer = None
+        if self.inference is not None and self.inference is not self.model:  # its file has no optimizer state
+            optimizer = self._new_file(epochs_done, 0, ".optimizer.npz")
+            write_atomic(optimizer, lambda temporary: _save_optimizer(self.model.optimizer, temporary))
+        self._commit(BackupState(epochs_done, 0, weights, self.backup_dir / METADATA, optimizer=optimizer))
+
+    def _new_file(self, epochs_done: int, batch: int, suffix: str) -> Path:
+        self.backup_dir.mkdir(parents=True, exist_ok=True)
+        return self.backup_dir / f"epoch{epochs_done:05d}-step{batch:06d}-{secrets.token_hex(3)}{suffix}"
+
+    def _commit(self, state: BackupState) -> None:
+        """Makes `state` the backup (its previous metadata kept as the `.bkp` copy), then deletes every file
+        neither names."""
         current = self.backup_dir / METADATA
         if _parse(current) is not None:
             text = current.read_text()
             write_atomic(self.backup_dir / PREVIOUS, lambda temporary: temporary.write_text(text))
-        metadata = json.dumps({"epoch": epochs_done, "batch": batch, "weights": weights.name})
-        write_atomic(current, lambda temporary: temporary.write_text(metadata))  # the commit
-        kept = {weights.name} | {state.weights.name for state in [_parse(self.backup_dir / PREVIOUS)] if state}
-        for path in self.backup_dir.glob("*.weights.h5"):
+        write_atomic(current, lambda temporary: temporary.write_text(state.to_json()))  # the commit
+        kept = state.files() | {
+            name for previous in [_parse(self.backup_dir / PREVIOUS)] if previous for name in previous.files()
+        }
+        for path in self.backup_dir.glob("epoch*"):
             if path.name not in kept:
                 path.unlink(missing_ok=True)

@@ -148,7 +148,7 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
             log.info("All %d epochs are done: running the test evaluation the interrupted run missed", folder.done)
         with strategy.scope():
             compile_model(model, settings, plan.lr * last.lr_scale, steps, last.end - last.start)
-            restore_backup(model, folder.backup_dir)  # builds the optimizer's variables: inside the scope
+            restore_backup(model, folder.backup_dir, models.inference)  # builds the optimizer: inside the scope
             model.optimizer.finalize_variable_values(model.trainable_variables)  # the EMA, as after fit
         return folder.ended or "completed"
     extra = parts.build_callbacks(settings.callbacks, settings.optimizer.schedule.name)

@@ -294,7 +294,8 @@ def training_callbacks(
     """
     run_dir, folder = files.run_dir, files.run_dir / "checkpoints"
     folder.mkdir(parents=True, exist_ok=True)
-    backup = RunBackup(files.backup_dir, files.save_every_steps)
+    last = None if files.ema else folder / "last.keras"  # with the EMA, last.keras holds the averages
+    backup = RunBackup(files.backup_dir, files.save_every_steps, last, files.inference)
     history_csv = run_dir / history.FILE
     best = history.best_value(history_csv, files.monitor, files.mode)
     callbacks = [
