@@ -164,6 +164,26 @@ def test_sigkill_at_the_end_of_an_epoch_redoes_that_epoch_and_skips_none(tmp_pat
     assert f"resume={run_dir}" in events[1]["command"] and events[2]["outcome"] == "finished"
 
 
+@pytest.mark.e2e
+def test_a_run_killed_and_resumed_ends_with_the_weights_of_a_run_never_killed(tmp_path):
+    """The backup restores exactly (weights, optimizer state) and the input goes on where it was: a resumed
+    epoch 3 sees epoch 3's order and crops, not epoch 1's again. (The model's own random layers restart
+    their draws: Keras keeps their seed state in no saved file, so they are off here.)"""
+    augment = [
+        f"dataset.augment.{key}" for key in ("flip=false", "brightness=0", "contrast_lower=1", "contrast_upper=1")
+    ]
+    base = [*_train_arguments(tmp_path, tmp_path / "unused", epochs=3)[:-1], *augment, "trainer.deterministic=true"]
+    kill = _kill_in_write("trainer.training.callbacks", "last.keras", 3)
+    killed = _run(tmp_path, [*base, f"hydra.run.dir={tmp_path / 'killed'}"], kill)
+    assert killed.returncode == -signal.SIGKILL and _backup_epoch(tmp_path / "killed") == 2
+    _resume(tmp_path, tmp_path / "killed")
+    assert _run(tmp_path, [*base, f"hydra.run.dir={tmp_path / 'never'}"]).returncode == 0
+    rows = [(tmp_path / name / "history.csv").read_text() for name in ("killed", "never")]
+    assert rows[0] == rows[1]
+    sha = [json.loads((tmp_path / name / "metrics.json").read_text())["weights_sha256"] for name in ("killed", "never")]
+    assert sha[0] == sha[1]
+
+
 SAVE_THE_WEIGHTS_AT_EPOCH_ENDS = """
 import trainer.runs.backup as target
 target.RunBackup.on_epoch_end = lambda self, epoch, logs=None: self.save(epoch + 1)

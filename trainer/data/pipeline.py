@@ -82,6 +82,7 @@ def train_dataset(
     shuffle_buffer: int = 1000,
     cache: bool = False,
     mixing: Mixing | None = None,
+    start_batch: int = 0,
 ) -> tf.data.Dataset:
     """Shuffled, augmented, endless batches for `fit(steps_per_epoch=...)`.
 
@@ -95,6 +96,8 @@ def train_dataset(
         shuffle_buffer: Records held for shuffling.
         cache: Keep the decoded, resized images in memory after the first pass.
         mixing: MixUp and CutMix of each batch (`trainer.data.mixing`), from the same batch seed.
+        start_batch: Batches of the stream to pass over (a resumed run continues where its backup was made):
+            their records are read and shuffled, not decoded or augmented.
 
     Returns:
         A dataset of (uint8 images [batch, size, size, 3], int32 labels [batch]); with `mixing`, of (float32
@@ -122,7 +125,8 @@ def train_dataset(
         images = prepare_images(images, preprocess, batch_seed)
         return mix(images, labels, batch_seed) if mix else (images, labels)
 
-    batches = tf.data.Dataset.zip((batches, seeds)).map(prepare, num_parallel_calls=AUTOTUNE, deterministic=True)
+    batches = tf.data.Dataset.zip((batches, seeds)).skip(start_batch)
+    batches = batches.map(prepare, num_parallel_calls=AUTOTUNE, deterministic=True)
     return batches.prefetch(AUTOTUNE).with_options(_options(share is not None))
 
 

@@ -52,6 +52,8 @@ class Data:
     # Under multi-worker training, the train pipeline of one worker's share (`distribute.training_input`).
     train_for_worker: Callable[[tf.distribute.InputContext], tf.data.Dataset] | None = None
     train_steps: int | None = None  # multi-worker: the steps per epoch that every worker's share holds
+    # The same training input from batch N of its stream on: (train, train_for_worker), for a resumed run.
+    train_from: Callable[[int], tuple[tf.data.Dataset, Callable | None]] | None = None
     # Reads the files again to name the one holding a bad record (raises a DataError); None: checked at start-up.
     find_bad_record: Callable[[], None] | None = None
     # Per split: its record count and [file name, bytes, sampled sha256, first record, records or -1] per range.
@@ -311,10 +313,16 @@ def load_data(
     sources = splits.sources
     mixing = Mixing.of(dataset.augment, len(splits.class_names))
 
-    def train(source: Source, batch: int, offset: int) -> tf.data.Dataset:
+    def train(source: Source, batch: int, offset: int, start: int = 0) -> tf.data.Dataset:
         return pipeline.train_dataset(
-            source, decoder, preprocess, batch, seed + offset, dataset.shuffle_buffer, cache, mixing
+            source, decoder, preprocess, batch, seed + offset, dataset.shuffle_buffer, cache, mixing, start
         )
+
+    def train_from(start: int) -> tuple[tf.data.Dataset, Callable | None]:
+        if num_workers <= 1:
+            return train(sources["train"], batch_size, 0, start), None
+        build = lambda source, batch, offset: train(source, batch, offset, start)  # noqa: E731
+        return train(sources["train"], batch_size, 0, start), _worker_input(splits, num_workers, batch_size, build)[0]
 
     train_for_worker, train_steps = None, None
     if num_workers > 1:
@@ -334,6 +342,7 @@ def load_data(
         class_counts=splits.class_counts,
         train_for_worker=train_for_worker,
         train_steps=train_steps,
+        train_from=train_from,
         find_bad_record=splits.find_bad_record,
         fingerprint=fingerprint(sources),
     )

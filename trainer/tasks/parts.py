@@ -146,11 +146,11 @@ def stopped_early(callbacks: list[keras.callbacks.Callback]) -> bool:
     return any(isinstance(item, keras.callbacks.EarlyStopping) and item.stopped_epoch > 0 for item in callbacks)
 
 
-def training_input(settings: Config, data: Data, weights: dict[int, float] | None):
-    """(the training dataset, its per-worker builder, fit's `class_weight`): with MixUp or CutMix, class weights
-    become each image's sample weight in the pipeline (its soft label's weighted mean), not `class_weight`,
-    which would weigh a soft label by its largest share alone."""
-    train, for_worker = data.train, data.train_for_worker
+def training_input(settings: Config, data: Data, weights: dict[int, float] | None, start_batch: int = 0):
+    """(the training dataset from batch `start_batch` of its stream on, its per-worker builder, fit's
+    `class_weight`): with MixUp or CutMix, class weights become each image's sample weight in the pipeline (its
+    soft label's weighted mean), not `class_weight`, which would weigh a soft label by its largest share alone."""
+    train, for_worker = data.train_from(start_batch) if start_batch else (data.train, data.train_for_worker)
     if weights is None or not settings.dataset.augment.mixing:
         return train, for_worker, weights
     train = with_class_weights(train, weights)

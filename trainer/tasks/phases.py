@@ -153,9 +153,7 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
         return folder.ended or "completed"
     extra = parts.build_callbacks(settings.callbacks, settings.optimizer.schedule.name)
     loggers_ = _loggers(plan, folder)
-    train, train_for_worker, class_weight = parts.training_input(
-        settings, plan.data, parts.class_weight(settings, plan.data)
-    )
+    weights = parts.class_weight(settings, plan.data)
     progress = plan.chief and settings.trainer.verbose == 1 and sys.stderr.isatty()
     switched_here = False  # a phase ended in this process and the next one starts here
     for phase in plan.phases:
@@ -172,10 +170,15 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
             backup = next(callback for callback in callbacks if isinstance(callback, RunBackup))
             backup.set_model(model)
             backup.save(phase.start)
+        first = max(folder.done, phase.start)
+        # Each phase's fit reads the input stream from its start; a resumed one goes on where its backup was made.
+        train, train_for_worker, class_weight = parts.training_input(
+            settings, plan.data, weights, (first - phase.start) * steps
+        )
         try:
             model.fit(
                 strategies.training_input(strategy, train, train_for_worker),
-                initial_epoch=max(folder.done, phase.start),
+                initial_epoch=first,
                 epochs=phase.end,
                 steps_per_epoch=steps,
                 validation_data=plan.data.val,
