@@ -13,7 +13,7 @@ import tensorflow as tf
 from PIL import Image
 
 from conftest import ROOT, SUBPROCESS_ENV, TINY_MODEL, check_run_metrics, compose, tfrecord_parts
-from trainer.data import pipeline, tfrecords
+from trainer.data import pipeline, record_rows, tfrecords
 from trainer.data.convert import ConvertOptions, convert, main
 from trainer.data.images import ImageError, load_rgb
 from trainer.data.preprocess import Preprocess
@@ -194,7 +194,7 @@ def test_converter_command_line(tmp_path, capsys):
     assert manifest["labeled"] is False and manifest["splits"]["test"]["count"] == 3
     spec = tfrecords.RecordSpec.for_format("raw", 16)
     files = [str(tmp_path / "out" / name) for name in manifest["splits"]["test"]["files"]]
-    assert tfrecords.read_filenames(files, spec) == ["img0.png", "img1.png", "img2.png"]
+    assert record_rows.stored_names(files, spec) == ["img0.png", "img1.png", "img2.png"]
     assert main([str(flat), str(tmp_path / "out")]) == 1, "never overwrite an earlier conversion"
 
 

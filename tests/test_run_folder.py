@@ -191,6 +191,7 @@ target.RunBackup.on_epoch_end = lambda self, epoch, logs=None: self.save(epoch +
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # ~35 s; the default suite's exactness test above resumes from a linked backup too
 def test_a_resume_from_the_linked_checkpoint_equals_one_from_the_backups_own_save(tmp_path):
     """An epoch-end backup links last.keras (and adds the optimizer state where last.keras lacks it, as with the
     model's augmentation layers here) instead of saving the weights again: what a resume restores is the same,
@@ -435,7 +436,7 @@ def _tmpfs(mount: Path, options: str):
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
-@pytest.fixture(params=[("3m", 0), ("7m", 1)], ids=["3MiB", "7MiB"])
+@pytest.fixture(params=[("3m", 0), pytest.param(("7m", 1), marks=pytest.mark.slow)], ids=["3MiB", "7MiB"])
 def small_disk(tmp_path, request):
     """(a tmpfs, the epochs whose backup it holds at least). 7 MiB: room for epoch 1's checkpoints (2 x 1.4 MB:
     the inference model) and backup (a link to last.keras and Adam's state, 2.8 MB), not for all of epoch 2's.

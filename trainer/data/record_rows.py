@@ -101,3 +101,9 @@ def _until_broken(records: tf.data.Dataset, start: int, spec: RecordSpec, num_cl
         reason = f"is corrupted or truncated: the rest of the file cannot be read ({first_line(error)})"
         checked.append(CheckedRecord(number, error=reason))
     return checked
+
+
+def stored_names(files: list[str], spec: RecordSpec) -> list[str]:
+    """The file name stored in each record of `files` ("" where none), in order; names that are not valid
+    UTF-8 keep their bytes as backslash escapes, numbers become their digits."""
+    return [record.name for path in files for chunk in read_checked(path, spec, None, 1024) for record in chunk]

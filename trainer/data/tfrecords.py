@@ -232,33 +232,20 @@ def inspect_first(path: str, spec: RecordSpec) -> bool | None:
     return spec.label_key in features
 
 
-@dataclass
-class FileScan:
-    """What one pass over a file found: its record count and each record's stored file name."""
-
-    count: int
-    filenames: list[str]
-
-
-def _decode_name(name: bytes) -> str:
-    return name.decode("utf-8", errors="backslashreplace")
-
-
-def scan_file(path: str, spec: RecordSpec, num_classes: int | None = None, filenames: bool = False) -> FileScan:
+def scan_file(path: str, spec: RecordSpec, num_classes: int | None = None) -> int:
     """Reads a whole file once: every checksum, and (given `num_classes`) every label's range.
+
+    Returns:
+        The number of records.
 
     Raises:
         DataError: naming the file and record: a corrupted or truncated record, a record that
-            is not an Example, a label outside [0, num_classes), a filename feature that is not bytes.
+            is not an Example, a label outside [0, num_classes).
     """
-    description = {}
-    if num_classes is not None:
-        description[spec.label_key] = tf.io.FixedLenFeature([], tf.int64)
-    if filenames:
-        description[spec.filename_key] = tf.io.FixedLenFeature([], tf.string, default_value=b"")
+    description = {spec.label_key: tf.io.FixedLenFeature([], tf.int64)} if num_classes is not None else {}
     compression = compression_of([path], spec.compression)
     batches = iter(tf.data.TFRecordDataset(path, compression_type=compression).batch(SCAN_BATCH))
-    count, names = 0, []
+    count = 0
     while True:
         try:
             batch = next(batches, None)
@@ -268,18 +255,15 @@ def scan_file(path: str, spec: RecordSpec, num_classes: int | None = None, filen
                 f"{path}: corrupted or truncated TFRecord file at record {bad} ({first_line(error)})"
             ) from None
         if batch is None:
-            return FileScan(count, names)
-        parsed = _parse_checked(path, batch, description, count) if description else {}
+            return count
         if num_classes is not None:
-            labels = parsed[spec.label_key].numpy()
+            labels = _parse_checked(path, batch, description, count)[spec.label_key].numpy()
             bad = ((labels < 0) | (labels >= num_classes)).nonzero()[0]
             if len(bad):
                 raise DataError(
                     f"{path}: record {count + int(bad[0])} has label {int(labels[bad[0]])}, "
                     f"expected 0 to {num_classes - 1} (dataset.num_classes={num_classes})"
                 )
-        if filenames:
-            names += [_decode_name(name) for name in parsed[spec.filename_key].numpy()]
         count += int(batch.shape[0])
 
 
@@ -308,16 +292,16 @@ def decode_each(serialized: list[bytes], decoder) -> tuple[tf.Tensor | None, lis
     return (tf.concat(images, 0) if images else None), reasons
 
 
-def find_undecodable(path: str, spec: RecordSpec, decoder, start: int = 0) -> None:
-    """Decodes every record of a file with the pipeline's own `decoder`, from record `start` on.
+def find_undecodable(path: str, spec: RecordSpec, decoder) -> None:
+    """Decodes every record of a file with the pipeline's own `decoder`.
 
     Raises:
         DataError: naming the file and the first record the decoder refuses (an image feature that is
             missing, empty, repeated or of the wrong length; a JPEG that does not decode), with its reason.
     """
     compression = compression_of([path], spec.compression)
-    count = start
-    for batch in tf.data.TFRecordDataset(path, compression_type=compression).skip(start).batch(SCAN_BATCH):
+    count = 0
+    for batch in tf.data.TFRecordDataset(path, compression_type=compression).batch(SCAN_BATCH):
         _, reasons = decode_each(list(batch.numpy()), decoder)
         for offset, refused in enumerate(reasons):
             if refused:
@@ -361,13 +345,7 @@ def count_records(path: str, spec: RecordSpec | None = None, num_classes: int | 
     Raises:
         DataError: the file is corrupted or truncated, or a label is out of range.
     """
-    return scan_file(path, spec or RecordSpec(), num_classes).count
-
-
-def read_filenames(files: list[str], spec: RecordSpec) -> list[str]:
-    """The file name stored in each record (empty where none), in input order; names that are not
-    valid UTF-8 keep their bytes as backslash escapes."""
-    return [name for path in files for name in scan_file(path, spec, filenames=True).filenames]
+    return scan_file(path, spec or RecordSpec(), num_classes)
 
 
 def read_manifest(files: list[str]) -> tuple[str | None, dict | None]:
