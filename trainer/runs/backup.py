@@ -41,25 +41,25 @@ PREVIOUS = METADATA + ".bkp"
 @dataclass(frozen=True)
 class BackupState:
     """A committed backup: `epoch` epochs are done; `weights` holds the weights (and the optimizer state, unless
-    `optimizer` names a file of its own); `ended` says why training ended before `trainer.epochs`
-    (`stopped_early`), or is empty while it goes on."""
+    `state` holds it); `state`, the rest that Keras's files leave out (the random layers' seed states); `ended`
+    says why training ended before `trainer.epochs` (`stopped_early`), or is empty while it goes on."""
 
     epoch: int
     batch: int
     weights: Path
     metadata: Path
     ended: str = ""
-    optimizer: Path | None = None
+    state: Path | None = None
 
     def to_json(self, ended: str | None = None) -> str:
         data = {"epoch": self.epoch, "batch": self.batch, "weights": self.weights.name}
-        if self.optimizer is not None:
-            data["optimizer"] = self.optimizer.name
+        if self.state is not None:
+            data["state"] = self.state.name
         ended = self.ended if ended is None else ended
         return json.dumps({**data, "ended": ended} if ended else data)
 
     def files(self) -> set[str]:
-        return {self.weights.name} | ({self.optimizer.name} if self.optimizer else set())
+        return {self.weights.name} | ({self.state.name} if self.state else set())
 
 
 def _parse(metadata: Path) -> BackupState | None:
@@ -68,10 +68,10 @@ def _parse(metadata: Path) -> BackupState | None:
         data = json.loads(metadata.read_text())
         epoch, batch = int(data["epoch"]), int(data.get("batch", 0))
         weights, ended = metadata.parent / data["weights"], str(data.get("ended", ""))
-        optimizer = metadata.parent / data["optimizer"] if data.get("optimizer") else None
+        extra = metadata.parent / data["state"] if data.get("state") else None
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
-    state = BackupState(epoch, batch, weights, metadata, ended, optimizer)
+    state = BackupState(epoch, batch, weights, metadata, ended, extra)
     return state if all((metadata.parent / name).is_file() for name in state.files()) else None
 
 
@@ -111,9 +111,9 @@ def remove_backup(backup_dir: Path) -> None:
 
 
 def restore(model: keras.Model, backup_dir: Path, inference: keras.Model | None = None) -> BackupState | None:
-    """Loads the newest backup's weights (and optimizer state, if `model` is compiled) into `model`. A backup
-    that links an epoch's checkpoint (a `.keras` file of `inference`, the model whose layers `model` fits) loads
-    it into `inference`, then the optimizer state of its own file, if it has one.
+    """Loads the newest backup into `model`: its weights, its optimizer state (if `model` is compiled) and its
+    random layers' seed states. A backup that links an epoch's checkpoint (a `.keras` file of `inference`, the
+    model whose layers `model` fits) loads it into `inference`.
 
     Raises:
         ConfigError: the backup cannot be read or does not fit the model.
@@ -129,31 +129,48 @@ def restore(model: keras.Model, backup_dir: Path, inference: keras.Model | None 
             (inference or model).load_weights(state.weights)
         else:
             model.load_weights(state.weights)
-        if state.optimizer is not None and optimizer is not None:
-            _load_optimizer(optimizer, state.optimizer)
+        if state.state is not None:
+            _load_state(state.state, model)
     except Exception as error:  # a foreign or damaged file
         raise ConfigError(f"{state.weights}: cannot restore the backup ({str(error).splitlines()[0]})") from None
     return state
 
 
-def _save_optimizer(optimizer: keras.optimizers.Optimizer, path: Path) -> None:
-    """The optimizer's variables (iterations, slots, EMA, loss scale), in order, as one `.npz` file."""
+def seed_states(model: keras.Model) -> list:
+    """The seed states of the model's random layers (dropout, flips, colour, the policies), which Keras's
+    saving leaves out: restored, a resumed run draws the masks and flips the run would have drawn."""
+    weights = {id(variable) for variable in model.weights}
+    return [variable for variable in model.variables if id(variable) not in weights]
+
+
+def _save_state(path: Path, model: keras.Model, optimizer: bool) -> None:
+    """The seed states, and the optimizer's variables (iterations, slots, EMA, loss scale) where `optimizer`,
+    in order, as one `.npz` file."""
+    groups = {"seed": seed_states(model), "optimizer": model.optimizer.variables if optimizer else []}
+    arrays = {
+        f"{group}_{index}": keras.ops.convert_to_numpy(variable)
+        for group, variables in groups.items()
+        for index, variable in enumerate(variables)
+    }
     buffer = io.BytesIO()
-    np.savez(buffer, *(keras.ops.convert_to_numpy(variable) for variable in optimizer.variables))
+    np.savez(buffer, **arrays)
     path.write_bytes(buffer.getbuffer())
 
 
-def _load_optimizer(optimizer: keras.optimizers.Optimizer, path: Path) -> None:
+def _load_state(path: Path, model: keras.Model) -> None:
     with np.load(path) as stored:
-        values = [stored[f"arr_{index}"] for index in range(len(stored.files))]
-    variables = optimizer.variables
-    shapes = [tuple(variable.shape) for variable in variables]
-    if [value.shape for value in values] != shapes:
-        raise ValueError(
-            f"{path.name} holds {len(values)} optimizer variables that do not fit the optimizer's {len(shapes)}"
-        )
-    for variable, value in zip(variables, values, strict=True):
-        variable.assign(value)
+        names = set(stored.files)
+        groups = {group: [stored[f"{group}_{index}"] for index in range(len(names)) if f"{group}_{index}" in names]
+                  for group in ("seed", "optimizer")}  # fmt: skip
+    targets = {"seed": seed_states(model), "optimizer": model.optimizer.variables if groups["optimizer"] else []}
+    for group, variables in targets.items():
+        values = groups[group]
+        if [value.shape for value in values] != [tuple(variable.shape) for variable in variables]:
+            raise ValueError(
+                f"{path.name}: {len(values)} {group} variables that do not fit the model's {len(variables)}"
+            )
+        for variable, value in zip(variables, values, strict=True):
+            variable.assign(value)
 
 
 class _InMemoryWeightsFile(io.BytesIO):
@@ -199,9 +216,10 @@ class RunBackup(keras.callbacks.Callback):
 
     At an epoch end the weights are not saved a second time: the backup links `checkpoint` (the last.keras that
     `Checkpoints` has just written of `inference`, whose layers the fitted model shares; a copy where the file
-    system has no hard links) and adds the optimizer state in a file of its own when the checkpoint lacks it
-    (`inference` is not the compiled model). Without `checkpoint` (the EMA: it holds the averages), or when it
-    does not hold this epoch, the backup saves the fitted model's weights and optimizer state itself.
+    system has no hard links) and adds the optimizer state in a `.state.npz` of its own when the checkpoint
+    lacks it (`inference` is not the compiled model). Without `checkpoint` (the EMA: it holds the averages), or
+    when it does not hold this epoch, the backup saves the fitted model's weights and optimizer state itself.
+    Every backup keeps the random layers' seed states in the `.state.npz`, which Keras's files leave out.
     """
 
     def __init__(
@@ -243,7 +261,11 @@ class RunBackup(keras.callbacks.Callback):
         self.steps_since_save = 0
         weights = self._new_file(epochs_done, batch, ".weights.h5")
         write_atomic(weights, lambda temporary: save_weights(self.model, temporary))
-        self._commit(BackupState(epochs_done, batch, weights, self.backup_dir / METADATA))
+        self._commit(
+            BackupState(
+                epochs_done, batch, weights, self.backup_dir / METADATA, state=self._rest(epochs_done, batch, False)
+            )
+        )
 
     def _link_checkpoint(self, epochs_done: int) -> None:
         self.steps_since_save = 0
@@ -252,11 +274,18 @@ class RunBackup(keras.callbacks.Callback):
             os.link(self.checkpoint, weights)
         except OSError:  # no hard links here (or across these folders): a copy, which takes milliseconds
             write_atomic(weights, lambda temporary: shutil.copyfile(self.checkpoint, temporary))
-        optimizer = None
-        if self.inference is not None and self.inference is not self.model:  # its file has no optimizer state
-            optimizer = self._new_file(epochs_done, 0, ".optimizer.npz")
-            write_atomic(optimizer, lambda temporary: _save_optimizer(self.model.optimizer, temporary))
-        self._commit(BackupState(epochs_done, 0, weights, self.backup_dir / METADATA, optimizer=optimizer))
+        optimizer = self.inference is not None and self.inference is not self.model  # not in the checkpoint
+        state = self._rest(epochs_done, 0, optimizer)
+        self._commit(BackupState(epochs_done, 0, weights, self.backup_dir / METADATA, state=state))
+
+    def _rest(self, epochs_done: int, batch: int, optimizer: bool) -> Path | None:
+        """The `.npz` of what the weights file lacks: the seed states, and the optimizer state where `optimizer`;
+        None when that is nothing."""
+        if not optimizer and not seed_states(self.model):
+            return None
+        path = self._new_file(epochs_done, batch, ".state.npz")
+        write_atomic(path, lambda temporary: _save_state(temporary, self.model, optimizer))
+        return path
 
     def _new_file(self, epochs_done: int, batch: int, suffix: str) -> Path:
         self.backup_dir.mkdir(parents=True, exist_ok=True)
