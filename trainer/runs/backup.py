@@ -159,16 +159,14 @@ def _save_state(path: Path, model: keras.Model, optimizer: bool) -> None:
 
 def _load_state(path: Path, model: keras.Model) -> None:
     with np.load(path) as stored:
-        names = set(stored.files)
-        groups = {group: [stored[f"{group}_{index}"] for index in range(len(names)) if f"{group}_{index}" in names]
-                  for group in ("seed", "optimizer")}  # fmt: skip
-    targets = {"seed": seed_states(model), "optimizer": model.optimizer.variables if groups["optimizer"] else []}
-    for group, variables in targets.items():
-        values = groups[group]
+        arrays = dict(stored.items())
+    for group, variables in (("seed", seed_states(model)), ("optimizer", model.optimizer.variables)):
+        count = sum(name.startswith(f"{group}_") for name in arrays)
+        if group == "optimizer" and count == 0:
+            continue  # in the weights file
+        values = [arrays[f"{group}_{index}"] for index in range(count)]
         if [value.shape for value in values] != [tuple(variable.shape) for variable in variables]:
-            raise ValueError(
-                f"{path.name}: {len(values)} {group} variables that do not fit the model's {len(variables)}"
-            )
+            raise ValueError(f"{path.name}: {count} {group} variables that do not fit the model's {len(variables)}")
         for variable, value in zip(variables, values, strict=True):
             variable.assign(value)
 
@@ -261,11 +259,8 @@ class RunBackup(keras.callbacks.Callback):
         self.steps_since_save = 0
         weights = self._new_file(epochs_done, batch, ".weights.h5")
         write_atomic(weights, lambda temporary: save_weights(self.model, temporary))
-        self._commit(
-            BackupState(
-                epochs_done, batch, weights, self.backup_dir / METADATA, state=self._rest(epochs_done, batch, False)
-            )
-        )
+        state = self._rest(epochs_done, batch, optimizer=False)  # the optimizer state is in the weights file
+        self._commit(BackupState(epochs_done, batch, weights, self.backup_dir / METADATA, state=state))
 
     def _link_checkpoint(self, epochs_done: int) -> None:
         self.steps_since_save = 0
@@ -299,9 +294,8 @@ class RunBackup(keras.callbacks.Callback):
             text = current.read_text()
             write_atomic(self.backup_dir / PREVIOUS, lambda temporary: temporary.write_text(text))
         write_atomic(current, lambda temporary: temporary.write_text(state.to_json()))  # the commit
-        kept = state.files() | {
-            name for previous in [_parse(self.backup_dir / PREVIOUS)] if previous for name in previous.files()
-        }
+        previous = _parse(self.backup_dir / PREVIOUS)
+        kept = state.files() | (previous.files() if previous else set())
         for path in self.backup_dir.glob("epoch*"):
             if path.name not in kept:
                 path.unlink(missing_ok=True)
