@@ -164,3 +164,12 @@ def test_a_hand_edited_model_section_is_one_line_in_every_mode(cifar_run, tmp_pa
             assert line.startswith("error: ") and "config.yaml" in line and "colour" in line, (mode, line)
         else:  # a key left out takes the schema's default
             assert result.returncode == 0, (mode, result.stderr[-2000:])
+
+
+def test_class_names_match_in_any_letter_case_and_only_in_order(tmp_path):
+    from trainer.runs import checkpoints
+
+    info = checkpoints.ModelInfo(("Cat", "Dog"), 32, 32, "standardize")  # the converter's names, from Cat/ and Dog/
+    checkpoints.check_data(tmp_path / "m.keras", info, ["cat", "dog"], 32, "predict.input")  # the config's names
+    with pytest.raises(DataError, match=r"trained on classes \['Cat', 'Dog'\] but predict.input has \['dog', 'cat'\]"):
+        checkpoints.check_data(tmp_path / "m.keras", info, ["dog", "cat"], 32, "predict.input")

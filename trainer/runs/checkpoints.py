@@ -191,12 +191,13 @@ def commit_best(folder: Path, done: int) -> None:
 
 
 def check_data(file: str | os.PathLike, info: ModelInfo, class_names: list[str], image_size: int, source: str) -> None:
-    """Checks that data prepared by `source` fits the model: same classes in the same order, same input size.
+    """Checks that data prepared by `source` fits the model: same classes in the same order (in any letter case:
+    the converter names them after folders such as `Cat/`, the config `cat`), same input size.
 
     Raises:
         DataError: one line naming both class lists, or both sizes.
     """
-    if list(info.class_names) != list(class_names):
+    if [name.casefold() for name in info.class_names] != [name.casefold() for name in class_names]:
         raise DataError(
             f"checkpoint={file} was trained on classes {list(info.class_names)} but {source} has {list(class_names)}"
         )
