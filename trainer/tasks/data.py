@@ -319,10 +319,9 @@ def load_data(
         )
 
     def train_from(start: int) -> tuple[tf.data.Dataset, Callable | None]:
-        if num_workers <= 1:
-            return train(sources["train"], batch_size, 0, start), None
         build = lambda source, batch, offset: train(source, batch, offset, start)  # noqa: E731
-        return train(sources["train"], batch_size, 0, start), _worker_input(splits, num_workers, batch_size, build)[0]
+        for_worker = _worker_input(splits, num_workers, batch_size, build)[0] if num_workers > 1 else None
+        return build(sources["train"], batch_size, 0), for_worker
 
     train_for_worker, train_steps = None, None
     if num_workers > 1:
