@@ -81,6 +81,33 @@ def test_binary_loader_plans_the_shares_of_the_train_split_only(tmp_path):
 
 
 @pytest.mark.integration
+def test_a_resumed_input_goes_on_where_the_stream_was_on_one_pipeline_and_on_each_worker(tmp_path):
+    """`train_from(N)` yields batch N onwards of the stream `train` yields, images and labels, for one pipeline
+    and for each worker's share (a resumed run continues its input instead of replaying it)."""
+    import numpy as np
+    import tensorflow as tf
+
+    folder = write_cifar(tmp_path / "cifar")
+    overrides = ["dataset=cifar", f"dataset.data_dir={folder}", "dataset.val_size=16", "debug=smoke"]
+    settings = to_settings(compose(overrides))
+
+    def batches(dataset, count):
+        return [(images.numpy(), labels.numpy()) for images, labels in dataset.take(count)]
+
+    single = load_data(settings.dataset, 8, 3)
+    workers = load_data(settings.dataset, 8, 3, num_workers=2)
+    pairs = [(single.train, single.train_from(11)[0])]
+    for index in range(2):
+        context = tf.distribute.InputContext(2, index, 1)
+        pairs.append((workers.train_for_worker(context), workers.train_from(11)[1](context)))
+    for whole, resumed in pairs:
+        expected, got = batches(whole, 14)[11:], batches(resumed, 3)
+        for (want_images, want_labels), (images, labels) in zip(expected, got, strict=True):
+            np.testing.assert_array_equal(images, want_images)
+            np.testing.assert_array_equal(labels, want_labels)
+
+
+@pytest.mark.integration
 def test_each_input_pipeline_seeds_its_own_shuffles_and_crops(tmp_path, monkeypatch):
     """Workers draw different crops at the same step: pipeline i's seed is the run's seed + i * stride."""
     import tensorflow as tf
