@@ -364,7 +364,8 @@ def test_converter_command_line_errors_are_one_line(tmp_path, capsys):
 def test_help_describes_the_modes_the_groups_and_the_keys(tmp_path):
     result = run_cli(["--help"], cwd=tmp_path)
     assert result.returncode == 0
-    expected = ("Modes (mode=...)", "export     a SavedModel", "most used keys", "dataset: cats_dogs, cifar, digits")
+    groups = "dataset: cats_dogs, cifar, custom, digits, folder"
+    expected = ("Modes (mode=...)", "export     a SavedModel", "most used keys", groups)
     for text in expected:
         assert text in result.stdout, text
     assert not (tmp_path / "outputs").exists(), "--help makes no run folder"
@@ -381,13 +382,13 @@ def test_predict_names_a_bad_image_record_after_record_0_in_its_row(tmp_path):
     from trainer.config.store import to_settings
     from trainer.data import predict_inputs
     from trainer.data.preprocess import Preprocess
-    from trainer.tasks.data import record_spec
+    from trainer.tasks.data import build_part
 
     dataset = to_settings(compose(_pets(tmp_path, []))).dataset
     _bad_image_records(tmp_path / "a.tfrecords", None, b"")  # 8 good records
     _bad_image_records(tmp_path / "b.tfrecords", 7, bytes(100))
     chunks = predict_inputs.tfrecord_chunks(
-        [tmp_path / "a.tfrecords", tmp_path / "b.tfrecords"], record_spec(dataset), Preprocess(32), 2, 4
+        [tmp_path / "a.tfrecords", tmp_path / "b.tfrecords"], build_part(dataset).spec([])[0], Preprocess(32), 2, 4
     )
     items = [item for chunk_items, _ in chunks for item in chunk_items]
     assert [item.error for item in items[:15]] == [None] * 15

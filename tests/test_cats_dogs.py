@@ -15,7 +15,8 @@ from PIL import Image
 from conftest import ROOT, SUBPROCESS_ENV, TINY_MODEL, check_run_metrics, compose, tfrecord_parts
 from trainer.data import pipeline, record_rows, tfrecords
 from trainer.data.convert import ConvertOptions, convert, main
-from trainer.data.images import ImageError, load_rgb
+from trainer.data.decode import decode_image
+from trainer.data.images import reason_for
 from trainer.data.preprocess import Preprocess
 from trainer.errors import DataError
 from trainer.tasks import run_task
@@ -115,13 +116,17 @@ def test_bad_files_are_skipped_and_reported_and_odd_ones_handled(tmp_path):
     assert json.loads((tmp_path / "out" / "manifest.json").read_text()) == manifest
 
 
+def _decoded(path: Path, size: int) -> np.ndarray:
+    return decode_image(tf.constant(path.read_bytes()), size).numpy()
+
+
 @pytest.mark.unit
 def test_pixel_modes_and_exif_orientation(tmp_path):
     sixteen = tmp_path / "sixteen.png"
     Image.fromarray(np.full((4, 4), 65535, np.uint16)).save(sixteen)
-    assert load_rgb(sixteen, 4).min() == 255, "16-bit white stays white, scaled not clipped"
+    assert _decoded(sixteen, 4).min() == 255, "16-bit white stays white, scaled not clipped"
     Image.fromarray(np.full((4, 4), 32896, np.uint16)).save(sixteen)
-    assert abs(int(load_rgb(sixteen, 4)[0, 0, 0]) - 128) <= 1
+    assert abs(int(_decoded(sixteen, 4)[0, 0, 0]) - 128) <= 1
     # A 20x10 image (left half red, right half blue) stored with EXIF "rotate 90 CW" (orientation 6).
     pixels = np.zeros((10, 20, 3), np.uint8)
     pixels[:, :10, 0] = 255
@@ -131,12 +136,11 @@ def test_pixel_modes_and_exif_orientation(tmp_path):
     Image.fromarray(pixels).save(tmp_path / "rotated.jpg", exif=exif, quality=100, subsampling=0)
     with Image.open(tmp_path / "rotated.jpg") as image:
         assert image.size == (20, 10)
-    upright = load_rgb(tmp_path / "rotated.jpg", 8)
+    upright = _decoded(tmp_path / "rotated.jpg", 8)
     assert upright[0, 4, 0] > 200 and upright[0, 4, 2] < 50, "red on top after rotation"
     assert upright[7, 4, 2] > 200 and upright[7, 4, 0] < 50, "blue below"
-    with pytest.raises(ImageError, match="empty file"):
-        (tmp_path / "zero.jpg").write_bytes(b"")
-        load_rgb(tmp_path / "zero.jpg", 8)
+    (tmp_path / "zero.jpg").write_bytes(b"")
+    assert reason_for(str(tmp_path / "zero.jpg"), 8, "resize") == "empty file"
 
 
 @pytest.mark.integration

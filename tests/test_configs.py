@@ -17,7 +17,11 @@ GROUP_OPTIONS = [
     for group in ("dataset", "model", "optimizer", "strategy", "experiment", "debug", "callbacks", "logger")
     for path in sorted((CONF / group).glob("*.yaml"))
 ]
-REQUIRED = {"model=custom": ["model._target_=trainer.models.vgg19.build_vgg19"]}  # keys without a default
+REQUIRED = {  # keys without a default
+    "model=custom": ["model._target_=trainer.models.vgg19.build_vgg19"],
+    "dataset=custom": ["dataset._target_=trainer.data.folder.ImageFolder"],
+    "dataset=folder": ["dataset.data_dir=photos"],
+}
 
 
 @pytest.mark.parametrize("group, option", GROUP_OPTIONS, ids=[f"{g}={o}" for g, o in GROUP_OPTIONS])

@@ -1,8 +1,15 @@
-"""`python -m trainer.convert INPUT_DIR OUTPUT_DIR [options]`: the converter's command (`trainer.data.convert`)."""
+"""`python -m trainer.convert INPUT_DIR OUTPUT_DIR [options]`: the converter's command (`trainer.data.convert`).
+
+TensorFlow (the one decode) is imported quietly first, unless `--tf-logs` asks for its start-up lines.
+"""
 
 import sys
 
-from trainer.data.convert import main
+from trainer import quiet
 
 if __name__ == "__main__":
+    quiet.configure("--tf-logs" in sys.argv[1:])
+    quiet.import_tensorflow()
+    from trainer.data.convert import main
+
     sys.exit(main())

@@ -25,6 +25,7 @@ def choice(name: str, *values: str) -> type[Choice]:
 
 ValSource = choice("ValSource", "train", "test")
 TFRecordFormat = choice("TFRecordFormat", "raw", "jpeg")
+ResizeMode = choice("ResizeMode", "resize", "crop", "pad")  # trainer.data.decode.RESIZE_MODES
 ScheduleName = choice("ScheduleName", "constant", "step", "cosine")
 Precision = choice("Precision", "float32", "mixed_float16", "mixed_bfloat16")
 Direction = choice("Direction", "max", "min")

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, ClassVar
 
 from omegaconf import MISSING
 
-from trainer.config.fields import ScheduleName, TFRecordFormat, ValSource, file_list, require
+from trainer.config.fields import ResizeMode, ScheduleName, TFRecordFormat, ValSource, file_list, require
 from trainer.data.augmentation import Augmentation
 
 log = logging.getLogger(__name__)
@@ -27,14 +28,17 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class DatasetConfig:
-    """What every dataset option shares; `BinaryDatasetConfig` and `TFRecordDatasetConfig` add their layout."""
+    """What every dataset option shares: the part `_target_` names (`trainer.data.parts`) and the pipeline's keys.
 
-    name: str = MISSING  # the option's name (digits, cifar, cats_dogs): the log, the curves' title, checkpoints
-    data_dir: str = MISSING  # folder holding the files (relative paths resolve against the launch folder)
-    train_files: Any = MISSING  # a file name, glob or list of them
-    test_files: Any = MISSING  # likewise, for the test split
-    num_classes: int = MISSING  # classes the labels index
-    class_names: list[str] = MISSING  # in label order
+    Every key but the pipeline's (`PIPELINE`) goes to the part, with `image_size` as the side stored images are
+    resized to (`resize_to`)."""
+
+    PIPELINE: ClassVar[tuple[str, ...]] = ("_target_", "shuffle_buffer", "cache", "standardize", "augment")
+    OPEN: ClassVar[str | None] = None  # dataset=custom: the field collecting the part's own keys
+
+    _target_: str = MISSING  # the dataset part: a class (or function) taking this section's keys
+    name: str = MISSING  # the option's name (digits, cifar, cats_dogs, folder): the log, the curves' title
+    data_dir: str = MISSING  # folder holding the data (relative paths resolve against the launch folder)
     image_size: int = 0  # model input side: stored images are resized to it (binary: 0 = the stored size)
     shuffle_buffer: int = 1000  # records held for shuffling; >= the training set size gives a full shuffle
     cache: bool = False  # keep the decoded images in memory after the first epoch (small datasets)
@@ -42,17 +46,8 @@ class DatasetConfig:
     augment: Augmentation = field(default_factory=Augmentation)  # training augmentation: the host's and the model's
 
     def __post_init__(self) -> None:
-        require(self.num_classes >= 2, "dataset.num_classes", ">= 2", self.num_classes)
-        require(
-            len(self.class_names) == self.num_classes,
-            "dataset.class_names",
-            f"a list of num_classes={self.num_classes} names",
-            list(self.class_names),
-        )
         require(self.image_size >= 0, "dataset.image_size", ">= 0", self.image_size)
         require(self.shuffle_buffer >= 1, "dataset.shuffle_buffer", ">= 1", self.shuffle_buffer)
-        self.train_files = file_list(self.train_files, "dataset.train_files")
-        self.test_files = file_list(self.test_files, "dataset.test_files")
 
     @property
     def resize_to(self) -> int:
@@ -64,10 +59,40 @@ class DatasetConfig:
         """Side of the square images the model sees: the crop if any, else the resized size."""
         return self.augment.output_size(self.resize_to)
 
+    def part_options(self) -> dict[str, Any]:
+        """The keys the part takes: all but the pipeline's, enum choices as plain strings, `image_size` resized."""
+        options = {key: value for key, value in vars(self).items() if key not in self.PIPELINE and key != self.OPEN}
+        options = {key: str(value) if isinstance(value, Enum) else value for key, value in options.items()}
+        return {**options, **(getattr(self, self.OPEN) if self.OPEN else {}), "image_size": self.resize_to}
+
 
 @dataclass
-class BinaryDatasetConfig(DatasetConfig):
+class LabeledFilesConfig(DatasetConfig):
+    """Record files whose labels index a fixed list of classes: `BinaryDatasetConfig`, `TFRecordDatasetConfig`."""
+
+    train_files: Any = MISSING  # a file name, glob or list of them
+    test_files: Any = MISSING  # likewise, for the test split
+    num_classes: int = MISSING  # classes the labels index
+    class_names: list[str] = MISSING  # in label order
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.num_classes >= 2, "dataset.num_classes", ">= 2", self.num_classes)
+        require(
+            len(self.class_names) == self.num_classes,
+            "dataset.class_names",
+            f"a list of num_classes={self.num_classes} names",
+            list(self.class_names),
+        )
+        self.train_files = file_list(self.train_files, "dataset.train_files")
+        self.test_files = file_list(self.test_files, "dataset.test_files")
+
+
+@dataclass
+class BinaryDatasetConfig(LabeledFilesConfig):
     """Fixed-length binary records: label bytes, then the pixels channel-first (CIFAR, the bundled digits)."""
+
+    _target_: str = "trainer.data.binary_files.BinaryFiles"  # the dataset part
 
     search_subdirs: list[str] = field(default_factory=list)  # also look in these folders below data_dir
     height: int = MISSING  # stored image height
@@ -109,13 +134,17 @@ class BinaryDatasetConfig(DatasetConfig):
 
 
 @dataclass
-class TFRecordDatasetConfig(DatasetConfig):
+class TFRecordDatasetConfig(LabeledFilesConfig):
     """TFRecord shards: the converter's output or the classic Cats-vs-Dogs files."""
+
+    _target_: str = "trainer.data.tfrecord_files.TFRecordFiles"  # the dataset part
 
     data_dir: str = "."  # the converter's OUTPUT_DIR; the globs below usually start with it
     val_files: Any = MISSING  # a glob or a list of globs, for the validation split
-    format: TFRecordFormat = TFRecordFormat.raw  # raw (label + img_raw pixels) | jpeg (image/encoded ...)
-    stored_size: int = 224  # raw: side of the stored images
+    format: TFRecordFormat | None = None  # raw (label + img_raw pixels) | jpeg (image/encoded ...); null: the
+    # converter's manifest.json, else raw
+    stored_size: int | None = None  # raw: side of the stored images; null: the manifest's, else 224
+    resize_mode: ResizeMode | None = None  # how the converter made images square; null: the manifest's, else resize
     image_key: str | None = None  # feature keys; null: the format's defaults
     label_key: str | None = None  # feature key of the integer label
     filename_key: str | None = None  # feature key of the stored file name (unlabeled records, predictions)
@@ -132,10 +161,51 @@ class TFRecordDatasetConfig(DatasetConfig):
             "auto, none, gzip or zlib",
             self.compression,
         )
-        for key in ("stored_size", "image_size"):
-            require(getattr(self, key) >= 1, f"dataset.{key}", ">= 1", getattr(self, key))
+        require(self.image_size >= 1, "dataset.image_size", ">= 1", self.image_size)
+        if self.stored_size is not None:
+            require(self.stored_size >= 1, "dataset.stored_size", ">= 1", self.stored_size)
         self.val_files = file_list(self.val_files, "dataset.val_files")
         self.augment.check_fits(self.resize_to)
+
+
+@dataclass
+class FolderDatasetConfig(DatasetConfig):
+    """`dataset=folder`: class sub-folders of image files (`trainer.data.folder.ImageFolder`)."""
+
+    _target_: str = "trainer.data.folder.ImageFolder"  # the dataset part
+    name: str = "folder"  # the option's name
+    class_names: list[str] | None = None  # in label order; null: the class folders' names, sorted
+    val_fraction: float = 0.0  # share of each class held out for val (one <class>/ tree, or train/ without val/)
+    test_fraction: float = 0.0  # share of each class held out for test (one <class>/ tree)
+    split_seed: int = 0  # fixes the split: the same files in each split for every run and seed
+    resize_mode: ResizeMode = ResizeMode.resize  # resize (squash) | crop (centre square) | pad (onto black)
+    image_size: int = 224  # model input side: images are decoded and resized to it
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.image_size >= 1, "dataset.image_size", ">= 1", self.image_size)
+        for key in ("val_fraction", "test_fraction"):
+            require(0 <= getattr(self, key) < 1, f"dataset.{key}", "in [0, 1)", getattr(self, key))
+        require(
+            self.val_fraction + self.test_fraction < 1,
+            "dataset.val_fraction + dataset.test_fraction",
+            "below 1",
+            self.val_fraction + self.test_fraction,
+        )
+        if self.class_names is not None:
+            require(len(self.class_names) >= 2, "dataset.class_names", "two names or more, or null", self.class_names)
+        self.augment.check_fits(self.resize_to)
+
+
+@dataclass
+class CustomDatasetConfig(DatasetConfig):
+    """`dataset=custom`: your own part (`dataset._target_=my_package.MySource`); its own keys go to `options`."""
+
+    OPEN: ClassVar[str | None] = "options"
+
+    name: str = "custom"  # the option's name
+    data_dir: str = "."  # handed to the part like every key
+    options: dict[str, Any] = field(default_factory=dict)  # the part's own keys (dataset.root=/data ...)
 
 
 # --- model= ---------------------------------------------------------------------------------------------------

@@ -57,12 +57,16 @@ def _schema_name(schema_class: type) -> str | None:
 
 def _typed_group(group: str, node: DictConfig, source: Path) -> DictConfig:
     """`node` under its group's schema: the one whose `name` it has, else the first that accepts every key
-    (unknown keys are errors; a model with its own builder keys fits `custom`'s open schema)."""
+    (unknown keys are errors; a model or dataset part with its own keys and `_target_` fits `custom`'s open
+    schema)."""
     schemas = list(SCHEMAS[group].values())
     named = [candidate for candidate in schemas if _schema_name(candidate) == node.get("name")]
     errors = []
     for candidate in named or schemas:
-        base = open_node(candidate) if getattr(candidate, "OPEN", None) else OmegaConf.structured(candidate)
+        is_open = bool(getattr(candidate, "OPEN", None))
+        if is_open and "_target_" not in node:
+            continue  # an open schema takes any key: only a section that names its own part is one of its own
+        base = open_node(candidate) if is_open else OmegaConf.structured(candidate)
         try:
             return OmegaConf.merge(base, node)
         except Exception as error:  # OmegaConf's validation errors have no common public base

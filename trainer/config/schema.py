@@ -223,7 +223,7 @@ class PredictConfig:
     input: str | None = None  # a folder of images, a glob of images, .bin or TFRecord files
     format: str = "auto"  # auto (by file name) | images | records (.bin) | tfrecord
     output: str | None = None  # the CSV; default: predictions.csv in the run folder
-    workers: int = 0  # threads decoding image files; 0: one per core
+    workers: int = 0  # image files decoded at once (tf.data); 0: one per core
     tta: str = "none"  # none | flip: the mean of the probabilities of each image and its mirror image
 
     def __post_init__(self) -> None:

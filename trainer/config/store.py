@@ -21,7 +21,12 @@ from trainer.errors import ConfigError
 
 SCHEMA_GROUP = "hydra/schema"
 SCHEMAS: dict[str, dict[str, type]] = {
-    "dataset": {"binary_schema": groups.BinaryDatasetConfig, "tfrecord_schema": groups.TFRecordDatasetConfig},
+    "dataset": {
+        "binary_schema": groups.BinaryDatasetConfig,
+        "tfrecord_schema": groups.TFRecordDatasetConfig,
+        "folder_schema": groups.FolderDatasetConfig,
+        "custom_schema": groups.CustomDatasetConfig,
+    },
     "model": {
         "vgg19_schema": groups.VGG19Config,
         "vgg19_imagenet_schema": groups.VGG19ImageNetConfig,
@@ -60,7 +65,7 @@ def register() -> None:
 def _collect_open_keys(cfg: DictConfig) -> dict[str, dict[str, Any]]:
     """{section: {key: value}} of the keys an open section holds beyond its schema's fields, resolved."""
     found = {}
-    for section in ("model", "callbacks"):
+    for section in ("model", "callbacks", "dataset"):
         node = cfg.get(section)
         kind = OmegaConf.get_type(node) if isinstance(node, DictConfig) else None
         if kind is None or not getattr(kind, "OPEN", None):

@@ -5,8 +5,9 @@
 INPUT_DIR holds one subfolder per class (Cat/, Dog/), or image files only (an
 unlabeled test set whose file names are kept in the records). Examples are
 split per class and shuffled with the seed; each shard's examples are fixed before
-any is decoded, and each worker process decodes and writes whole shards, so the
-bytes are the same whatever `--workers` is. Unreadable files (corrupt, empty,
+any is decoded, and the images are decoded by the one decode that training, prediction
+and serving use (`trainer.data.decode`), `--workers` at once in an order-keeping
+`tf.data` map, so the bytes are the same whatever `--workers` is. Unreadable files (corrupt, empty,
 Thumbs.db, decompression bombs, ...), stray top-level files, broken symlinks and
 FIFOs are skipped and listed with the reason in the log and in OUTPUT_DIR/manifest.json,
 which the reader (`dataset=cats_dogs`) uses.
@@ -19,10 +20,8 @@ only the converter's own files is cleared first, and one holding anything else i
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
-import multiprocessing
 import os
 import random
 import re
@@ -32,11 +31,14 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+import tensorflow as tf
 from tqdm import tqdm
 
 from trainer import quiet
 from trainer.data import record_writer
-from trainer.data.images import RESIZE_MODES, encode_file, special_file_reason
+from trainer.data.decode import DECODE, RESIZE_MODES
+from trainer.data.images import decode_files, special_file_reason
 from trainer.errors import UserError
 
 log = logging.getLogger("trainer.convert")
@@ -54,7 +56,7 @@ class ConvertOptions:
     val_fraction: float = 0.0
     test_fraction: float = 0.0
     records_per_shard: int = 1000
-    workers: int = 0  # 0: one per core
+    workers: int = 0  # images decoded at once; 0: one per core
     seed: int = 0
     jpeg_quality: int = 95
     classes: tuple[str, ...] = ()  # default: the sorted subfolder names
@@ -142,7 +144,7 @@ def _shard_name(split: str, index: int) -> str:
 
 @dataclass(frozen=True)
 class ShardTask:
-    """One shard for one worker: its examples are fixed before any image is decoded."""
+    """One shard: its examples are fixed before any image is decoded."""
 
     path: str  # in the staging folder
     files: tuple[str, ...]
@@ -152,28 +154,35 @@ class ShardTask:
 
 
 def write_shard(task: ShardTask, options: ConvertOptions) -> tuple[Counter, list[dict]]:
-    """Decodes the shard's images and writes its records (a worker process; no TensorFlow here).
+    """Decodes the shard's images (`trainer.data.images.decode_files`: the one decode, in tf.data, `workers` at
+    once) and writes its records in order.
 
     Returns:
         (records per label, skipped files with their reasons).
     """
     keys = record_writer.DEFAULT_KEYS[options.format]
     counts, skipped = Counter(), []
+    size = options.image_size
     with record_writer.RecordFile(task.path, options.compression) as shard:
-        for file, label, name, shown in zip(task.files, task.labels, task.names, task.shown, strict=True):
-            data, error = encode_file(file, options.image_size, options.resize, options.format, options.jpeg_quality)
-            if error is not None:
-                skipped.append({"file": shown, "reason": error})
-                continue
-            size = options.image_size
-            features = record_writer.example_features(options.format, keys, data, label, name, size, size)
-            shard.write(record_writer.encode_example(features))
-            counts[label] += 1
+        for run in decode_files(list(task.files), size, options.resize, parallel=options.workers):
+            pixels = iter(run.images if run.images is not None else [])
+            for index, error in enumerate(run.errors, start=run.start):
+                if error is not None:
+                    skipped.append({"file": task.shown[index], "reason": error})
+                    continue
+                data = _encoded(next(pixels), options)
+                label, name = task.labels[index], task.names[index]
+                features = record_writer.example_features(options.format, keys, data, label, name, size, size)
+                shard.write(record_writer.encode_example(features))
+                counts[label] += 1
     return counts, skipped
 
 
-def _write_shard(args: tuple[ShardTask, ConvertOptions]) -> tuple[Counter, list[dict]]:
-    return write_shard(*args)
+def _encoded(pixels: np.ndarray, options: ConvertOptions) -> bytes:
+    """The stored image: raw RGB bytes, or a JPEG (read back by the same decode as every other path)."""
+    if options.format == "raw":
+        return pixels.tobytes()
+    return tf.io.encode_jpeg(pixels, quality=options.jpeg_quality).numpy()
 
 
 def prepare_output(input_dir: Path, output_dir: Path) -> None:
@@ -245,9 +254,9 @@ def convert(input_dir: Path, output_dir: Path, options: ConvertOptions) -> dict:
     staging = output_dir / STAGING
     splits = assign_splits(items, class_names is not None, options)
     tasks = _tasks(splits, input_dir, options, staging)
-    workers = min(options.workers or os.cpu_count() or 1, len(tasks))
+    workers = options.workers or os.cpu_count() or 1
     log.info(
-        "Converting %d files from %s into %d shard(s) with %d worker(s): %s",
+        "Converting %d files from %s into %d shard(s), decoding %d at once: %s",
         len(items),
         input_dir,
         len(tasks),
@@ -259,6 +268,7 @@ def convert(input_dir: Path, output_dir: Path, options: ConvertOptions) -> dict:
         "format": options.format,
         "image_size": options.image_size,
         "resize": options.resize,
+        "decode": DECODE,  # how every image was decoded and resized (trainer.data.decode); readers check it
         "compression": options.compression,
         "class_names": class_names,
         "labeled": class_names is not None,
@@ -267,18 +277,11 @@ def convert(input_dir: Path, output_dir: Path, options: ConvertOptions) -> dict:
         "splits": {},
         "skipped": skipped,
     }
-    # Each worker decodes and writes whole shards: no single writer, nothing handed back but counts.
-    context = multiprocessing.get_context("spawn")
-    arguments = [(task, options) for _, task in tasks]
-    with (
-        context.Pool(workers) if workers > 1 else contextlib.nullcontext() as pool,
-        tqdm(total=len(items), unit="img", desc="convert", disable=None) as progress,
-    ):
-        results = pool.imap(_write_shard, arguments) if pool else map(_write_shard, arguments)
+    with tqdm(total=len(items), unit="img", desc="convert", disable=None) as progress:
         outcomes = []
-        for (_, task), outcome in zip(tasks, results, strict=True):
+        for _, task in tasks:
+            outcomes.append(write_shard(task, options))
             progress.update(len(task.files))
-            outcomes.append(outcome)
     for split in splits:
         files, counts, file_counts = [], Counter(), []
         for (task_split, task), (shard_counts, shard_skipped) in zip(tasks, outcomes, strict=True):
@@ -362,7 +365,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--test-fraction", type=_fraction, default=0.0, help="share of each class for test")
     parser.add_argument("--records-per-shard", type=_positive, default=1000, help="records in each shard file")
     parser.add_argument(
-        "--workers", type=int, default=0, help="processes decoding and writing whole shards; 0 means one per core"
+        "--workers", type=int, default=0, help="images decoded at once (tf.data); 0 means one per core"
     )
     parser.add_argument(
         "--compression",

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import tensorflow as tf
 
 from trainer.data.binary import BinaryLayout
+from trainer.data.decode import decode_image
 from trainer.data.tfrecords import RecordSpec
 
 Decoder = Callable[[tf.Tensor], tuple[tf.Tensor, tf.Tensor]]  # a batch of records -> (uint8 images, int32 labels)
@@ -46,20 +47,10 @@ class BinaryDecoder:
         return tf.transpose(planes, [0, 2, 3, 1]), check_labels(labels, self.num_classes)
 
 
-def _decode_jpeg(data: tf.Tensor, size: int) -> tf.Tensor:
-    """One JPEG to uint8 size x size x 3 (resized only if stored at another size)."""
-    image = tf.io.decode_jpeg(data, channels=3)
-    same = tf.reduce_all(tf.equal(tf.shape(image)[:2], size))
-    image = tf.cond(
-        same, lambda: image, lambda: tf.cast(tf.image.resize(image, [size, size], antialias=True) + 0.5, tf.uint8)
-    )
-    return tf.ensure_shape(image, [size, size, 3])
-
-
 @dataclass(frozen=True)
 class TFRecordDecoder:
     """`tf.train.Example` records of `spec`: parsed a batch at a time; raw pixels decoded as one tensor,
-    JPEGs one by one inside the batch."""
+    encoded images (JPEG, PNG ...) one by one inside the batch, by the one decode (`trainer.data.decode`)."""
 
     spec: RecordSpec
     num_classes: int | None = None  # None: unlabeled records (label -1), as predict reads test sets
@@ -87,7 +78,7 @@ class TFRecordDecoder:
             images = tf.reshape(tf.io.decode_raw(encoded, tf.uint8), [-1, spec.stored_size, spec.stored_size, 3])
         else:
             images = tf.map_fn(
-                lambda data: _decode_jpeg(data, spec.stored_size),
+                lambda data: decode_image(data, spec.stored_size),  # the one decode: see trainer.data.decode
                 encoded,
                 fn_output_signature=tf.TensorSpec([spec.stored_size, spec.stored_size, 3], tf.uint8),
             )

@@ -1,96 +1,34 @@
-"""Read any image file Pillow understands as a square RGB uint8 array, or say why it cannot.
+"""Image files to pixels in `tf.data`, in input order, with the reason for each file that gives none.
 
-Handles what real photo folders contain (the PetImages set among them):
-EXIF rotation, grayscale, palette, alpha, CMYK and 16-bit images, PNGs named
-`.jpg`, and truncated, empty or non-image files, which raise `ImageError`
-with the reason instead of stopping a whole job.
+    python run.py mode=predict checkpoint=RUN predict.input=photos/      # predict on files
+    python run.py dataset=folder dataset.data_dir=photos/                # the start-up check of a folder
+    python -m trainer.convert PetImages/ records/                        # the converter
 
-    python -m trainer.convert PetImages/ records/      # uses this for every file
+Real photo folders (the PetImages set among them) hold EXIF-rotated, grayscale, palette,
+transparent and CMYK images, PNGs named `.jpg`, and truncated, empty or non-image files,
+`Thumbs.db`, broken symlinks and FIFOs. Every file is decoded by `trainer.data.decode`
+inside a parallel, order-keeping `tf.data` map; one that fails is dropped there and,
+afterwards, decoded once more eagerly for its reason (Python runs only for those). A
+special file (FIFO, socket, broken link) is named by a `stat`, never opened: a FIFO would
+block the read.
 """
 
 from __future__ import annotations
 
 import errno
-import io
 import os
 import stat
-import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, ImageOps, UnidentifiedImageError
+import tensorflow as tf
 
-RESIZE_MODES = ("resize", "crop", "pad")  # plain resize | centre crop to square | pad to square
+from trainer.data.decode import MAX_PIXELS, decode_image
+from trainer.errors import op_error_reason
 
-
-class ImageError(Exception):
-    """A file that is not a usable image; the message is the reason."""
-
-
-def _to_rgb(image: Image.Image) -> Image.Image:
-    if image.mode in ("I;16", "I;16B", "I;16L", "I"):  # 16/32-bit grayscale: scale, do not clip
-        values = np.asarray(image, dtype=np.float64)
-        peak = 65535.0 if image.mode.startswith("I;16") or values.max() > 255 else 255.0
-        image = Image.fromarray(np.clip(values / peak * 255.0 + 0.5, 0, 255).astype(np.uint8), "L")
-    if image.mode == "P" and "transparency" in image.info:
-        image = image.convert("RGBA")
-    if image.mode in ("RGBA", "LA", "PA"):  # flatten transparency onto white
-        rgba = image.convert("RGBA")
-        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
-        image = Image.alpha_composite(background, rgba)
-    return image.convert("RGB")
-
-
-def _square(image: Image.Image, mode: str) -> Image.Image:
-    if mode == "crop":
-        return ImageOps.fit(image, (min(image.size),) * 2, method=Image.Resampling.BICUBIC)
-    if mode == "pad":
-        side = max(image.size)
-        canvas = Image.new("RGB", (side, side))
-        canvas.paste(image, ((side - image.width) // 2, (side - image.height) // 2))
-        return canvas
-    return image
-
-
-def load_rgb(path: str | os.PathLike, size: int, mode: str = "resize") -> np.ndarray:
-    """Decodes `path`, applies EXIF orientation, converts to RGB and resizes (antialiased) to size x size.
-
-    Args:
-        path: An image file; its content decides the format, not its suffix.
-        size: Side of the square output.
-        mode: "resize" (ignore aspect ratio), "crop" (centre crop to a square first) or "pad".
-
-    Returns:
-        A uint8 array of shape (size, size, 3).
-
-    Raises:
-        ImageError: the file is empty, not an image, or corrupt or truncated.
-    """
-    if mode not in RESIZE_MODES:
-        raise ValueError(f"mode must be one of {RESIZE_MODES}. Received: mode={mode}")
-    special = special_file_reason(Path(path))
-    if special is not None:
-        raise ImageError(special)  # never opened: a FIFO would block the read
-    try:
-        size_on_disk = os.path.getsize(path)
-    except OSError as error:
-        raise ImageError(f"cannot read it ({error.strerror})") from None
-    if size_on_disk == 0:
-        raise ImageError("empty file")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(path) as image:
-                image.load()  # decode now: truncated data fails here, not later
-                image = ImageOps.exif_transpose(image)
-                image = _square(_to_rgb(image), mode)
-                return np.asarray(image.resize((size, size), Image.Resampling.BICUBIC), dtype=np.uint8)
-    except UnidentifiedImageError:
-        raise ImageError("not an image Pillow can read") from None
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
-        raise ImageError(f"decompression bomb: {error}") from None
-    except (OSError, SyntaxError, ValueError) as error:
-        raise ImageError(f"corrupt or truncated image ({error})") from None
+AUTOTUNE = tf.data.AUTOTUNE
 
 
 def special_file_reason(path: Path) -> str | None:
@@ -112,19 +50,108 @@ def list_images(folder: str | os.PathLike) -> list[Path]:
 
     Files are not filtered by name: a PNG named .jpg or a JPEG without a suffix
     still counts, and Thumbs.db or any other non-image, a broken symlink or a FIFO
-    is reported by `load_rgb` with its reason rather than silently ignored.
+    gets its reason from `decode_files` rather than being silently ignored.
     """
     return sorted(path for path in Path(folder).rglob("*") if not path.is_dir())
 
 
-def encode_file(path: str, size: int, mode: str, format: str, quality: int = 95) -> tuple[bytes | None, str | None]:
-    """(image bytes, None) or (None, reason): raw RGB pixels or a JPEG, for the converter's worker processes."""
+def decode_reason(error: tf.errors.OpError) -> str:
+    """One line for a file `decode_image` refused: our assertion's text, else TensorFlow's reason."""
+    message = getattr(error, "message", None) or str(error)
+    if "Summarized data: b'" in message:
+        return message.split("Summarized data: b'", 1)[1].split("'", 1)[0]
+    return f"corrupt or truncated image ({op_error_reason(error)})"
+
+
+def reason_for(path: str, size: int, mode: str, max_pixels: int = MAX_PIXELS) -> str | None:
+    """Why one file gives no image (decoded eagerly as the pipeline does), or None when it does."""
+    special = special_file_reason(Path(path)) if "://" not in path else None
+    if special is not None:
+        return special
     try:
-        pixels = load_rgb(path, size, mode)
-    except ImageError as error:
-        return None, str(error)
-    if format == "raw":
-        return pixels.tobytes(), None
-    buffer = io.BytesIO()
-    Image.fromarray(pixels).save(buffer, format="JPEG", quality=quality)
-    return buffer.getvalue(), None
+        data = tf.io.read_file(_path_bytes(path))
+        if int(tf.strings.length(data)) == 0:
+            return "empty file"
+        decode_image(data, size, mode, max_pixels)
+    except tf.errors.OpError as error:
+        return decode_reason(error)
+    return None
+
+
+def _path_bytes(path: str) -> bytes:
+    """A path as TensorFlow takes it: its bytes as the OS gives them (a name that is not UTF-8 stays as it is)."""
+    return os.fsencode(path)
+
+
+@dataclass
+class Decoded:
+    """Consecutive input files [start, start + len(errors)): the images of those without an error, in order."""
+
+    start: int
+    errors: list[str | None]  # per file: None (its image is in `images`) or why it gives none
+    images: np.ndarray | None  # uint8 [files without an error, size, size, 3]
+
+
+def decode_files(
+    paths: list[str],
+    size: int,
+    mode: str = "resize",
+    batch_size: int = 64,
+    max_pixels: int = MAX_PIXELS,
+    parallel: int = 0,
+) -> Iterator[Decoded]:
+    """Every file of `paths` decoded to uint8 [size, size, 3] (`trainer.data.decode.decode_image`), in order.
+
+    Args:
+        paths: Local or `tf.io.gfile` paths.
+        size: Side of the square images.
+        mode: `resize`, `crop` or `pad`.
+        batch_size: Images decoded before they are handed back.
+        max_pixels: A larger image is refused before it is decoded.
+        parallel: Files decoded at once; 0: one per core.
+
+    Yields:
+        `Decoded` runs that cover every input once, in order; a file that gives no image has its reason.
+    """
+    special = {
+        index: reason
+        for index, path in enumerate(paths)
+        if "://" not in path and (reason := special_file_reason(Path(path))) is not None
+    }
+    readable = [index for index in range(len(paths)) if index not in special]
+    if not readable:
+        if paths:
+            yield Decoded(0, [special[index] for index in range(len(paths))], None)
+        return
+    files = tf.data.Dataset.from_tensor_slices(
+        (tf.constant(readable, tf.int64), tf.constant([_path_bytes(paths[index]) for index in readable]))
+    )
+    images = files.map(
+        lambda index, path: (index, decode_image(tf.io.read_file(path), size, mode, max_pixels)),
+        num_parallel_calls=parallel or AUTOTUNE,
+        deterministic=True,
+    )
+    options = tf.data.Options()
+    options.deterministic = True
+    options.autotune.enabled = False  # as in trainer.data.pipeline: no model thread to wait for at the end
+    batches = images.ignore_errors().batch(batch_size).prefetch(1).with_options(options)
+
+    def run(start: int, end: int, decoded: np.ndarray, pixels: np.ndarray | None) -> Decoded:
+        kept = set(decoded.tolist())
+        errors = [
+            None if index in kept else special.get(index) or reason_for(paths[index], size, mode, max_pixels)
+            for index in range(start, end)
+        ]
+        for index, error in enumerate(errors):  # decoded in the pipeline, refused eagerly: never dropped silently
+            if error is None and start + index not in kept:
+                errors[index] = "could not be decoded in the input pipeline"
+        return Decoded(start, errors, pixels if pixels is not None and len(pixels) else None)
+
+    start = 0
+    for indices, pixels in batches:
+        indices = indices.numpy()
+        end = int(indices[-1]) + 1
+        yield run(start, end, indices, pixels.numpy())
+        start = end
+    if start < len(paths):
+        yield run(start, len(paths), np.zeros([0], np.int64), None)

@@ -13,16 +13,14 @@ import glob
 import logging
 import os
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import tensorflow as tf
 
 from trainer.data import binary, pipeline, record_rows, tfrecords
 from trainer.data.decoders import BinaryDecoder, TFRecordDecoder
-from trainer.data.images import ImageError, list_images, load_rgb
+from trainer.data.images import decode_files, list_images
 from trainer.data.preprocess import Preprocess, prepare_images
 from trainer.data.shares import Records
 from trainer.data.sources import FixedLengthReader, Source
@@ -187,9 +185,11 @@ def image_chunks(
     preprocess: Preprocess,
     class_names: list[str],
     batch_size: int,
+    resize_mode: str = "resize",
     workers: int = 0,
 ) -> Iterator[Chunk]:
-    """Image files in sorted order, decoded by Pillow in threads (order kept); unreadable files are skipped.
+    """Image files in sorted order, decoded in tf.data as training decodes them (`trainer.data.decode`);
+    a file that gives no image gets its item with the reason.
 
     Files in a subfolder named after a class (in any letter case) get that class as their label.
     """
@@ -205,23 +205,12 @@ def image_chunks(
             ", ".join(f"{name}/" if (root / name).is_dir() else name for name in strays),
             class_names,
         )
-    size = preprocess.image_size
-
-    def load(file: Path):
-        try:
-            return load_rgb(file, size), None
-        except ImageError as error:
-            return None, str(error)
-
-    with ThreadPoolExecutor(max_workers=workers or os.cpu_count()) as pool:
-        for start in range(0, len(files), batch_size):
-            chunk = files[start : start + batch_size]
-            items, arrays = [], []
-            for offset, (file, (array, error)) in enumerate(zip(chunk, pool.map(load, chunk), strict=True)):
-                name = str(file.relative_to(root)) if root else str(file)
-                label = labels[start + offset] if labeled else None
-                items.append(Item(name, file.name, label, error))
-                if array is not None:
-                    arrays.append(array)
-            images = prepare_images(tf.constant(np.stack(arrays)), preprocess) if arrays else None
-            yield items, images
+    paths = [str(file) for file in files]
+    for run in decode_files(paths, preprocess.image_size, resize_mode, batch_size, parallel=workers):
+        items = []
+        for index, error in enumerate(run.errors, start=run.start):
+            file = files[index]
+            name = str(file.relative_to(root)) if root else str(file)
+            items.append(Item(name, file.name, labels[index] if labeled else None, error))
+        images = prepare_images(tf.constant(run.images), preprocess) if run.images is not None else None
+        yield items, images

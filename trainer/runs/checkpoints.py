@@ -42,6 +42,8 @@ class ModelInfo:
     normalization: str  # inside the model: standardize | caffe | none (for display; the layers do the work)
     dataset: str = ""  # the dataset it was trained on
     epoch: int = 0  # the training epoch whose weights it holds (0: not recorded)
+    resize_mode: str = "resize"  # how an encoded image is made square before the resize: resize | crop | pad
+    decode: str = ""  # `trainer.data.decode.DECODE` of the run that trained it ("": saved before one decode)
     format_version: int = FORMAT_VERSION
 
     @classmethod

@@ -16,12 +16,11 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
+from trainer.data.decode import decode_image, image_format
 from trainer.data.preprocess import Preprocess, prepare_images
 from trainer.runs.checkpoints import ModelInfo
 
 VERSION = "1"  # TensorFlow Serving's version folder
-# The leading bytes of the formats `tf.io.decode_image` reads.
-MAGIC = {"JPEG": b"\xff\xd8\xff", "PNG": b"\x89PNG", "GIF": b"GIF8", "BMP": b"BM"}
 
 
 def _probabilities(model: keras.Model, images: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -39,30 +38,19 @@ def serving_function(model: keras.Model, info: ModelInfo):
     return serve
 
 
-def is_image(data: tf.Tensor) -> tf.Tensor:
-    """Whether an encoded string starts like a JPEG, PNG, GIF or BMP file."""
-    heads = [tf.equal(tf.strings.substr(data, 0, len(magic)), magic) for magic in MAGIC.values()]
-    return tf.reduce_any(tf.stack(heads))
-
-
 def bytes_function(model: keras.Model, info: ModelInfo):
-    """string [batch] of encoded JPEG, PNG, BMP or GIF images (the first frame) -> {"probabilities"}: each
-    decoded to RGB, then prepared as `serve` prepares pixels. A string that is no image fails the call with
-    its index in the batch. JPEG is decoded with libjpeg's accurate DCT, as Pillow (and so `mode=predict` on
-    image files) decodes it; TensorFlow's default fast DCT differs by up to 4 levels."""
+    """string [batch] of encoded JPEG, PNG, GIF (the first frame), BMP or WebP images -> {"probabilities"}:
+    each decoded as training and `mode=predict` decode it (`trainer.data.decode.decode_image`: the accurate
+    DCT, the EXIF orientation, the model's resize mode and resize), then centre-cropped as `serve` does. A
+    string that is no image fails the call with its index in the batch."""
     preprocess = Preprocess.for_evaluation(info.resize_to, info.image_size)
-    size = preprocess.output_size
+    size, mode = preprocess.output_size, info.resize_mode
 
     def decode(item: tuple[tf.Tensor, tf.Tensor]) -> tf.Tensor:
         index, data = item
-        message = tf.strings.format("image_bytes[{}] is not a JPEG, PNG, BMP or GIF image", index)
-        with tf.control_dependencies([tf.debugging.Assert(is_image(data), [message])]):
-            image = tf.cond(
-                tf.equal(tf.strings.substr(data, 0, 3), MAGIC["JPEG"]),
-                lambda: tf.io.decode_jpeg(data, channels=3, dct_method="INTEGER_ACCURATE"),  # Pillow's pixels
-                lambda: tf.io.decode_image(data, channels=3, expand_animations=False),
-            )
-        image.set_shape([None, None, 3])
+        message = tf.strings.format("image_bytes[{}] is not a JPEG, PNG, GIF, BMP or WebP image", index)
+        with tf.control_dependencies([tf.debugging.Assert(image_format(data) >= 0, [message])]):
+            image = decode_image(data, preprocess.image_size, mode)
         return prepare_images(image[tf.newaxis], preprocess)[0]
 
     def serve_bytes(image_bytes: tf.Tensor) -> dict[str, tf.Tensor]:

@@ -2,8 +2,9 @@
 
     python run.py mode=train dataset=cifar dataset.data_dir=/data/cifar10
 
-`load_data` finds and checks the files, then builds every split with the one pipeline
-(`trainer.data.pipeline`) from the format's source and decoder, and returns with them
+`load_data` builds the dataset part that `dataset._target_` names (`trainer.data.parts`),
+which finds and checks the data, then builds every split with the one pipeline
+(`trainer.data.pipeline`) from the part's sources and decoder, and returns with them
 the input shape, resize, normalization and model-side augmentation the model is built
 with, so no task reads the dataset section twice.
 """
@@ -19,15 +20,15 @@ from dataclasses import dataclass, field
 
 import tensorflow as tf
 
-from trainer.config.groups import BinaryDatasetConfig, DatasetConfig, TFRecordDatasetConfig
-from trainer.data import binary, pipeline, shares, tfrecords
+from trainer.config.groups import DatasetConfig
+from trainer.data import pipeline, shares
 from trainer.data.augmentation import Augmentation
-from trainer.data.decoders import BinaryDecoder, Decoder, TFRecordDecoder
 from trainer.data.mixing import Mixing
+from trainer.data.parts import DatasetPart, Splits
 from trainer.data.preprocess import Preprocess
-from trainer.data.shares import Records
-from trainer.data.sources import FixedLengthReader, Source, TFRecordReader
+from trainer.data.sources import Source
 from trainer.errors import DataError, op_error_reason
+from trainer.models.registry import build_target
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,7 @@ class Data:
     input_shape: tuple[int, int, int]
     resize_to: int  # evaluation: stored images resized to this side before the centre crop to input_shape
     normalization: str  # the model's normalization layer: standardize | caffe | none
+    resize_mode: str  # how encoded images are made square before the resize (`trainer.data.decode`)
     augment: Augmentation  # its model view becomes the training wrapper's random layers
     class_counts: dict[str, dict[str, int]] | None = None  # per split, when known without reading the images
     # Under multi-worker training, the train pipeline of one worker's share (`distribute.training_input`).
@@ -56,8 +58,10 @@ class Data:
     train_from: Callable[[int], tuple[tf.data.Dataset, Callable | None]] | None = None
     # Reads the files again to name the one holding a bad record (raises a DataError); None: checked at start-up.
     find_bad_record: Callable[[], None] | None = None
-    # Per split: its record count and [file name, bytes, sampled sha256, first record, records or -1] per range.
+    # Per split: its record count and [file name, bytes, sampled sha256, first record, records or -1] per range
+    # (or the part's own: a folder's file list).
     fingerprint: dict = field(default_factory=dict)
+    skipped: list[dict] = field(default_factory=list)  # files the part left out, each {"file", "reason"}
 
     @contextlib.contextmanager
     def named_bad_records(self) -> Iterator[None]:
@@ -71,163 +75,14 @@ class Data:
             raise DataError(f"bad input data: {op_error_reason(error)}") from None
 
 
-@dataclass(frozen=True)
-class _Splits:
-    """What a format's loader found: each split's source, the decoder of its records, the class names."""
-
-    sources: dict[str, Source]
-    decoder: Decoder
-    class_names: list[str]
-    train_files: Callable[[], tuple[list[str], list[int]]]  # every train file and its records (worker shares)
-    class_counts: dict[str, dict[str, int]] | None = None
-    find_bad_record: Callable[[], None] | None = None
-
-
-def binary_layout(dataset: BinaryDatasetConfig) -> binary.BinaryLayout:
-    return binary.BinaryLayout(
-        dataset.height, dataset.width, dataset.channels, dataset.label_bytes, dataset.label_index
-    )
-
-
-def _binary_splits(dataset: BinaryDatasetConfig, check_val: bool) -> _Splits:
-    """Finds (or downloads) and checks the record files and splits them; without `check_val` (the caller never
-    reads the validation split) an unfitting `dataset.val_size` is no error."""
-    url = dataset.url if dataset.download else None
-    names = list(dataset.train_files) + list(dataset.test_files)
-    paths = binary.locate(dataset.data_dir, names, list(dataset.search_subdirs), url, dataset.md5)
-    layout = binary_layout(dataset)
-    train_paths, test_paths = paths[: len(dataset.train_files)], paths[len(dataset.train_files) :]
-    splits = binary.make_splits(
-        train_paths, test_paths, layout, dataset.num_classes, dataset.val_size, dataset.val_source, check_val
-    )
-    log.info(
-        "Dataset %s from %s: %s records <dataset=%s>",
-        dataset.name,
-        paths[0].parent,
-        {name: split.count for name, split in splits.items()},
-        dataset.name,
-    )
-    reader = FixedLengthReader(layout.record_bytes)
-    return _Splits(
-        {name: Source(split, reader) for name, split in splits.items()},
-        BinaryDecoder(layout, dataset.num_classes),
-        list(dataset.class_names),
-        lambda: ([str(path) for path in train_paths], [binary.count_records(path, layout) for path in train_paths]),
-    )
-
-
-def record_spec(dataset: TFRecordDatasetConfig) -> tfrecords.RecordSpec:
-    return tfrecords.RecordSpec.for_format(
-        dataset.format,
-        dataset.stored_size,
-        dataset.compression,
-        image=dataset.image_key,
-        label=dataset.label_key,
-        filename=dataset.filename_key,
-    )
-
-
-def _manifest_entry(manifest: dict | None, split: str, files: list[str]) -> dict | None:
-    """The converter's manifest entry of a split, when it lists exactly these files."""
-    entry = (manifest or {}).get("splits", {}).get(split)
-    if entry and sorted(entry["files"]) == sorted(file.rsplit("/", 1)[-1] for file in files):
-        return entry
-    return None
-
-
-def _count(files: list[str], manifest: dict | None, split: str, spec, num_classes: int) -> int:
-    """Records in a split: from the converter's manifest when it lists exactly these files, else counted
-    (every checksum and label checked on the way)."""
-    entry = _manifest_entry(manifest, split, files)
-    if entry:
-        return int(entry["count"])
-    return sum(tfrecords.count_records(file, spec, num_classes) for file in files)
-
-
-def _file_counts(files: list[str], manifest: dict | None, spec) -> list[int]:
-    """Records per train file: the manifest's `file_counts` for exactly these files, else counted."""
-    entry = _manifest_entry(manifest, "train", files) or {}
-    listed = dict(zip(entry.get("files", []), entry.get("file_counts", []), strict=False))
-    if len(listed) == len(entry.get("files", [])) and listed:
-        return [int(listed[file.rsplit("/", 1)[-1]]) for file in files]
-    log.info("Counting the records of %d train file(s) for the worker shares <strategy=multi_worker>", len(files))
-    return [tfrecords.count_records(file, spec) for file in files]
-
-
-def _bad_record_finder(files: dict[str, list[str]], spec: tfrecords.RecordSpec, num_classes: int):
-    """`Data.find_bad_record` for TFRecords (with a manifest, no file was read whole at start-up): every
-    file of every split is read once, checksums and labels checked, then decoded as the pipeline does,
-    until one fails."""
-    paths = list(dict.fromkeys(path for split in files.values() for path in split))
-
-    def find() -> None:
-        log.warning("A bad record stopped the input pipeline; reading the %d record files to name it", len(paths))
-        for path in paths:
-            tfrecords.scan_file(path, spec, num_classes)  # raises a DataError naming the file and record
-        decoder = TFRecordDecoder(spec, num_classes)
-        for path in paths:  # an image feature that is missing, empty, repeated or of the wrong length
-            tfrecords.find_undecodable(path, spec, decoder)
-
-    return find
-
-
-def _tfrecord_splits(dataset: TFRecordDatasetConfig, check_val: bool) -> _Splits:  # every split is its own files
-    """Expands the globs, checks each file's first record and counts the records (the manifest's counts when
-    it lists the same files)."""
-    spec = record_spec(dataset)
-    files = {
-        split: tfrecords.expand(list(getattr(dataset, f"{split}_files")), f"dataset.{split}_files")
-        for split in ("train", "val", "test")
-    }
-    for split, paths in files.items():
-        labeled = tfrecords.without_empty(paths, spec, f"dataset.{split}_files")
-        for path in paths:
-            if labeled.get(path) is False:
-                raise DataError(
-                    f"{path}: records have no '{spec.label_key}' feature; dataset.{split}_files "
-                    f"must be labeled (predict unlabeled files with mode=predict)"
-                )
-        files[split] = list(labeled)
-    manifest_file, manifest = tfrecords.read_manifest(files["train"])
-    class_names = list((manifest or {}).get("class_names") or dataset.class_names)
-    if len(class_names) != dataset.num_classes:
-        raise DataError(
-            f"{manifest_file}: lists {len(class_names)} classes but dataset.num_classes={dataset.num_classes}"
-        )
-    records = {
-        split: Records.whole_files(paths, _count(paths, manifest, split, spec, dataset.num_classes))
-        for split, paths in files.items()
-    }
-    log.info(
-        "Dataset %s (%s, %d shards): %s records, classes %s <dataset=%s>",
-        dataset.name,
-        dataset.format,
-        sum(map(len, files.values())),
-        {split: part.count for split, part in records.items()},
-        class_names,
-        dataset.name,
-    )
-    readers = {
-        split: TFRecordReader(tfrecords.compression_of(paths, spec.compression)) for split, paths in files.items()
-    }
-    return _Splits(
-        {split: Source(part, readers[split]) for split, part in records.items()},
-        TFRecordDecoder(spec, dataset.num_classes),
-        class_names,
-        lambda: (files["train"], _file_counts(files["train"], manifest, spec)),
-        {split: entry["per_class"] for split, entry in (manifest or {}).get("splits", {}).items()},
-        _bad_record_finder(files, spec, dataset.num_classes),
-    )
-
-
-SPLITTERS: dict[type, Callable[[DatasetConfig, bool], _Splits]] = {
-    BinaryDatasetConfig: _binary_splits,
-    TFRecordDatasetConfig: _tfrecord_splits,
-}
+def build_part(dataset: DatasetConfig) -> DatasetPart:
+    """The dataset part `dataset._target_` names (`trainer.data.parts`), called with the section's part keys
+    and the side the stored images are resized to."""
+    return build_target("dataset", dataset._target_, dataset.part_options(), image_size=dataset.resize_to)
 
 
 def _worker_input(
-    splits: _Splits, num_workers: int, batch_size: int, build: Callable[[Source, int, int], tf.data.Dataset]
+    splits: Splits, num_workers: int, batch_size: int, build: Callable[[Source, int, int], tf.data.Dataset]
 ) -> tuple[Callable[[tf.distribute.InputContext], tf.data.Dataset], int]:
     """Plans the workers' shares of the train records and returns the `distribute_datasets_from_function`
     argument, with which each input pipeline builds only its own share, `build(source, per_replica_batch,
@@ -307,7 +162,7 @@ def load_data(
             `dataset.val_size` check).
         num_workers: The input pipelines of a multi-worker training run, each of which reads its own share.
     """
-    splits = SPLITTERS[type(dataset)](dataset, check_val)
+    splits = build_part(dataset).load(check_val)
     preprocess = Preprocess(image_size=dataset.resize_to, augment=dataset.augment)
     decoder, cache = splits.decoder, dataset.cache
     sources = splits.sources
@@ -337,11 +192,13 @@ def load_data(
         input_shape=(size, size, 3),
         resize_to=preprocess.image_size,
         normalization=normalization_for(dataset, model_preprocessing),
+        resize_mode=splits.resize_mode,
         augment=dataset.augment,
         class_counts=splits.class_counts,
         train_for_worker=train_for_worker,
         train_steps=train_steps,
         train_from=train_from,
         find_bad_record=splits.find_bad_record,
-        fingerprint=fingerprint(sources),
+        fingerprint=splits.fingerprint or fingerprint(sources),
+        skipped=splits.skipped,
     )

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import numpy as np
 
-from trainer.config.groups import BinaryDatasetConfig, TFRecordDatasetConfig
 from trainer.config.schema import Config
 from trainer.data import predict_inputs, tfrecords
 from trainer.data.preprocess import Preprocess
@@ -25,12 +24,10 @@ from trainer.models.tta import with_tta
 from trainer.runs import checkpoints
 from trainer.runs.atomic import atomic_path, write_json
 from trainer.runs.outputs import check_prediction_output
-from trainer.tasks.data import binary_layout, record_spec
+from trainer.tasks.data import build_part
 from trainer.tasks.setup import setup_strategy
 
 log = logging.getLogger(__name__)
-
-RECORD_FILES = {BinaryDatasetConfig: "records", TFRecordDatasetConfig: "tfrecords"}  # what each dataset reads
 
 
 def _text(name: object) -> str:
@@ -42,7 +39,7 @@ def _text(name: object) -> str:
 def _record_class_names(settings: Config, files: list[Path]) -> list[str]:
     """The class names that the labels of record files index: the converter's manifest's, else the dataset's."""
     _, manifest = tfrecords.read_manifest([str(file) for file in files])
-    return list((manifest or {}).get("class_names") or settings.dataset.class_names)
+    return list((manifest or {}).get("class_names") or getattr(settings.dataset, "class_names", None) or [])
 
 
 def _chunks(settings: Config, info: checkpoints.ModelInfo, kind: str, files: list[Path], root: Path | None):
@@ -52,7 +49,10 @@ def _chunks(settings: Config, info: checkpoints.ModelInfo, kind: str, files: lis
     batch = settings.trainer.batch_size
     num_classes = len(info.class_names)
     if kind != "images":
-        if kind != RECORD_FILES[type(dataset)]:
+        chunks = getattr(build_part(dataset), "predict_chunks", lambda *_: None)(
+            kind, files, preprocess, num_classes, batch
+        )
+        if chunks is None:
             raise ConfigError(f"predict.input holds {kind} files, which dataset={dataset.name} does not read")
         checkpoints.check_data(
             checkpoints.resolve(settings.checkpoint),
@@ -61,11 +61,10 @@ def _chunks(settings: Config, info: checkpoints.ModelInfo, kind: str, files: lis
             info.image_size,
             f"predict.input ({kind} of dataset={dataset.name})",
         )
-    if kind == "records":
-        return predict_inputs.record_chunks(files, binary_layout(dataset), preprocess, num_classes, batch)
-    if kind == "tfrecords":
-        return predict_inputs.tfrecord_chunks(files, record_spec(dataset), preprocess, num_classes, batch)
-    return predict_inputs.image_chunks(files, root, preprocess, list(info.class_names), batch, settings.predict.workers)
+        return chunks
+    return predict_inputs.image_chunks(
+        files, root, preprocess, list(info.class_names), batch, info.resize_mode, settings.predict.workers
+    )
 
 
 def predict(settings: Config) -> float | None:

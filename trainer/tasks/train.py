@@ -25,6 +25,7 @@ import tensorflow as tf
 from hydra.utils import get_method
 
 from trainer.config.schema import Config
+from trainer.data.decode import DECODE
 from trainer.distribute import strategies
 from trainer.distribute.failures import collective_errors
 from trainer.errors import ConfigError, Interrupted
@@ -175,7 +176,13 @@ def build_run_model(settings: Config, plan: Plan) -> tuple[Models, ModelInfo]:
         network = build_network(settings, data, plan.strategy.num_replicas_in_sync)
         models = build_models(network, data.normalization, data.augment, settings.seed, data.augment.mixing)
     info = ModelInfo(
-        tuple(data.class_names), data.input_shape[0], data.resize_to, data.normalization, settings.dataset.name
+        tuple(data.class_names),
+        data.input_shape[0],
+        data.resize_to,
+        data.normalization,
+        settings.dataset.name,
+        resize_mode=data.resize_mode,
+        decode=DECODE,
     )
     log.info(
         "Model %s: %s parameters, input %s, lr %g <model=%s optimizer=%s>",
@@ -287,6 +294,8 @@ def finish(settings: Config, plan: Plan, folder: Folder, model: keras.Model, out
         "train_seconds": round(seconds, 2),
         "train_images_per_second": round((epochs - folder.done) * plan.steps_per_epoch * batch / seconds, 1),
         "num_examples": plan.data.num_examples,
+        "skipped_files": len(plan.data.skipped),  # files of the data that give no image (dataset=folder)
+        **({"skipped": plan.data.skipped} if plan.data.skipped else {}),
         "num_replicas": plan.strategy.num_replicas_in_sync,
         "weights_sha256": weights_fingerprint(model),
     }

@@ -1,0 +1,233 @@
+"""`dataset=folder`: class sub-folders of image files trained on directly, each bad case one line, and your own
+dataset part (`dataset._target_`) defined right here."""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+from conftest import compose, run_cli
+from trainer.config.store import to_settings
+from trainer.data.parts import Splits
+from trainer.data.shares import Records
+from trainer.data.sources import Source
+from trainer.errors import ConfigError, DataError
+from trainer.runs.resume import bind_data
+from trainer.tasks import run_task
+from trainer.tasks.data import load_data
+
+COLOURS = {"cat": (220, 40, 40), "dog": (40, 40, 220), "fox": (40, 200, 40)}
+
+
+def make_folder(root: Path, layout: str = "tree", per_class: int = 6, classes=("cat", "dog")) -> Path:
+    """Image files whose colour is their class: JPEG and PNG of varied sizes, `root/<class>/` (tree) or
+    `root/{train,val,test}/<class>/` (splits)."""
+    rng = np.random.default_rng(0)
+    folders = {"tree": [root], "splits": [root / split for split in ("train", "val", "test")]}[layout]
+    for folder in folders:
+        for name in classes:
+            (folder / name).mkdir(parents=True, exist_ok=True)
+            for index in range(per_class):
+                shape = (int(rng.integers(24, 60)), int(rng.integers(24, 60)), 3)
+                pixels = np.clip(np.array(COLOURS[name]) + rng.normal(0, 8, shape), 0, 255).astype(np.uint8)
+                suffix = "jpg" if index % 2 else "png"
+                Image.fromarray(pixels).save(folder / name / f"{index}.{suffix}", quality=95)
+    return root
+
+
+def _settings(root: Path, *extra: str):
+    overrides = ["dataset=folder", f"dataset.data_dir={root}", "dataset.image_size=32", "debug=smoke", *extra]
+    return to_settings(compose(overrides))
+
+
+def _labels_follow_colours(dataset: tf.data.Dataset, class_names: list[str]) -> int:
+    """Asserts each image's dominant colour is its label's class colour; returns the images seen."""
+    seen = 0
+    for images, labels in dataset:
+        for image, label in zip(images.numpy(), labels.numpy(), strict=True):
+            colour = np.array(COLOURS[class_names[label]])
+            assert np.abs(image.reshape(-1, 3).mean(0) - colour).max() < 20, "the label travels with its image"
+            seen += 1
+    return seen
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    "layout, extra", [("tree", ["dataset.val_fraction=0.25", "dataset.test_fraction=0.25"]), ("splits", [])]
+)
+def test_a_folder_gives_every_split_with_the_labels_of_its_class_folders(tmp_path, layout, extra):
+    root = make_folder(tmp_path / "photos", layout, per_class=8 if layout == "tree" else 6)
+    data = load_data(_settings(root, *extra).dataset, batch_size=4, seed=0)
+    assert data.class_names == ["cat", "dog"] and data.resize_mode == "resize"
+    expected = {"tree": {"train": 8, "val": 4, "test": 4}, "splits": {"train": 12, "val": 12, "test": 12}}[layout]
+    assert data.num_examples == expected
+    for split, count in (("val", "val"), ("test", "test"), ("train_plain", "train")):
+        assert _labels_follow_colours(getattr(data, split), data.class_names) == data.num_examples[count]
+    assert _labels_follow_colours(data.train.take(3), data.class_names) == 12, "training batches too"
+    files = {split: [entry[0] for entry in part["files"]] for split, part in data.fingerprint.items()}
+    assert all(name.split(os.sep)[-2] in ("cat", "dog") for names in files.values() for name in names)
+    if layout == "tree":  # one tree: the splits share no file, and the split is fixed by dataset.split_seed
+        assert not set(files["train"]) & set(files["val"]) and not set(files["val"]) & set(files["test"])
+        again = load_data(_settings(root, *extra, "seed=7").dataset, batch_size=4, seed=7)
+        assert again.fingerprint == data.fingerprint, "the split does not follow the training seed"
+
+
+@pytest.mark.integration
+def test_files_that_give_no_image_are_named_left_out_and_counted(tmp_path, caplog):
+    root = make_folder(tmp_path / "photos", "splits", per_class=4)
+    (root / "train" / "cat" / "Thumbs.db").write_bytes(b"\x00" * 50)
+    good = (root / "train" / "dog" / "1.jpg").read_bytes()
+    (root / "train" / "dog" / "truncated.jpg").write_bytes(good[: len(good) // 3])
+    (root / "train" / "dog" / "empty.jpg").write_bytes(b"")
+    (root / "train" / "dog" / "png_named.jpg").write_bytes((root / "train" / "dog" / "0.png").read_bytes())
+    data = load_data(_settings(root).dataset, batch_size=4, seed=0)
+    skipped = {entry["file"]: entry["reason"] for entry in data.skipped}
+    assert set(skipped) == {"train/cat/Thumbs.db", "train/dog/truncated.jpg", "train/dog/empty.jpg"}
+    assert skipped["train/dog/empty.jpg"] == "empty file"
+    assert skipped["train/cat/Thumbs.db"] == "not a JPEG, PNG, GIF, BMP or WebP image"
+    assert skipped["train/dog/truncated.jpg"].startswith("corrupt or truncated image")
+    assert data.num_examples["train"] == 9, "8 images and the PNG named .jpg"
+    assert all(name in caplog.text for name in skipped)
+
+
+@pytest.mark.integration
+def test_training_on_a_folder_records_the_file_list_and_the_skipped_files(tmp_path):
+    root = make_folder(tmp_path / "photos", "tree", per_class=8)
+    (root / "cat" / "notes.txt").write_text("not an image")
+    overrides = ["dataset=folder", f"dataset.data_dir={root}", "dataset.val_fraction=0.25", "dataset.image_size=32",
+                 "debug=smoke", "trainer.batch_size=4"]  # fmt: skip
+    run_task(compose(overrides, tmp_path / "run"))
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["skipped_files"] == 1 and metrics["skipped"][0]["file"] == "cat/notes.txt"
+    assert metrics["num_examples"] == {"train": 12, "val": 4, "test": 4}
+    listed = json.loads((tmp_path / "run" / "data.json").read_text())
+    assert sorted(entry[0] for entry in listed["train"]["files"])[0].startswith("cat")
+    info = json.loads(zipfile.ZipFile(tmp_path / "run" / "checkpoints" / "best.keras").read("vggtrain.json"))
+    assert info["resize_mode"] == "resize" and info["decode"].startswith("vggtrain-decode-1")
+
+
+@pytest.mark.unit
+def test_a_resume_onto_a_changed_file_list_is_one_line_unless_allowed(tmp_path):
+    root = make_folder(tmp_path / "photos", "splits", per_class=3)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    bind_data(run_dir, load_data(_settings(root).dataset, 4, 0).fingerprint, None)
+    bind_data(run_dir, load_data(_settings(root).dataset, 4, 0).fingerprint, "RUN")  # the same files: no word
+    Image.fromarray(np.zeros((30, 30, 3), np.uint8)).save(root / "train" / "cat" / "new.png")
+    changed = load_data(_settings(root).dataset, 4, 0).fingerprint
+    with pytest.raises(ConfigError, match=r"resume=RUN: the data differs .*train: 6 -> 7 records.*allow_data_change"):
+        bind_data(run_dir, changed, "RUN")
+    bind_data(run_dir, changed, "RUN", allow_change=True)
+
+
+def _bad_layouts(tmp_path: Path) -> dict[str, tuple[Path, list[str]]]:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    single = make_folder(tmp_path / "single", classes=("cat",))
+    no_images = make_folder(tmp_path / "no_images")
+    (no_images / "fox").mkdir()
+    train_only = make_folder(tmp_path / "train_only" / "train").parent
+    loop = make_folder(tmp_path / "loop")
+    os.symlink(loop / "cat", loop / "cat" / "again")
+    return {
+        "missing": (tmp_path / "nowhere", []),
+        "empty": (empty, []),
+        "single": (single, ["dataset.val_fraction=0.5"]),
+        "no_images": (no_images, ["dataset.val_fraction=0.5"]),
+        "train_only": (train_only, []),
+        "tree_without_fraction": (make_folder(tmp_path / "tree"), []),
+        "loop": (loop, ["dataset.val_fraction=0.5"]),
+        "unknown_class": (
+            make_folder(tmp_path / "named"),
+            ["dataset.val_fraction=0.5", "dataset.class_names=[cat,cow]"],
+        ),
+    }
+
+
+BAD = {
+    "missing": r"dataset.data_dir=.*nowhere: no such folder",
+    "empty": r"empty holds no class folders; expected .*/<class>/ or .*/train/<class>/",
+    "single": r"single: one class folder \(cat/\); a classifier needs two",
+    "no_images": r"no_images/fox: holds no image files",
+    "train_only": r"has train/ but no val/: add .*/val/<class>/, or set dataset.val_fraction",
+    "tree_without_fraction": r"is one <class>/ tree: set dataset.val_fraction",
+    "loop": r"loop/cat/again: a symlink loop",
+    "unknown_class": r"dataset.class_names=\['cat', 'cow'\] does not match the class folders .*no folder cow",
+}
+
+
+@pytest.mark.integration
+def test_each_bad_folder_is_one_line_naming_it(tmp_path):
+    layouts = _bad_layouts(tmp_path)
+    for case, pattern in BAD.items():
+        root, extra = layouts[case]
+        with pytest.raises(DataError, match=pattern):
+            load_data(_settings(root, *extra).dataset, 4, 0)
+    result = run_cli(["dataset=folder", f"dataset.data_dir={layouts['train_only'][0]}", "debug=smoke",
+                      f"hydra.run.dir={tmp_path / 'cli'}"], cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("error: dataset.data_dir=")
+
+
+@pytest.mark.integration
+def test_each_worker_reads_its_own_whole_files(tmp_path):
+    root = make_folder(tmp_path / "photos", "splits", per_class=4)
+    data = load_data(_settings(root).dataset, batch_size=4, seed=0, num_workers=2)
+    assert data.train_steps == 2, "8 training files each: 2 steps of 2 per worker"
+    seen = []
+    for index in range(2):
+        share = data.train_for_worker(tf.distribute.InputContext(2, index, 2))  # 2 replicas: 2 images a step
+        for images, _ in share.take(2):
+            seen += [image.tobytes() for image in images.numpy()]
+    assert len(seen) == 8 and len(set(seen)) == 8, "the shares are disjoint and cover the train split once"
+
+
+# --- your own dataset part ---------------------------------------------------------------------------------------
+
+
+class StripesSource:
+    """A dataset part made in memory: record `i` is the label's digit; its image is a stripe in the label's row.
+    Shows the protocol: `load()` returns `Splits` of `Source`s read by any `Reader`, and a batch decoder."""
+
+    def __init__(self, image_size: int, per_split: int = 16, **_: object) -> None:
+        self.size, self.count = image_size, per_split
+
+    class Reader:
+        parallel = False
+
+        def read_files(self, paths, parallel_reads=None):
+            return paths.map(lambda path: tf.strings.substr(path, 0, 1))  # "names" are "<label>-<index>"
+
+        def read(self, path, start, length):
+            return self.read_files(tf.data.Dataset.from_tensors(path)).take(length)
+
+    def decode(self, records):
+        labels = tf.strings.to_number(records, tf.int32)
+        rows = tf.one_hot(labels * (self.size // 2), self.size, dtype=tf.uint8) * 255
+        images = tf.tile(rows[:, :, None, None], [1, 1, self.size, 3])
+        return images, labels
+
+    def load(self, check_val: bool = True) -> Splits:
+        names = [f"{index % 2}-{index}" for index in range(self.count)]
+        source = Source(Records.whole_files(names, len(names)), self.Reader())
+        splits = {"train": source, "val": source, "test": source}
+        fingerprint = {split: {"records": len(names)} for split in splits}  # no files to stat: its own
+        files = lambda: (names, [1] * len(names))  # noqa: E731 (the worker shares: one record per "file")
+        return Splits(splits, self.decode, ["top", "middle"], files, fingerprint=fingerprint)
+
+
+@pytest.mark.integration
+def test_a_dataset_part_defined_here_trains_by_target(tmp_path):
+    overrides = ["dataset=custom", "dataset._target_=test_folder.StripesSource", "dataset.per_split=24",
+                 "debug=smoke", "trainer.batch_size=8", "trainer.epochs=2"]  # fmt: skip
+    run_task(compose(overrides, tmp_path / "run"))
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["num_examples"] == {"train": 24, "val": 24, "test": 24}
+    assert set(json.loads((tmp_path / "run" / "data.json").read_text())) == {"train", "val", "test"}

@@ -1,0 +1,228 @@
+"""The one decode: encoded image bytes to uint8 RGB pixels of one square size, in the TensorFlow graph.
+
+    python run.py dataset=folder dataset.data_dir=photos/                 # training and evaluation
+    python run.py mode=predict checkpoint=RUN predict.input=photos/       # prediction on files and records
+    python -m trainer.convert photos/ records/                            # the converter
+    # and the exported model's `serve_bytes` signature
+
+Every path that turns file bytes into pixels calls `decode_image`, so one photo gives the
+same pixels in training, prediction, serving and conversion (no train/serve skew):
+
+- JPEG: libjpeg's accurate integer DCT, Pillow's too (TensorFlow's default fast DCT differs
+  by up to 4 levels), at the largest reduced DCT scale (1/2, 1/4, 1/8) that leaves the
+  image at least the target size, and the EXIF orientation applied (the graph reads tag
+  0x0112 of the APP1 segment). CMYK and grayscale become RGB.
+- PNG (16-bit scaled to 8), GIF (its first frame), BMP and WebP; transparency is
+  flattened onto white.
+- The resize mode (`RESIZE_MODES`): squash to a square, centre-crop to one, or pad to one
+  (centred on black); then one resize, bilinear with antialiasing, rounded
+  (`trainer.data.preprocess.to_model_size`).
+
+`DECODE` names these choices; a model's `vggtrain.json` and the converter's manifest record it,
+and the readers check it. The functions are pure and run alike eagerly and inside `tf.data`.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from trainer.data.preprocess import to_model_size
+
+RESIZE_MODES = ("resize", "crop", "pad")  # squash to a square | centre crop to a square | pad to a square
+MAX_PIXELS = 89_478_485  # Pillow's decompression-bomb limit: a larger image is refused before it is decoded
+DECODE = "vggtrain-decode-1: jpeg INTEGER_ACCURATE, reduced DCT scale, EXIF orientation, first frame, alpha on white, bilinear antialias"  # noqa: E501
+FORMATS = ("JPEG", "PNG", "GIF", "BMP", "WebP")
+_JPEG, _PNG, _GIF, _BMP, _WEBP = range(len(FORMATS))
+_EXIF_HEAD = 1 << 16  # an APP1 segment holds at most 64 KiB, and it comes first in the file
+_EXIF_ENTRIES = 64  # IFD0 entries searched for the orientation tag
+_ORIENTATION_TAG = 0x0112
+
+
+def image_format(data: tf.Tensor) -> tf.Tensor:
+    """The index in `FORMATS` of an encoded image, from its first bytes; -1 for anything else."""
+    head = tf.strings.join([tf.strings.substr(data, 0, 12), b"\x00" * 12])  # a shorter string is no error
+    tests = [
+        tf.equal(tf.strings.substr(head, 0, 3), b"\xff\xd8\xff"),
+        tf.equal(tf.strings.substr(head, 0, 8), b"\x89PNG\r\n\x1a\n"),
+        tf.equal(tf.strings.substr(head, 0, 4), b"GIF8"),
+        tf.equal(tf.strings.substr(head, 0, 2), b"BM"),
+        tf.logical_and(
+            tf.equal(tf.strings.substr(head, 0, 4), b"RIFF"), tf.equal(tf.strings.substr(head, 8, 4), b"WEBP")
+        ),
+    ]
+    codes = tf.constant(list(range(len(FORMATS))), tf.int32)
+    return tf.reduce_max(tf.where(tf.stack(tests), codes, -1))
+
+
+def _bytes_at(data: tf.Tensor, offset: tf.Tensor, length: int) -> tf.Tensor:
+    """`length` bytes of `data` from `offset` as int32 values; zeros past its end (never an error)."""
+    offset = tf.clip_by_value(tf.cast(offset, tf.int32), 0, tf.strings.length(data))  # a wrapped offset too
+    piece = tf.strings.substr(data, offset, length)
+    padded = tf.strings.join([piece, tf.constant(b"\x00" * length)])
+    values = tf.io.decode_raw(tf.strings.substr(padded, 0, length), tf.uint8)
+    return tf.cast(tf.reshape(values, [length]), tf.int32)
+
+
+def _number(values: tf.Tensor, little_endian: tf.Tensor) -> tf.Tensor:
+    """An integer from its bytes (the last axis), in either byte order (four bytes past 2**31 wrap negative)."""
+    weights = tf.constant([256**index for index in range(values.shape[-1])], tf.int32)
+    little = tf.reduce_sum(values * weights, axis=-1)
+    big = tf.reduce_sum(values * weights[::-1], axis=-1)
+    return tf.where(little_endian, little, big)
+
+
+def image_size(data: tf.Tensor, kind: tf.Tensor) -> tf.Tensor:
+    """(height, width) from the header of a JPEG, PNG, GIF or BMP (WebP: (0, 0), not read) without decoding."""
+
+    def png():
+        values = tf.reshape(_bytes_at(data, 16, 8), [2, 4])
+        return tf.reverse(_number(values, tf.constant(False)), [0])
+
+    def gif():
+        return tf.reverse(_number(tf.reshape(_bytes_at(data, 6, 4), [2, 2]), tf.constant(True)), [0])
+
+    def bmp():  # int32 little-endian; a negative height means rows stored top-down
+        values = tf.bitcast(tf.cast(tf.reshape(_bytes_at(data, 18, 8), [2, 4]), tf.uint8), tf.int32)
+        return tf.abs(tf.reverse(values, [0]))
+
+    branches = [
+        lambda: tf.io.extract_jpeg_shape(data)[:2],
+        png,
+        gif,
+        bmp,
+        lambda: tf.zeros([2], tf.int32),
+    ]
+    return tf.switch_case(tf.maximum(kind, 0), branches)
+
+
+def exif_orientation(data: tf.Tensor) -> tf.Tensor:
+    """The EXIF orientation (1 to 8) of a JPEG from tag 0x0112 of IFD0 in its APP1 segment; 1 when absent."""
+    head = tf.strings.substr(data, 0, _EXIF_HEAD)
+    parts = tf.strings.split(head, sep="Exif\x00\x00", maxsplit=1)
+    start = tf.strings.length(parts[0])
+    found = tf.logical_and(
+        tf.equal(tf.size(parts), 2),  # the marker, inside an APP1 segment: FF E1, two length bytes, "Exif\0\0"
+        tf.equal(tf.strings.substr(head, tf.maximum(start - 4, 0), 2), b"\xff\xe1"),
+    )
+    tiff = tf.strings.substr(head, tf.minimum(start + 6, tf.strings.length(head)), _EXIF_HEAD)
+    little = tf.equal(tf.strings.substr(tiff, 0, 2), b"II")
+    first = _number(_bytes_at(tiff, 4, 4), little)
+    count = _number(_bytes_at(tiff, first, 2), little)
+    entries = tf.reshape(_bytes_at(tiff, first + 2, 12 * _EXIF_ENTRIES), [_EXIF_ENTRIES, 12])
+    tags = _number(entries[:, 0:2], little)
+    values = _number(entries[:, 8:10], little)  # a SHORT value sits in the first two bytes of the value field
+    matches = tf.logical_and(tf.equal(tags, _ORIENTATION_TAG), tf.range(_EXIF_ENTRIES) < count)
+    value = tf.reduce_max(tf.where(matches, values, 0))
+    valid = tf.logical_and(found, tf.logical_and(value >= 1, value <= 8))
+    return tf.where(valid, value, 1)
+
+
+def apply_orientation(image: tf.Tensor, orientation: tf.Tensor) -> tf.Tensor:
+    """Turns an [h, w, c] image upright, as Pillow's `ImageOps.exif_transpose` does for orientations 1 to 8."""
+    transpose = lambda x: tf.transpose(x, [1, 0, 2])  # noqa: E731
+    branches = [
+        lambda: image,  # 1: upright
+        lambda: tf.reverse(image, [1]),  # 2: mirrored left-right
+        lambda: tf.reverse(image, [0, 1]),  # 3: rotated 180
+        lambda: tf.reverse(image, [0]),  # 4: mirrored top-bottom
+        lambda: transpose(image),  # 5: transposed
+        lambda: tf.reverse(transpose(image), [1]),  # 6: rotated 90 clockwise to stand upright
+        lambda: tf.reverse(transpose(image), [0, 1]),  # 7: transversed
+        lambda: tf.reverse(transpose(image), [0]),  # 8: rotated 90 counter-clockwise
+    ]
+    return tf.switch_case(orientation - 1, branches)
+
+
+def _jpeg_scale(shape: tf.Tensor, size: int, mode: str) -> tf.Tensor:
+    """The index into 1, 2, 4, 8 of the largest DCT scale-down that keeps the side the resize reads >= `size`."""
+    side = tf.reduce_max(shape) if mode == "pad" else tf.reduce_min(shape)
+    return tf.reduce_sum(tf.cast(side // tf.constant([2, 4, 8]) >= size, tf.int32))
+
+
+def _decode_jpeg(data: tf.Tensor, size: int | None, mode: str) -> tf.Tensor:
+    """RGB pixels of a JPEG, reduced in the DCT where `size` allows, turned upright."""
+    decode = lambda ratio: lambda: tf.io.decode_jpeg(data, channels=3, ratio=ratio, dct_method="INTEGER_ACCURATE")  # noqa: E731
+    if size is None:
+        image = decode(1)()
+    else:
+        scale = _jpeg_scale(tf.io.extract_jpeg_shape(data)[:2], size, mode)
+        image = tf.switch_case(scale, [decode(1), decode(2), decode(4), decode(8)])
+    return apply_orientation(image, exif_orientation(data))
+
+
+def _rgba(image: tf.Tensor) -> tf.Tensor:
+    """uint8 [h, w, 1|2|3|4] (gray, gray+alpha, RGB, RGBA) as RGBA."""
+    opaque = tf.fill(tf.concat([tf.shape(image)[:2], [1]], 0), tf.constant(255, tf.uint8))
+    gray = lambda: tf.concat([image[..., :1]] * 3, -1)  # noqa: E731
+    branches = [
+        lambda: tf.concat([gray(), opaque], -1),
+        lambda: tf.concat([gray(), image[..., 1:2]], -1),
+        lambda: tf.concat([image[..., :3], opaque], -1),
+        lambda: image[..., :4],
+    ]
+    return tf.switch_case(tf.shape(image)[-1] - 1, branches)
+
+
+def _on_white(rgba: tf.Tensor) -> tf.Tensor:
+    """RGBA composited onto white, in exact integer arithmetic (opaque pixels keep their values)."""
+    values = tf.cast(rgba, tf.int32)
+    alpha = values[..., 3:]
+    rgb = (values[..., :3] * alpha + 255 * (255 - alpha) + 127) // 255
+    return tf.cast(rgb, tf.uint8)
+
+
+def to_square(image: tf.Tensor, mode: str) -> tf.Tensor:
+    """An [h, w, 3] image made square: `resize` leaves it (the resize squashes it), `crop` cuts the centre
+    square, `pad` centres it on black."""
+    if mode not in RESIZE_MODES:
+        raise ValueError(f"mode must be one of {RESIZE_MODES}. Received: mode={mode}")
+    if mode == "resize":
+        return image
+    height, width = tf.shape(image)[0], tf.shape(image)[1]
+    if mode == "crop":
+        side = tf.minimum(height, width)
+        return tf.image.crop_to_bounding_box(image, (height - side) // 2, (width - side) // 2, side, side)
+    side = tf.maximum(height, width)
+    return tf.image.pad_to_bounding_box(image, (side - height) // 2, (side - width) // 2, side, side)
+
+
+def decode_rgb(data: tf.Tensor, size: int | None = None, mode: str = "resize", max_pixels: int = MAX_PIXELS):
+    """An encoded image to uint8 [h, w, 3] RGB at its own size (JPEG reduced in the DCT towards `size`).
+
+    Raises (when run):
+        InvalidArgumentError: not a JPEG, PNG, GIF, BMP or WebP image; larger than `max_pixels`; corrupt.
+    """
+    kind = image_format(data)
+    known = tf.debugging.Assert(kind >= 0, ["not a JPEG, PNG, GIF, BMP or WebP image"])
+    with tf.control_dependencies([known]):
+        shape = image_size(data, kind)
+    pixels = tf.cast(shape[0], tf.int64) * tf.cast(shape[1], tf.int64)
+    message = tf.strings.format(
+        "decompression bomb: an image of {} x {} pixels, over the limit of {}", (shape[1], shape[0], max_pixels)
+    )
+    with tf.control_dependencies([tf.debugging.Assert(pixels <= max_pixels, [message])]):
+        branches = [
+            lambda: _rgba(_decode_jpeg(data, size, mode)),
+            lambda: _rgba(tf.io.decode_png(data, channels=0)),
+            lambda: _rgba(tf.io.decode_gif(data)[0]),
+            lambda: _rgba(tf.io.decode_bmp(data, channels=0)),
+            lambda: _rgba(tf.io.decode_webp(data, channels=0)[0]),  # frames first, as GIF
+        ]
+        rgba = tf.switch_case(tf.maximum(kind, 0), branches)
+    return _on_white(tf.ensure_shape(rgba, [None, None, 4]))
+
+
+def decode_image(data: tf.Tensor, size: int, mode: str = "resize", max_pixels: int = MAX_PIXELS) -> tf.Tensor:
+    """One encoded image (a scalar string) to uint8 [size, size, 3]: decoded, made square by `mode`, resized.
+
+    Args:
+        data: The file's bytes: JPEG, PNG, GIF, BMP or WebP, whatever its name says.
+        size: Side of the square output.
+        mode: `resize`, `crop` or `pad` (`RESIZE_MODES`).
+        max_pixels: A larger image is refused before it is decoded.
+
+    Returns:
+        uint8 [size, size, 3].
+    """
+    image = to_square(decode_rgb(data, size, mode, max_pixels), mode)
+    return tf.ensure_shape(to_model_size(image[tf.newaxis], size)[0], [size, size, 3])

@@ -1,0 +1,268 @@
+"""`dataset=folder`: class sub-folders of JPEG, PNG, GIF, BMP or WebP files, as a dataset part.
+
+    python run.py dataset=folder dataset.data_dir=photos/                            # photos/{train,val,test}/<class>/
+    python run.py dataset=folder dataset.data_dir=PetImages/ dataset.val_fraction=0.1 dataset.test_fraction=0.1
+
+Either `DIR/train/<class>/`, `DIR/val/<class>/` (and `DIR/test/<class>/`), or one
+`DIR/<class>/` tree split per class by `dataset.val_fraction` and `dataset.test_fraction`
+with `dataset.split_seed` (the converter's split). The file list is made once at start-up,
+and every file is decoded once there, in tf.data, by the one decode (`trainer.data.decode`):
+a file that gives no image is left out, named in the log and counted in `metrics.json`,
+so no epoch ever meets it. The list (relative path, size, label per file) is the run's
+record of what it trained on and the fingerprint a resume checks (`RUN/data.json`).
+
+A folder's record is its label, as `LABEL_DIGITS` digits, followed by the file's bytes:
+image and label travel as one element from the read to the decode, and each worker's share
+is whole files.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import tensorflow as tf
+
+from trainer.data.decode import RESIZE_MODES, decode_image
+from trainer.data.images import decode_files
+from trainer.data.parts import Splits
+from trainer.data.shares import Records
+from trainer.data.sources import Source
+from trainer.errors import DataError
+
+log = logging.getLogger(__name__)
+
+SPLITS = ("train", "val", "test")
+LABEL_DIGITS = 8  # a record: the label as 8 digits, then the file's bytes
+_TO_END = 2**31 - 1  # a substring length past any record's end
+
+
+def stratified_split(
+    items: list[tuple[Path, int]], val_fraction: float, test_fraction: float, seed: int
+) -> dict[str, list[tuple[Path, int]]]:
+    """Splits per class (each split keeps the class balance), then shuffles each split with `seed`; the
+    converter splits the same way."""
+    rng = random.Random(seed)
+    splits = {name: [] for name in SPLITS}
+    for label in sorted({label for _, label in items}):
+        members = [item for item in items if item[1] == label]
+        rng.shuffle(members)
+        num_val = round(len(members) * val_fraction)
+        num_test = round(len(members) * test_fraction)
+        splits["val"] += members[:num_val]
+        splits["test"] += members[num_val : num_val + num_test]
+        splits["train"] += members[num_val + num_test :]
+    for members in splits.values():
+        rng.shuffle(members)
+    return splits
+
+
+def walk_files(folder: Path) -> list[Path]:
+    """Every file below `folder` (through symlinked folders), sorted.
+
+    Raises:
+        DataError: a symlinked folder leads back to a folder above it (a loop).
+    """
+    files = []
+    for top, folders, names in os.walk(folder, followlinks=True):
+        for name in folders:
+            path = Path(top) / name
+            if path.is_symlink() and Path(top).resolve().is_relative_to(path.resolve()):
+                raise DataError(f"{path}: a symlink loop (it leads back to {path.resolve()}); remove the link")
+        files += [Path(top) / name for name in names]
+    return sorted(files)
+
+
+def _class_folders(root: Path) -> list[str]:
+    return sorted(path.name for path in root.iterdir() if path.is_dir() and not path.name.startswith("."))
+
+
+@dataclass(frozen=True)
+class LabeledFileReader:
+    """Reads image files as records: each range's path is the label's `LABEL_DIGITS` digits and then the file's
+    path; the record is those digits and then the file's bytes (`trainer.data.sources.Reader`)."""
+
+    parallel: bool = True  # many files: read several at once in training
+
+    @staticmethod
+    def record(entry: tf.Tensor) -> tf.Tensor:
+        data = tf.io.read_file(tf.strings.substr(entry, LABEL_DIGITS, _TO_END))
+        return tf.strings.join([tf.strings.substr(entry, 0, LABEL_DIGITS), data])
+
+    def read(self, path, start, length):
+        return tf.data.Dataset.from_tensors(self.record(path)).skip(start).take(length)
+
+    def read_files(self, paths, parallel_reads=None):
+        return paths.map(self.record, num_parallel_calls=parallel_reads or tf.data.AUTOTUNE, deterministic=True)
+
+
+@dataclass(frozen=True)
+class FileDecoder:
+    """A batch of `LabeledFileReader` records -> (uint8 images [n, size, size, 3], int32 labels), each image
+    through the one decode."""
+
+    size: int
+    resize_mode: str = "resize"
+
+    def __call__(self, records: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        labels = tf.strings.to_number(tf.strings.substr(records, 0, LABEL_DIGITS), tf.int32)
+        images = tf.map_fn(
+            lambda data: decode_image(data, self.size, self.resize_mode),
+            tf.strings.substr(records, LABEL_DIGITS, _TO_END),
+            fn_output_signature=tf.TensorSpec([self.size, self.size, 3], tf.uint8),
+        )
+        return images, labels
+
+
+class ImageFolder:
+    """Class sub-folders of image files, as a dataset part (`trainer.data.parts`)."""
+
+    def __init__(
+        self,
+        data_dir: str,
+        image_size: int,
+        class_names: list[str] | None = None,
+        val_fraction: float = 0.0,
+        test_fraction: float = 0.0,
+        split_seed: int = 0,
+        resize_mode: str = "resize",
+        name: str = "folder",
+    ) -> None:
+        if resize_mode not in RESIZE_MODES:
+            raise DataError(f"dataset.resize_mode must be one of {list(RESIZE_MODES)}; got {resize_mode!r}")
+        self.root, self.size, self.name = Path(os.path.expanduser(str(data_dir))), image_size, name
+        self.class_names = list(class_names) if class_names else None
+        self.fractions, self.split_seed, self.resize_mode = (val_fraction, test_fraction), split_seed, resize_mode
+
+    # --- which files -------------------------------------------------------------------------------------------
+
+    def _classes(self, folder: Path) -> list[str]:
+        found = _class_folders(folder)
+        if not found:
+            raise DataError(
+                f"dataset.data_dir={self.root}: {folder} holds no class folders; expected "
+                f"{self.root}/<class>/ or {self.root}/train/<class>/ holding the images"
+            )
+        names = self.class_names or found
+        if len(names) < 2:
+            raise DataError(f"dataset.data_dir={self.root}: one class folder ({names[0]}/); a classifier needs two")
+        unknown = [name for name in found if name not in names]
+        missing = [name for name in names if name not in found]
+        if unknown or missing:
+            raise DataError(
+                f"dataset.class_names={names} does not match the class folders of {folder} ({found}): "
+                f"{'no folder ' + ', '.join(missing) if missing else 'folders ' + ', '.join(unknown) + ' not listed'}"
+            )
+        return names
+
+    def _members(self, folder: Path, names: list[str]) -> list[tuple[Path, int]]:
+        """(file, label) of every file in the class folders of `folder`; a class folder without files is refused,
+        and so is a folder of a class that is not one of `names`."""
+        unknown = [name for name in _class_folders(folder) if name not in names]
+        if unknown:
+            raise DataError(f"{folder / unknown[0]}: a class folder of no class of {self.root / 'train'} {names}")
+        items = []
+        for label, name in enumerate(names):
+            files = walk_files(folder / name) if (folder / name).is_dir() else []
+            if not files and folder.name != "test":
+                raise DataError(f"{folder / name}: holds no image files; every class needs images")
+            items += [(path, label) for path in files]
+        return items
+
+    def _listing(self) -> tuple[list[str], dict[str, list[tuple[Path, int]]]]:
+        """(class names, {split: [(file, label)]}) as the folder lays them out."""
+        if not self.root.is_dir():
+            raise DataError(f"dataset.data_dir={self.root}: no such folder")
+        val_fraction, test_fraction = self.fractions
+        if (self.root / "train").is_dir():
+            names = self._classes(self.root / "train")
+            present = [split for split in SPLITS if (self.root / split).is_dir()]
+            splits = {split: self._members(self.root / split, names) for split in present}
+            if "val" not in splits:
+                if not val_fraction:
+                    raise DataError(
+                        f"dataset.data_dir={self.root} has train/ but no val/: add {self.root}/val/<class>/, or set "
+                        f"dataset.val_fraction to hold out a share of train/"
+                    )
+                carved = stratified_split(splits["train"], val_fraction, 0.0, self.split_seed)
+                splits["train"], splits["val"] = carved["train"], carved["val"]
+        else:
+            names = self._classes(self.root)
+            if not val_fraction:
+                raise DataError(
+                    f"dataset.data_dir={self.root} is one <class>/ tree: set dataset.val_fraction (and "
+                    f"dataset.test_fraction) to split it, or lay it out as train/, val/ and test/"
+                )
+            splits = stratified_split(self._members(self.root, names), val_fraction, test_fraction, self.split_seed)
+        if not splits.get("test"):
+            log.warning("dataset.data_dir=%s has no test split: the test split is the validation split", self.root)
+            splits["test"] = splits["val"]
+        return names, splits
+
+    # --- checked once ------------------------------------------------------------------------------------------
+
+    def _checked(self, members: list[tuple[Path, int]], skipped: list[dict]) -> list[tuple[Path, int]]:
+        """The members whose file decodes; the others go to `skipped` with their reason."""
+        good = []
+        for run in decode_files([str(path) for path, _ in members], self.size, self.resize_mode, batch_size=256):
+            for index, error in enumerate(run.errors, start=run.start):
+                if error is None:
+                    good.append(members[index])
+                else:
+                    skipped.append({"file": self._shown(members[index][0]), "reason": error})
+        return good
+
+    def load(self, check_val: bool = True) -> Splits:
+        names, splits = self._listing()
+        started, skipped, checked = time.monotonic(), [], {}
+        for split, members in splits.items():
+            checked[split] = checked.get(id(members)) or self._checked(members, skipped)
+        for entry in skipped:
+            log.warning("Skipped %s: %s <dataset.data_dir=%s>", entry["file"], entry["reason"], self.root)
+        for split in ("train", "val"):
+            if not checked[split]:
+                raise DataError(f"dataset.data_dir={self.root}: no file of the {split} split gives an image")
+        log.info(
+            "Dataset %s from %s: %s images of %d classes %s, every file decoded in %.1f s (%d left out) <dataset=%s>",
+            self.name,
+            self.root,
+            {split: len(members) for split, members in checked.items()},
+            len(names),
+            names,
+            time.monotonic() - started,
+            len(skipped),
+            self.name,
+        )
+        records = {split: self._records(members) for split, members in checked.items()}
+        reader = LabeledFileReader()
+        return Splits(
+            {split: Source(part, reader) for split, part in records.items()},
+            FileDecoder(self.size, self.resize_mode),
+            names,
+            lambda: (list(records["train"].files), [1] * records["train"].count),
+            {
+                split: {name: sum(label == index for _, label in members) for index, name in enumerate(names)}
+                for split, members in checked.items()
+            },
+            fingerprint={split: self._listed(members) for split, members in sorted(checked.items())},
+            skipped=skipped,
+            resize_mode=self.resize_mode,
+        )
+
+    def _shown(self, path: Path) -> str:
+        """A file's path below the folder as text; bytes that are not UTF-8 become backslash escapes."""
+        return os.fsencode(path.relative_to(self.root)).decode("utf-8", errors="backslashreplace")
+
+    def _listed(self, members: list[tuple[Path, int]]) -> dict:
+        """A split's fingerprint: its count and [relative path, size, label] per file."""
+        files = [[self._shown(path), path.stat().st_size, label] for path, label in members]
+        return {"records": len(members), "files": files}
+
+    @staticmethod
+    def _records(members: list[tuple[Path, int]]) -> Records:
+        entries = [f"{label:0{LABEL_DIGITS}d}".encode() + os.fsencode(path) for path, label in members]
+        return Records.whole_files(entries, len(members))  # bytes: a file name that is not UTF-8 stays as it is

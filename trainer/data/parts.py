@@ -1,0 +1,48 @@
+"""A dataset is a part, built from `dataset._target_` like the model: what every format answers.
+
+    python run.py dataset=cifar                                   # trainer.data.binary.BinaryFiles
+    python run.py dataset=cats_dogs                               # trainer.data.tfrecord_files.TFRecordFiles
+    python run.py dataset=folder dataset.data_dir=photos/         # trainer.data.folder.ImageFolder
+    python run.py dataset=custom dataset._target_=my_package.MySource dataset.root=/data
+
+A part is any class (or function) called with its keys of the `dataset` section and
+`image_size` (the side the stored images are resized to), whose `load(check_val)` returns
+`Splits`: each split's records (`trainer.data.sources.Source`), the batch decoder, the class
+names, the train files for the worker shares, and optionally its fingerprint, the files it
+left out and how it makes images square. The one pipeline (`trainer.data.pipeline`) does
+the rest, for every part alike. `docs/extending.md` shows your own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from trainer.data.decoders import Decoder
+from trainer.data.sources import Source
+
+
+@dataclass(frozen=True)
+class Splits:
+    """What a dataset part found: each split's source, the decoder of its records, the class names."""
+
+    sources: dict[str, Source]  # "train", "val", "test"
+    decoder: Decoder  # a batch of records -> (uint8 images, int32 labels)
+    class_names: list[str]
+    train_files: Callable[[], tuple[list[str], list[int]]]  # every train file and its records (worker shares)
+    class_counts: dict[str, dict[str, int]] | None = None  # per split, when known without reading the images
+    find_bad_record: Callable[[], None] | None = None  # names the bad record after a pipeline failed
+    fingerprint: dict | None = None  # what a resume checks; None: file names, sizes and sampled checksums
+    skipped: list[dict] = field(default_factory=list)  # files left out, each {"file", "reason"}
+    resize_mode: str = "resize"  # how encoded images are made square (`trainer.data.decode.RESIZE_MODES`)
+
+
+class DatasetPart(Protocol):
+    """What `dataset._target_` builds."""
+
+    def load(self, check_val: bool = True) -> Splits:
+        """Finds and checks the data; without `check_val` the caller never reads the validation split."""
+
+    def predict_chunks(self, kind: str, files: list, preprocess, num_classes: int, batch_size: int) -> Iterator:
+        """Optional: `mode=predict` on record files of this format (`kind`: records | tfrecords)."""

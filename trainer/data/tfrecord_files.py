@@ -1,0 +1,203 @@
+"""`dataset=cats_dogs`: TFRecord shards (the converter's, or the classic files) as a dataset part.
+
+    python -m trainer.convert PetImages/ records/ --image-size 64 --format jpeg
+    python run.py dataset=cats_dogs dataset.data_dir=records/      # 64-pixel JPEG records, from the manifest
+
+A converted folder is read as its `manifest.json` says: the stored size, the format, the
+resize mode and the decode. A config value that contradicts the manifest is one line naming
+both; one left unset (null) takes the manifest's, else the classic raw 224 layout.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from trainer.data import tfrecords
+from trainer.data.decode import DECODE
+from trainer.data.decoders import TFRecordDecoder
+from trainer.data.parts import Splits
+from trainer.data.predict_inputs import tfrecord_chunks
+from trainer.data.shares import Records
+from trainer.data.sources import Source, TFRecordReader
+from trainer.errors import DataError
+
+log = logging.getLogger(__name__)
+
+CLASSIC = {"format": "raw", "stored_size": 224, "resize_mode": "resize"}  # files without a manifest
+
+
+def _manifest_entry(manifest: dict | None, split: str, files: list[str]) -> dict | None:
+    """The converter's manifest entry of a split, when it lists exactly these files."""
+    entry = (manifest or {}).get("splits", {}).get(split)
+    if entry and sorted(entry["files"]) == sorted(file.rsplit("/", 1)[-1] for file in files):
+        return entry
+    return None
+
+
+def _count(files: list[str], manifest: dict | None, split: str, spec, num_classes: int) -> int:
+    """Records in a split: from the converter's manifest when it lists exactly these files, else counted
+    (every checksum and label checked on the way)."""
+    entry = _manifest_entry(manifest, split, files)
+    if entry:
+        return int(entry["count"])
+    return sum(tfrecords.count_records(file, spec, num_classes) for file in files)
+
+
+def _file_counts(files: list[str], manifest: dict | None, spec) -> list[int]:
+    """Records per train file: the manifest's `file_counts` for exactly these files, else counted."""
+    entry = _manifest_entry(manifest, "train", files) or {}
+    listed = dict(zip(entry.get("files", []), entry.get("file_counts", []), strict=False))
+    if len(listed) == len(entry.get("files", [])) and listed:
+        return [int(listed[file.rsplit("/", 1)[-1]]) for file in files]
+    log.info("Counting the records of %d train file(s) for the worker shares <strategy=multi_worker>", len(files))
+    return [tfrecords.count_records(file, spec) for file in files]
+
+
+def _bad_record_finder(files: dict[str, list[str]], spec: tfrecords.RecordSpec, num_classes: int):
+    """`Splits.find_bad_record` (with a manifest, no file was read whole at start-up): every file of every
+    split is read once, checksums and labels checked, then decoded as the pipeline does, until one fails."""
+    paths = list(dict.fromkeys(path for split in files.values() for path in split))
+
+    def find() -> None:
+        log.warning("A bad record stopped the input pipeline; reading the %d record files to name it", len(paths))
+        for path in paths:
+            tfrecords.scan_file(path, spec, num_classes)  # raises a DataError naming the file and record
+        decoder = TFRecordDecoder(spec, num_classes)
+        for path in paths:  # an image feature that is missing, empty, repeated or of the wrong length
+            tfrecords.find_undecodable(path, spec, decoder)
+
+    return find
+
+
+def layout_of(manifest_file: str | None, manifest: dict | None, **config) -> dict:
+    """The format, stored size and resize mode to read with: the config's where set (not None), else the
+    manifest's, else the classic layout.
+
+    Raises:
+        DataError: a set config value contradicts the manifest, or the manifest's images were decoded
+            another way than this version decodes (`trainer.data.decode.DECODE`).
+    """
+    written = (
+        {}
+        if manifest is None
+        else {
+            "format": manifest.get("format"),
+            "stored_size": manifest.get("image_size"),
+            "resize_mode": manifest.get("resize"),
+        }
+    )
+    chosen = {}
+    for key, value in config.items():
+        recorded = written.get(key)
+        if value is not None and recorded is not None and value != recorded:
+            raise DataError(
+                f"dataset.{key}={value} contradicts {manifest_file}, which says the records were written with "
+                f"{key}={recorded}; leave dataset.{key} unset (null) to read them as written"
+            )
+        chosen[key] = value if value is not None else recorded if recorded is not None else CLASSIC[key]
+    decode = (manifest or {}).get("decode")
+    if decode is not None and decode != DECODE:
+        raise DataError(
+            f"{manifest_file}: its images were decoded as '{decode}', this version decodes as '{DECODE}': "
+            f"convert the images again so that training and serving decode alike"
+        )
+    return chosen
+
+
+class TFRecordFiles:
+    """TFRecord shards, each split its own files (globs), as a dataset part (`trainer.data.parts`)."""
+
+    def __init__(
+        self,
+        train_files: list[str],
+        val_files: list[str],
+        test_files: list[str],
+        num_classes: int = 2,
+        class_names: list[str] = ("cat", "dog"),
+        format: str | None = None,
+        stored_size: int | None = None,
+        resize_mode: str | None = None,
+        image_key: str | None = None,
+        label_key: str | None = None,
+        filename_key: str | None = None,
+        compression: str = "auto",
+        name: str = "",
+        data_dir: str = ".",
+        image_size: int = 0,
+    ) -> None:
+        self.patterns = {"train": list(train_files), "val": list(val_files), "test": list(test_files)}
+        self.num_classes, self.class_names, self.name = num_classes, list(class_names), name
+        self.config = {"format": format, "stored_size": stored_size, "resize_mode": resize_mode}
+        self.keys = {"image": image_key, "label": label_key, "filename": filename_key}
+        self.compression = compression
+
+    def spec(self, files: list[str]) -> tuple[tfrecords.RecordSpec, dict | None, str]:
+        """(the record spec, the manifest, the resize mode) for files of this dataset."""
+        manifest_file, manifest = tfrecords.read_manifest(files) if files else (None, None)
+        layout = layout_of(manifest_file, manifest, **self.config)
+        spec = tfrecords.RecordSpec.for_format(
+            str(layout["format"]), layout["stored_size"], self.compression, **self.keys
+        )
+        return spec, manifest, layout["resize_mode"]
+
+    def _files(self, spec: tfrecords.RecordSpec) -> dict[str, list[str]]:
+        """Each split's files, globs expanded, empty files left out, every file labeled."""
+        files = {}
+        for split, patterns in self.patterns.items():
+            paths = tfrecords.expand(patterns, f"dataset.{split}_files")
+            labeled = tfrecords.without_empty(paths, spec, f"dataset.{split}_files")
+            for path in paths:
+                if labeled.get(path) is False:
+                    raise DataError(
+                        f"{path}: records have no '{spec.label_key}' feature; dataset.{split}_files "
+                        f"must be labeled (predict unlabeled files with mode=predict)"
+                    )
+            files[split] = list(labeled)
+        return files
+
+    def load(self, check_val: bool = True) -> Splits:
+        """Expands the globs, checks each file's first record and counts the records (the manifest's counts
+        when it lists the same files)."""
+        first = tfrecords.expand(self.patterns["train"], "dataset.train_files")
+        spec, manifest, resize_mode = self.spec(first)
+        files = self._files(spec)
+        manifest_file = tfrecords.read_manifest(files["train"])[0]
+        class_names = list((manifest or {}).get("class_names") or self.class_names)
+        if len(class_names) != self.num_classes:
+            raise DataError(
+                f"{manifest_file}: lists {len(class_names)} classes but dataset.num_classes={self.num_classes}"
+            )
+        records = {
+            split: Records.whole_files(paths, _count(paths, manifest, split, spec, self.num_classes))
+            for split, paths in files.items()
+        }
+        log.info(
+            "Dataset %s (%s, %dx%d, %d shards): %s records, classes %s <dataset=%s>",
+            self.name,
+            spec.format,
+            spec.stored_size,
+            spec.stored_size,
+            sum(map(len, files.values())),
+            {split: part.count for split, part in records.items()},
+            class_names,
+            self.name,
+        )
+        readers = {
+            split: TFRecordReader(tfrecords.compression_of(paths, spec.compression)) for split, paths in files.items()
+        }
+        return Splits(
+            {split: Source(part, readers[split]) for split, part in records.items()},
+            TFRecordDecoder(spec, self.num_classes),
+            class_names,
+            lambda: (files["train"], _file_counts(files["train"], manifest, spec)),
+            {split: entry["per_class"] for split, entry in (manifest or {}).get("splits", {}).items()},
+            _bad_record_finder(files, spec, self.num_classes),
+            resize_mode=resize_mode,
+        )
+
+    def predict_chunks(self, kind: str, files: list, preprocess, num_classes: int, batch_size: int):
+        """`mode=predict` on TFRecord files of this layout (their own manifest's, when they have one)."""
+        if kind != "tfrecords":
+            return None
+        spec = self.spec([str(file) for file in files])[0]
+        return tfrecord_chunks(files, spec, preprocess, num_classes, batch_size)
