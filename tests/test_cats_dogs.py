@@ -398,3 +398,33 @@ def test_a_record_corrupted_after_conversion_stops_training_with_its_name(tmp_pa
     overrides += [f"dataset.image_size={SIZE}", "debug=smoke", "trainer.batch_size=4"]
     with pytest.raises(DataError, match=f"{shard.name}: corrupted or truncated TFRecord file at record 3"):
         run_task(compose(overrides, tmp_path / "run"))
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("format", ["raw", "jpeg"])
+def test_a_converted_folder_is_read_with_its_manifests_size_format_and_resize_mode(tmp_path, format):
+    """`convert F OUT --image-size 32 [--format jpeg] --resize crop`, then `dataset=cats_dogs dataset.data_dir=OUT`:
+    nothing repeated by hand, and the resize mode reaches the model; a contradicting key is one line naming both."""
+    from trainer.config.store import to_settings
+    from trainer.tasks.data import load_data
+
+    make_pets(tmp_path / "in", per_class=6)
+    options = ConvertOptions(image_size=SIZE, format=format, resize="crop", val_fraction=0.25, test_fraction=0.25)
+    convert(tmp_path / "in", tmp_path / "records", options)
+    base = ["dataset=cats_dogs", f"dataset.data_dir={tmp_path / 'records'}", "dataset.image_size=32", "debug=smoke"]
+    data = load_data(to_settings(compose(base)).dataset, 4, 0)
+    assert data.num_examples == {"train": 4, "val": 4, "test": 4} and data.resize_mode == "crop"  # round(1.5) = 2
+    assert next(iter(data.val))[0].shape[1:] == (32, 32, 3)
+    contradictions = {
+        "dataset.stored_size=224": r"dataset.stored_size=224 contradicts .*manifest.json, .* stored_size=32",
+        f"dataset.format={'jpeg' if format == 'raw' else 'raw'}": rf"dataset.format=.* contradicts .* format={format}",
+        "dataset.resize_mode=pad": r"dataset.resize_mode=pad contradicts .* resize_mode=crop",
+    }
+    for override, message in contradictions.items():
+        with pytest.raises(DataError, match=message):
+            load_data(to_settings(compose([*base, override])).dataset, 4, 0)
+    manifest = json.loads((tmp_path / "records" / "manifest.json").read_text())
+    manifest["decode"] = "another decode"
+    (tmp_path / "records" / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(DataError, match="manifest.json: its images were decoded as 'another decode'"):
+        load_data(to_settings(compose(base)).dataset, 4, 0)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from trainer.data.preprocess import to_model_size
+from trainer.errors import DataError
 
 RESIZE_MODES = ("resize", "crop", "pad")  # squash to a square | centre crop to a square | pad to a square
 MAX_PIXELS = 89_478_485  # Pillow's decompression-bomb limit: a larger image is refused before it is decoded
@@ -36,6 +37,20 @@ _JPEG, _PNG, _GIF, _BMP, _WEBP = range(len(FORMATS))
 _EXIF_HEAD = 1 << 16  # an APP1 segment holds at most 64 KiB, and it comes first in the file
 _EXIF_ENTRIES = 64  # IFD0 entries searched for the orientation tag
 _ORIENTATION_TAG = 0x0112
+
+
+def check_decode(recorded: str | None, source: str) -> None:
+    """Refuses pixels decoded another way than this version decodes: a model or a converted folder whose
+    record names another decode. None or "" (saved before the decode was recorded) passes.
+
+    Raises:
+        DataError: `recorded` names another decode; the message names `source`.
+    """
+    if recorded and recorded != DECODE:
+        raise DataError(
+            f"{source}: its images were decoded as '{recorded}', and this version decodes as '{DECODE}'; "
+            f"train (or convert) again with this version, so that training, prediction and serving decode alike"
+        )
 
 
 def image_format(data: tf.Tensor) -> tf.Tensor:

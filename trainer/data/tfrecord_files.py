@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 
 from trainer.data import tfrecords
-from trainer.data.decode import DECODE
+from trainer.data.decode import check_decode
 from trainer.data.decoders import TFRecordDecoder
 from trainer.data.parts import Splits
 from trainer.data.predict_inputs import tfrecord_chunks
@@ -95,12 +95,13 @@ def layout_of(manifest_file: str | None, manifest: dict | None, **config) -> dic
                 f"{key}={recorded}; leave dataset.{key} unset (null) to read them as written"
             )
         chosen[key] = value if value is not None else recorded if recorded is not None else CLASSIC[key]
-    decode = (manifest or {}).get("decode")
-    if decode is not None and decode != DECODE:
-        raise DataError(
-            f"{manifest_file}: its images were decoded as '{decode}', this version decodes as '{DECODE}': "
-            f"convert the images again so that training and serving decode alike"
+    if manifest is not None and not manifest.get("decode"):
+        log.warning(
+            "%s was written by an older converter (Pillow's decode and bicubic resize): serving and mode=predict "
+            "decode photos slightly differently; convert again for identical pixels",
+            manifest_file,
         )
+    check_decode((manifest or {}).get("decode"), str(manifest_file))
     return chosen
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from trainer.config.schema import Config
+from trainer.data.decode import check_decode
 from trainer.errors import DataError
 from trainer.runs import checkpoints
 from trainer.serving import portable
@@ -101,6 +102,7 @@ def export(settings: Config) -> None:
     for format in formats:
         portable.require_extra(format)
     model, info = checkpoints.load(settings.checkpoint)
+    check_decode(info.decode, f"checkpoint={settings.checkpoint}")  # serve_bytes decodes as this version does
     data = _fitting_data(settings, info)
     check = _check_images(settings, info, data)
     calibration = _calibration(settings, data)

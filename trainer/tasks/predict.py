@@ -18,6 +18,7 @@ import numpy as np
 
 from trainer.config.schema import Config
 from trainer.data import predict_inputs, tfrecords
+from trainer.data.decode import check_decode
 from trainer.data.preprocess import Preprocess
 from trainer.errors import ConfigError
 from trainer.models.tta import with_tta
@@ -81,6 +82,7 @@ def predict(settings: Config) -> float | None:
     strategy = setup_strategy(settings)
     with strategy.scope():
         model, info = checkpoints.load(settings.checkpoint)
+        check_decode(info.decode, f"checkpoint={settings.checkpoint}")
         model = with_tta(model, settings.predict.tta)
     class_names = list(info.class_names)  # the model's, whatever the dataset config says
     log.info(
