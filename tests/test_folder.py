@@ -231,3 +231,25 @@ def test_a_dataset_part_defined_here_trains_by_target(tmp_path):
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["num_examples"] == {"train": 24, "val": 24, "test": 24}
     assert set(json.loads((tmp_path / "run" / "data.json").read_text())) == {"train", "val", "test"}
+
+
+@pytest.mark.integration
+def test_the_data_check_names_bad_files_duplicates_and_leakage(tmp_path):
+    root = make_folder(tmp_path / "photos", "splits", per_class=3)
+    leaked = root / "test" / "dog" / "copy_of_train.png"
+    leaked.write_bytes((root / "train" / "dog" / "0.png").read_bytes())
+    (root / "train" / "cat" / "twice.png").write_bytes((root / "train" / "cat" / "2.png").read_bytes())
+    (root / "val" / "cat" / "Thumbs.db").write_bytes(b"\x00" * 40)
+    typed = ["mode=inspect", "inspect.check=true", "dataset=folder", f"dataset.data_dir={root}"]
+    typed.append("dataset.image_size=32")
+    result = run_cli([*typed, f"hydra.run.dir={tmp_path / 'check'}"], cwd=tmp_path)
+    assert result.returncode == 1, result.stderr[-2000:]
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: data check: 1 bad file(s) or record(s), e.g. val/cat/Thumbs.db: not a JPEG")
+    assert "test/dog/copy_of_train.png (test) is train/dog/0.png (train)" in line
+    report = json.loads((tmp_path / "check" / "data_check.json").read_text())
+    assert report["duplicates"] == {"train": [["train/cat/2.png", "train/cat/twice.png"]]}
+    assert report["per_class"]["test"] == {"cat": 3, "dog": 4} and report["num_examples"]["train"] == 7
+    assert sum(report["image_sizes"].values()) == 7 + 6 + 7, "every file that decodes, by its stored size"
+    accepted = run_cli([*typed, "inspect.allow=[duplicates,bad]", f"hydra.run.dir={tmp_path / 'ok'}"], cwd=tmp_path)
+    assert accepted.returncode == 0, accepted.stderr[-2000:]

@@ -238,9 +238,13 @@ class InspectConfig:
     split: Split = Split.train  # train | val | test
     num_images: int = 64  # tiles on the contact sheet
     augmented: bool = False  # show the training augmentation (train split)
+    check: bool = False  # decode every example of every split: bad files, class counts, duplicates, leakage
+    allow: list[str] = field(default_factory=list)  # check: accept knowingly: duplicates (and leakage) | bad
 
     def __post_init__(self) -> None:
         require(self.num_images >= 1, "inspect.num_images", ">= 1", self.num_images)
+        unknown = [item for item in self.allow if item not in ("duplicates", "bad")]
+        require(not unknown, "inspect.allow", "a list of duplicates, bad", list(self.allow))
 
 
 @dataclass

@@ -1,13 +1,16 @@
 """`mode=inspect`: look at the data exactly as the pipeline yields it, labels included.
 
     python run.py mode=inspect dataset=cifar inspect.split=train inspect.num_images=64 inspect.augmented=true
+    python run.py mode=inspect dataset=folder dataset.data_dir=photos/ inspect.check=true   # the data check
 
 Writes contact_sheet.png (each tile captioned with its label's class name) and
 inspect.json (per-class counts, shape, dtype, value range) into the run folder.
 The images are the uint8 pixels the model takes; with `inspect.augmented=true` they
 also get MixUp/CutMix (captioned with both classes and their shares) and the model's own
 training-time flip, colour jitter, policy and erasing, as the network sees them before its
-normalization layer.
+normalization layer. `inspect.check=true` also decodes every example of every split and writes
+data_check.json (`trainer.data.check`): bad files, class counts, image sizes, duplicates and leakage
+across splits; it exits 1 on bad files or leakage unless `inspect.allow` accepts them.
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ from tqdm import tqdm
 
 from trainer.config.schema import Config
 from trainer.data.augmentation import Augmentation
+from trainer.data.check import check_splits, problems
+from trainer.data.images import stored_sizes
+from trainer.errors import DataError
 from trainer.models.preprocessing import augmentation_layers
 from trainer.runs.atomic import write_json
 from trainer.tasks.data import load_data
@@ -67,11 +73,50 @@ def _count(dataset, total: int, class_names: list[str]) -> dict[str, int]:
 
 
 def inspect(settings: Config) -> None:
-    """Writes the contact sheet and prints the split's statistics."""
+    """Writes the contact sheet and prints the split's statistics; with `inspect.check=true`, checks every split.
+
+    Raises:
+        DataError: the check found bad files or records, or leakage, that `inspect.allow` does not accept.
+    """
     options = settings.inspect
-    data = load_data(settings.dataset, min(options.num_images, 256), settings.seed, check_val=options.split == "val")
+    check_val = options.split == "val" or options.check
+    data = load_data(settings.dataset, min(options.num_images, 256), settings.seed, check_val=check_val)
     with data.named_bad_records():
         _inspect(settings, data)
+        if options.check:
+            _check(settings, data)
+
+
+def _check(settings: Config, data) -> None:
+    """Decodes every example of every split; writes data_check.json; one line when something is wrong."""
+    splits = {"train": data.train_plain, "val": data.val, "test": data.test}
+    if data.fingerprint.get("test") == data.fingerprint.get("val"):
+        del splits["test"]  # the test split is the validation split: checked once
+    listed = {split: part.get("files", []) for split, part in data.fingerprint.items()}
+    by_file = all(len(entry) == 3 for entries in listed.values() for entry in entries)  # a folder's file list
+
+    def name_of(split: str, position: int) -> str:
+        return listed[split][position][0] if by_file else f"{split} #{position}"
+
+    sizes = None
+    if by_file and settings.dataset.data_dir:
+        root = Path(settings.dataset.data_dir)
+        sizes = stored_sizes([str(root / entry[0]) for entries in listed.values() for entry in entries])
+    report = check_splits(splits, data.class_names, name_of, data.skipped, sizes)
+    run_dir = Path(settings.output_dir)
+    write_json(run_dir / "data_check.json", report)
+    duplicates = sum(len(groups) for groups in report["duplicates"].values())
+    print(
+        f"data check: {sum(report['num_examples'].values())} examples decoded, {len(report['bad'])} bad, "
+        f"{duplicates} group(s) of duplicates within a split, {len(report['leakage'])} image(s) in two splits; "
+        f"per class: {report['per_class']}; {run_dir / 'data_check.json'}"
+    )
+    found = problems(report, list(settings.inspect.allow))
+    if found:
+        raise DataError(
+            f"data check: {'; '.join(found)} (see {run_dir / 'data_check.json'}; accept knowingly with "
+            f"inspect.allow=[duplicates] or [bad])"
+        )
 
 
 def _inspect(settings: Config, data) -> None:

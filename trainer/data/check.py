@@ -1,0 +1,97 @@
+"""The data check before hours of training: every example of every split decoded, counted and hashed.
+
+    python run.py mode=inspect inspect.check=true dataset=folder dataset.data_dir=photos/
+    python run.py mode=inspect inspect.check=true inspect.allow=[duplicates] dataset=cifar dataset.data_dir=DIR
+
+`check_splits` reads each split once through its evaluation pipeline (the pixels the model
+is evaluated on) and reports the class counts per split, exact duplicates within a split,
+and the same image in two splits (a test image that is also in train is leakage), each
+named by its file where the dataset part knows it (`dataset=folder`), else by split and
+position. The part's own bad files (those `dataset=folder` left out at start-up) come in
+as `bad`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter, defaultdict
+from collections.abc import Callable
+
+import numpy as np
+import tensorflow as tf
+
+SPLITS = ("train", "val", "test")
+
+
+def _hashes(dataset: tf.data.Dataset) -> tuple[list[str], list[int], Counter]:
+    """(sha256 of each image's pixels, its label, image shapes) in pipeline order."""
+    hashes, labels, shapes = [], [], Counter()
+    for images, batch_labels in dataset:
+        for image in images.numpy():
+            hashes.append(hashlib.sha256(np.ascontiguousarray(image).tobytes()).hexdigest())
+            shapes["x".join(map(str, image.shape))] += 1
+        labels += batch_labels.numpy().tolist()
+    return hashes, labels, shapes
+
+
+def check_splits(
+    datasets: dict[str, tf.data.Dataset],
+    class_names: list[str],
+    name_of: Callable[[str, int], str],
+    bad: list[dict] | None = None,
+    sizes: dict[str, int] | None = None,
+) -> dict:
+    """The report of `mode=inspect inspect.check=true`.
+
+    Args:
+        datasets: Each split once, in order, as (uint8 images, int labels) batches. A split that is another
+            split's records (the test split standing in for val) is passed once.
+        class_names: The labels' names.
+        name_of: (split, position in the split) -> what the user calls that example (a file, a record).
+        bad: Files or records the dataset part left out, each {"file", "reason"}.
+        sizes: Stored image sizes ("HxW" -> count), where the part knows them.
+
+    Returns:
+        {"bad", "per_class", "image_sizes", "duplicates", "leakage", "num_examples"}: duplicates per split as
+        groups of names, leakage as {"splits": [a, b], "examples": [name in a, name in b]} entries.
+    """
+    seen: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    report = {"bad": list(bad or []), "num_examples": {}, "per_class": {}, "duplicates": {}, "leakage": []}
+    shapes = Counter()
+    for split, dataset in datasets.items():
+        hashes, labels, split_shapes = _hashes(dataset)
+        shapes.update(split_shapes)
+        counts = Counter(labels)
+        report["num_examples"][split] = len(hashes)
+        report["per_class"][split] = {name: counts.get(index, 0) for index, name in enumerate(class_names)}
+        for position, digest in enumerate(hashes):
+            seen[digest].append((split, position))
+    for places in seen.values():
+        by_split = defaultdict(list)
+        for split, position in places:
+            by_split[split].append(name_of(split, position))
+        for split, names in by_split.items():
+            if len(names) > 1:
+                report["duplicates"].setdefault(split, []).append(names)
+        present = [split for split in SPLITS if split in by_split]
+        for index, first in enumerate(present):
+            for other in present[index + 1 :]:
+                examples = [by_split[first][0], by_split[other][0]]
+                report["leakage"].append({"splits": [first, other], "examples": examples})
+    report["image_sizes"] = dict(sizes or shapes)
+    return report
+
+
+def problems(report: dict, allow: list[str]) -> list[str]:
+    """What makes the check fail: bad files or records, and leakage or duplicates unless `allow` names them."""
+    found = []
+    if report["bad"] and "bad" not in allow:
+        first = report["bad"][0]
+        found.append(f"{len(report['bad'])} bad file(s) or record(s), e.g. {first['file']}: {first['reason']}")
+    if report["leakage"] and "duplicates" not in allow:
+        first = report["leakage"][0]
+        found.append(
+            f"{len(report['leakage'])} image(s) in two splits, e.g. {first['examples'][1]} ({first['splits'][1]}) is "
+            f"{first['examples'][0]} ({first['splits'][0]})"
+        )
+    return found
