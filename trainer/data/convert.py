@@ -23,7 +23,6 @@ import argparse
 import json
 import logging
 import os
-import random
 import re
 import shutil
 import sys
@@ -38,6 +37,7 @@ from tqdm import tqdm
 from trainer import quiet
 from trainer.data import record_writer
 from trainer.data.decode import DECODE, RESIZE_MODES
+from trainer.data.folder import stratified_split
 from trainer.data.images import decode_files, special_file_reason
 from trainer.errors import UserError
 
@@ -120,21 +120,11 @@ def scan(input_dir: Path, classes: tuple[str, ...]) -> tuple[list[str] | None, l
 
 
 def assign_splits(items: list, labeled: bool, options: ConvertOptions) -> dict[str, list]:
-    """Splits per class (so each split keeps the class balance), then shuffles each split with the seed."""
+    """Splits per class (so each split keeps the class balance), then shuffles each split with the seed: the
+    split `dataset=folder` makes of the same folder with the same fractions and seed."""
     if not labeled:
         return {"test": items}
-    rng = random.Random(options.seed)
-    splits = {name: [] for name in SPLITS}
-    for label in sorted({label for _, label in items}):
-        members = [item for item in items if item[1] == label]
-        rng.shuffle(members)
-        num_val = round(len(members) * options.val_fraction)
-        num_test = round(len(members) * options.test_fraction)
-        splits["val"] += members[:num_val]
-        splits["test"] += members[num_val : num_val + num_test]
-        splits["train"] += members[num_val + num_test :]
-    for members in splits.values():
-        rng.shuffle(members)
+    splits = stratified_split(items, options.val_fraction, options.test_fraction, options.seed)
     return {name: members for name, members in splits.items() if members}
 
 
