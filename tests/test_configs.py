@@ -21,6 +21,7 @@ REQUIRED = {  # keys without a default
     "model=custom": ["model._target_=trainer.models.vgg19.build_vgg19"],
     "dataset=custom": ["dataset._target_=trainer.data.folder.ImageFolder"],
     "dataset=folder": ["dataset.data_dir=photos"],
+    "dataset=parquet": ["dataset.data_dir=x"],
 }
 
 

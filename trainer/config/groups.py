@@ -198,6 +198,33 @@ class FolderDatasetConfig(DatasetConfig):
 
 
 @dataclass
+class ParquetDatasetConfig(DatasetConfig):
+    """`dataset=parquet`: Parquet files or a `datasets` save_to_disk folder (`trainer.data.parquet.ArrowFiles`)."""
+
+    _target_: str = "trainer.data.parquet.ArrowFiles"  # the dataset part
+    name: str = "parquet"  # the option's name
+    image_column: str = "image"  # encoded image bytes, or the Image feature's {bytes, path} struct
+    label_column: str = "label"  # integer labels (a ClassLabel's names become the class names)
+    train_split: str = "train"  # split names: the files' prefix (train-00000-of-00002.parquet) or folder (train/)
+    val_split: str = "validation"  # missing: set val_fraction to hold out a share of the train split
+    test_split: str = "test"  # missing: the test split is the validation split
+    class_names: list[str] | None = None  # in label order; null: the ClassLabel's names, else "0", "1", ...
+    val_fraction: float = 0.0  # share of each class of the train split held out for val (when no val split)
+    resize_mode: ResizeMode = ResizeMode.resize  # resize (squash) | crop (centre square) | pad (onto black)
+    image_size: int = 224  # model input side: images are decoded and resized to it
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.image_size >= 1, "dataset.image_size", ">= 1", self.image_size)
+        require(0 <= self.val_fraction < 1, "dataset.val_fraction", "in [0, 1)", self.val_fraction)
+        for key in ("image_column", "label_column", "train_split", "val_split", "test_split"):
+            require(bool(getattr(self, key)), f"dataset.{key}", "a name", getattr(self, key))
+        if self.class_names is not None:
+            require(len(self.class_names) >= 2, "dataset.class_names", "two names or more, or null", self.class_names)
+        self.augment.check_fits(self.resize_to)
+
+
+@dataclass
 class CustomDatasetConfig(DatasetConfig):
     """`dataset=custom`: your own part (`dataset._target_=my_package.MySource`); its own keys go to `options`."""
 

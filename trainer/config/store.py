@@ -25,6 +25,7 @@ SCHEMAS: dict[str, dict[str, type]] = {
         "binary_schema": groups.BinaryDatasetConfig,
         "tfrecord_schema": groups.TFRecordDatasetConfig,
         "folder_schema": groups.FolderDatasetConfig,
+        "parquet_schema": groups.ParquetDatasetConfig,
         "custom_schema": groups.CustomDatasetConfig,
     },
     "model": {

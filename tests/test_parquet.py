@@ -1,0 +1,207 @@
+"""`dataset=parquet`: Parquet files (the Hub's layout) and `save_to_disk` folders of Arrow streams, made here with
+pyarrow, trained on directly; each bad input is one line."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+from conftest import compose
+from trainer.config.store import to_settings
+from trainer.errors import ConfigError, DataError
+from trainer.tasks import run_task
+from trainer.tasks.data import load_data
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+COLOURS = {"cat": (220, 40, 40), "dog": (40, 40, 220), "fox": (40, 200, 40)}
+NAMES = list(COLOURS)
+rng = np.random.default_rng(0)
+
+
+def _encoded(name: str, index: int) -> bytes:
+    """An image whose colour is its class, PNG or JPEG by turns, of varied size."""
+    shape = (int(rng.integers(24, 48)), int(rng.integers(24, 48)), 3)
+    pixels = np.clip(np.array(COLOURS[name]) + rng.normal(0, 8, shape), 0, 255).astype(np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="JPEG" if index % 2 else "PNG", quality=95)
+    return buffer.getvalue()
+
+
+def _table(labels: list[int], struct: bool = True, class_label: bool = True):
+    """Rows of (image, label); `struct`: the Image feature's {bytes, path}; `class_label`: the `huggingface`
+    schema metadata naming the classes, as `datasets` writes it."""
+    images = [_encoded(NAMES[label % len(NAMES)], index) for index, label in enumerate(labels)]
+    column = pa.array(images, pa.binary())
+    if struct:
+        paths = pa.array([f"{index}.png" for index in range(len(images))], pa.string())
+        column = pa.StructArray.from_arrays([column, paths], names=["bytes", "path"])
+    table = pa.table({"image": column, "label": pa.array(labels, pa.int64())})
+    if class_label:
+        features = {"image": {"_type": "Image"}, "label": {"_type": "ClassLabel", "names": NAMES}}
+        table = table.replace_schema_metadata({b"huggingface": json.dumps({"info": {"features": features}})})
+    return table
+
+
+def _per_class(count: int, num_classes: int = 3) -> list[int]:
+    return [label for _ in range(count) for label in range(num_classes)]
+
+
+def make_hub(root: Path, per_class: int = 4, train_files: int = 2, **table) -> Path:
+    """The Hub's layout: `root/data/{train-0000N-of-0000M,validation-00000-of-00001,test-00000-of-00001}.parquet`."""
+    (root / "data").mkdir(parents=True)
+    for split, files in (("train", train_files), ("validation", 1), ("test", 1)):
+        labels = _per_class(per_class)
+        for index in range(files):
+            name = f"{split}-{index:05d}-of-{files:05d}.parquet"
+            pq.write_table(_table(labels[index::files], **table), root / "data" / name, row_group_size=3)
+    return root
+
+
+def make_saved(root: Path, per_class: int = 4) -> Path:
+    """`datasets`' `save_to_disk` layout: `root/<split>/data-*.arrow` (IPC streams) and `dataset_info.json`."""
+    for split in ("train", "validation", "test"):
+        (root / split).mkdir(parents=True)
+        table = _table(_per_class(per_class), struct=False, class_label=False)
+        with pa.ipc.new_stream(root / split / "data-00000-of-00001.arrow", table.schema) as writer:
+            writer.write_table(table, max_chunksize=5)
+        features = {"image": {"_type": "Image"}, "label": {"_type": "ClassLabel", "names": NAMES}}
+        (root / split / "dataset_info.json").write_text(json.dumps({"features": features}))
+    return root
+
+
+def make_plain(root: Path, per_class: int = 8, num_classes: int = 3) -> Path:
+    """`root/train.parquet` and `root/test.parquet`, binary images and no metadata: no val split, no names."""
+    root.mkdir(parents=True)
+    pq.write_table(_table(_per_class(per_class, num_classes), False, False), root / "train.parquet", row_group_size=4)
+    pq.write_table(_table(_per_class(2, num_classes), False, False), root / "test.parquet")
+    return root
+
+
+def _settings(root: Path, *extra: str):
+    overrides = ["dataset=parquet", f"dataset.data_dir={root}", "dataset.image_size=32", "debug=smoke", *extra]
+    return to_settings(compose(overrides))
+
+
+def _images(dataset: tf.data.Dataset, class_names: list[str]) -> list[bytes]:
+    """Each image's pixels; asserts its colour is its label's class colour (by index: "0" is cat's colour)."""
+    seen = []
+    for images, labels in dataset:
+        for image, label in zip(images.numpy(), labels.numpy(), strict=True):
+            colour = np.array(COLOURS[NAMES[label]])
+            assert np.abs(image.reshape(-1, 3).mean(0) - colour).max() < 20, "the label travels with its image"
+            seen.append(image.tobytes())
+    return seen
+
+
+LAYOUTS = {  # layout: (maker, overrides, class names, records per split)
+    "hub": (make_hub, [], NAMES, {"train": 12, "val": 12, "test": 12}),
+    "save_to_disk": (make_saved, [], NAMES, {"train": 12, "val": 12, "test": 12}),
+    "plain_val_fraction": (
+        make_plain,
+        ["dataset.val_fraction=0.25"],
+        ["0", "1", "2"],
+        {"train": 18, "val": 6, "test": 6},
+    ),
+}
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_each_layout_gives_every_split_with_its_class_names_and_labels(tmp_path, layout):
+    make, extra, names, counts = LAYOUTS[layout]
+    data = load_data(_settings(make(tmp_path / layout), *extra).dataset, batch_size=4, seed=0)
+    assert data.class_names == names and data.num_examples == counts
+    assert data.class_counts["train"] == dict(zip(names, [counts["train"] // 3] * 3, strict=True))
+    seen = {split: _images(getattr(data, split), names) for split in ("train_plain", "val", "test")}
+    assert [len(seen["train_plain"]), len(seen["val"]), len(seen["test"])] == list(counts.values())
+    assert len(_images(data.train.take(3), names)) == 12, "training batches too"
+    if layout == "plain_val_fraction":  # the held-out rows are not trained on
+        assert not set(seen["train_plain"]) & set(seen["val"])
+        assert data.class_counts["val"] == {"0": 2, "1": 2, "2": 2}
+
+
+@pytest.mark.integration
+def test_training_on_parquet_files_reports_the_split_sizes(tmp_path):
+    root = make_hub(tmp_path / "hub", per_class=4)
+    overrides = ["dataset=parquet", f"dataset.data_dir={root}", "dataset.image_size=32", "debug=smoke",
+                 "trainer.batch_size=4", "trainer.steps_per_epoch=2"]  # fmt: skip
+    run_task(compose(overrides, tmp_path / "run"))
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["num_examples"] == {"train": 12, "val": 12, "test": 12}
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    "case, extra", [("two_files", []), ("one_file_held_out", ["dataset.val_fraction=0.34"])], ids=str
+)
+def test_each_worker_reads_its_own_rows(tmp_path, case, extra):
+    if case == "two_files":  # whole files: one each
+        root = make_hub(tmp_path / case, per_class=4, train_files=2)
+    else:  # one file: row ranges of the rows left after the hold-out
+        root = tmp_path / case
+        root.mkdir()
+        pq.write_table(_table(_per_class(6, 2), False, False), root / "train.parquet", row_group_size=3)
+    data = load_data(_settings(root, *extra).dataset, batch_size=4, seed=0, num_workers=2)
+    per_worker = data.num_examples["train"] // 2
+    assert data.train_steps == per_worker // 2
+    seen = []
+    for index in range(2):
+        share = data.train_for_worker(tf.distribute.InputContext(2, index, 2))  # 2 replicas: 2 images a step
+        for images, _ in share.take(data.train_steps):
+            seen += [image.tobytes() for image in images.numpy()]
+    assert len(seen) == 2 * per_worker and len(set(seen)) == len(seen), "the shares are disjoint"
+    assert set(seen) == set(_images(data.train_plain, data.class_names)), "and cover the train split once"
+
+
+def _bad_inputs(tmp_path: Path) -> dict[str, tuple[Path, list[str]]]:
+    empty = tmp_path / "empty"
+    (empty / "data").mkdir(parents=True)
+    (empty / "data" / "README.md").write_text("no parquet here")
+    bad_label = tmp_path / "bad_label"
+    bad_label.mkdir()
+    pq.write_table(_table([0, 1, 5, 2]), bad_label / "train.parquet")
+    pq.write_table(_table([0, 1, 2]), bad_label / "validation.parquet")
+    return {
+        "missing": (tmp_path / "nowhere", []),
+        "no_train_files": (empty, []),
+        "no_column": (make_hub(tmp_path / "hub", per_class=1, train_files=1), ["dataset.image_column=img"]),
+        "bad_label": (bad_label, []),
+        "no_val_split": (make_plain(tmp_path / "plain", per_class=1), []),
+    }
+
+
+BAD = {
+    "missing": r"dataset.data_dir=.*nowhere: no such folder",
+    "no_train_files": r"empty: no file of the train split \(dataset.train_split=train\); expected .*train.parquet",
+    "no_column": r"train-00000-of-00001.parquet: no column 'img' \(dataset.image_column\); its columns are "
+    r"\['image', 'label'\]",
+    "bad_label": r"bad_label/train.parquet: row 2 has label 5, outside the 3 classes",
+    "no_val_split": r"no validation split \(dataset.val_split\); found \['train', 'test'\]: .*dataset.val_fraction",
+}
+
+
+@pytest.mark.unit
+def test_each_bad_input_is_one_line_naming_it(tmp_path):
+    inputs = _bad_inputs(tmp_path)
+    for case, pattern in BAD.items():
+        root, extra = inputs[case]
+        with pytest.raises(DataError, match=pattern):
+            load_data(_settings(root, *extra).dataset, 4, 0)
+
+
+@pytest.mark.unit
+def test_without_pyarrow_the_part_names_the_extra(monkeypatch):
+    from trainer.data.parquet import ArrowFiles
+
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # `import pyarrow` then raises ImportError
+    with pytest.raises(ConfigError, match=r'pip install -e "\.\[parquet\]"'):
+        ArrowFiles("anywhere", image_size=32)

@@ -1,0 +1,406 @@
+"""`dataset=parquet`: Parquet files or a Hugging Face `save_to_disk` folder, as a dataset part.
+
+    python run.py dataset=parquet dataset.data_dir=beans/                          # beans/data/train-*.parquet ...
+    python run.py dataset=parquet dataset.data_dir=cifar10/ dataset.val_fraction=0.1  # train and test only
+    python run.py dataset=parquet dataset.data_dir=saved/ dataset.image_column=img   # saved/train/data-*.arrow
+
+`dataset.data_dir` holds, per split, either Parquet files named after it (`train.parquet`,
+`train-00000-of-00002.parquet`, also in a `data/` subfolder: the Hub's layout, or any in
+`DIR/train/`), or the Arrow stream files of `datasets`' `save_to_disk` (`DIR/train/data-*.arrow`). The image
+column holds encoded bytes, or the `Image` feature's `{bytes, path}` struct; the label
+column holds integers, named by the `ClassLabel` feature when the files carry one.
+
+The label column of every file is read once at start-up: the counts, a label outside
+the classes (one line naming the file and row) and, without a validation split, the
+per-class hold-out of `dataset.val_fraction`. Training reads the files a batch at a
+time (pyarrow, in Python), and each row becomes the folder's record (the label's
+`LABEL_DIGITS` digits, then the image bytes) in the graph, decoded by the folder's
+`FileDecoder`: the one decode. Each worker's share is whole files or row ranges.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+
+from trainer.data.decode import RESIZE_MODES
+from trainer.data.folder import LABEL_DIGITS, FileDecoder
+from trainer.data.parts import Splits
+from trainer.data.shares import Records
+from trainer.data.sources import Source
+from trainer.errors import ConfigError, DataError
+
+log = logging.getLogger(__name__)
+
+SPLITS = ("train", "val", "test")
+READ_BATCH = 256  # rows pyarrow hands over at once: one Python step per batch, never per image
+SPLIT_SEED = 0  # fixes the val_fraction hold-out: the same rows in val for every run and seed
+LAYOUTS = (  # where a split's files are looked for, in this order
+    "{dir}/{split}.parquet, {dir}/{split}-*.parquet, {dir}/data/{split}-*.parquet, {dir}/{split}/*.parquet or "
+    "{dir}/{split}/data-*.arrow"
+)
+
+
+def _parquet_files(folder: Path, split: str) -> list[Path]:
+    """`split.parquet` and `split-*.parquet` in `folder`, sorted."""
+    found = folder.glob(f"{split}*.parquet") if folder.is_dir() else []
+    return sorted(path for path in found if path.name == f"{split}.parquet" or path.name.startswith(f"{split}-"))
+
+
+def _image_bytes(column):
+    """The encoded bytes of an image column: binary, or the `Image` feature's struct; a null is empty bytes
+    (the decode then names it a bad record)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_struct(column.type):
+        column = column.field("bytes")
+    return pc.fill_null(column, b"").to_numpy(zero_copy_only=False)
+
+
+def _is_image_type(kind) -> bool:
+    import pyarrow as pa
+
+    binary = (pa.types.is_binary, pa.types.is_large_binary)
+    if pa.types.is_struct(kind):
+        index = kind.get_field_index("bytes")
+        return index >= 0 and any(test(kind.field(index).type) for test in binary)
+    return any(test(kind) for test in binary)
+
+
+def _batches(path: str, kind: str, columns: list[str], low: int, high: int) -> Iterator[tuple[int, object]]:
+    """(first row, record batch) of the batches of one file that overlap rows [low, high); Parquet skips the
+    row groups before them, a stream reads on to them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if kind == "arrow":
+        offset = 0
+        for batch in pa.ipc.open_stream(pa.memory_map(path)):
+            if offset >= high:
+                return
+            if offset + batch.num_rows > low:
+                yield offset, batch.select(columns)
+            offset += batch.num_rows
+        return
+    parquet = pq.ParquetFile(path)
+    groups, offset, first = [], 0, None
+    for index in range(parquet.metadata.num_row_groups):
+        rows = parquet.metadata.row_group(index).num_rows
+        if offset < high and offset + rows > low:
+            groups.append(index)
+            first = offset if first is None else first
+        offset += rows
+    if not groups:
+        return
+    offset = first
+    for batch in parquet.iter_batches(batch_size=READ_BATCH, row_groups=groups, columns=columns):
+        if offset >= high:
+            return
+        if offset + batch.num_rows > low:
+            yield offset, batch
+        offset += batch.num_rows
+
+
+@dataclass(frozen=True, eq=False)
+class ArrowReader:
+    """Reads Parquet or Arrow stream files as the folder's records (`trainer.data.sources.Reader`): a batch of
+    rows at a time in Python, joined into records (label digits, then the image bytes) in the graph.
+
+    A range (path, start, length) counts the split's rows of that file: all of them, or those `rows` picks
+    (a validation share held out of the train files)."""
+
+    kind: str  # parquet | arrow (an IPC stream)
+    columns: tuple[str, str]  # (image, label)
+    rows: dict[str, np.ndarray] | None = field(default=None, repr=False)  # per file, the split's rows, sorted
+    parallel: bool = True  # several files: read a few at once in training
+
+    def _rows(self, path: bytes, start: int, length: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        path = os.fsdecode(path)
+        end = start + length if length >= 0 else sys.maxsize
+        picked = None if self.rows is None else self.rows[path][start : None if length < 0 else end]
+        low, high = start, end
+        if picked is not None:  # the rows between the first and the last picked one
+            low, high = (int(picked[0]), int(picked[-1]) + 1) if len(picked) else (0, 0)
+        for offset, batch in _batches(path, self.kind, list(self.columns), low, high):
+            if picked is None:
+                first = max(low - offset, 0)
+                batch = batch.slice(first, min(high - offset, batch.num_rows) - first)
+            else:
+                inside = picked[np.searchsorted(picked, offset) : np.searchsorted(picked, offset + batch.num_rows)]
+                batch = batch.take(inside - offset)
+            images, labels = (batch.column(name) for name in self.columns)
+            yield _image_bytes(images), labels.to_numpy(zero_copy_only=False).astype(np.int32)
+
+    def read(self, path, start, length):
+        batches = tf.data.Dataset.from_generator(
+            self._rows,
+            output_signature=(tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.int32)),
+            args=(path, start, length),
+        )
+        # The folder's record, so its decoder reads it: image and label stay one element from here on.
+        records = batches.map(
+            lambda images, labels: tf.strings.join([tf.strings.as_string(labels, width=LABEL_DIGITS, fill="0"), images])
+        )
+        return records.unbatch()
+
+    def read_files(self, paths, parallel_reads=None):
+        whole = lambda path: self.read(path, tf.constant(0, tf.int64), tf.constant(-1, tf.int64))  # noqa: E731
+        if not parallel_reads:
+            return paths.flat_map(whole)
+        return paths.interleave(
+            whole, cycle_length=parallel_reads, num_parallel_calls=parallel_reads, deterministic=True
+        )
+
+
+@dataclass
+class _Split:
+    """One split's files, their layout and each file's labels."""
+
+    kind: str
+    files: list[Path]
+    labels: list[np.ndarray] = field(default_factory=list)
+    rows: dict[str, np.ndarray] | None = None  # a share of the files' rows (val_fraction); None: every row
+
+    @property
+    def counts(self) -> list[int]:
+        if self.rows is None:
+            return [len(labels) for labels in self.labels]
+        return [len(self.rows[str(path)]) for path in self.files]
+
+    def all_labels(self) -> np.ndarray:
+        if self.rows is None:
+            return np.concatenate(self.labels)
+        return np.concatenate(
+            [labels[self.rows[str(path)]] for path, labels in zip(self.files, self.labels, strict=True)]
+        )
+
+
+class ArrowFiles:
+    """Parquet files or a `datasets` `save_to_disk` folder, as a dataset part (`trainer.data.parts`)."""
+
+    def __init__(
+        self,
+        data_dir: str,
+        image_size: int,
+        image_column: str = "image",
+        label_column: str = "label",
+        train_split: str = "train",
+        val_split: str = "validation",
+        test_split: str = "test",
+        class_names: list[str] | None = None,
+        val_fraction: float = 0.0,
+        resize_mode: str = "resize",
+        name: str = "parquet",
+    ) -> None:
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            raise ConfigError(
+                f'dataset={name} reads Parquet and Arrow files with pyarrow: pip install -e ".[parquet]"'
+            ) from None
+        if resize_mode not in RESIZE_MODES:
+            raise DataError(f"dataset.resize_mode must be one of {list(RESIZE_MODES)}; got {resize_mode!r}")
+        self.root, self.size, self.name = Path(os.path.expanduser(str(data_dir))), image_size, name
+        self.columns = (image_column, label_column)
+        self.split_names = dict(zip(SPLITS, (train_split, val_split, test_split), strict=True))
+        self.class_names = list(class_names) if class_names else None
+        self.val_fraction, self.resize_mode = val_fraction, resize_mode
+
+    # --- which files -------------------------------------------------------------------------------------------
+
+    def _find(self, split: str) -> _Split | None:
+        """The files of one split in the first layout that has any."""
+        name = self.split_names[split]
+        for found in (_parquet_files(self.root, name), _parquet_files(self.root / "data", name)):
+            if found:
+                return _Split("parquet", found)
+        folder = self.root / name
+        for kind, pattern in (("parquet", "*.parquet"), ("arrow", "data-*.arrow")):
+            if found := sorted(folder.glob(pattern)) if folder.is_dir() else []:
+                return _Split(kind, found)
+        return None
+
+    def _labels(self, path: Path, kind: str) -> np.ndarray:
+        """The label column of one file, after checking that both columns are there and what they hold."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        image, label = self.columns
+        try:
+            opened = pq.ParquetFile(path) if kind == "parquet" else pa.ipc.open_stream(pa.memory_map(str(path)))
+            schema = opened.schema_arrow if kind == "parquet" else opened.schema
+            for column, key in ((image, "image_column"), (label, "label_column")):
+                if column not in schema.names:
+                    raise DataError(f"{path}: no column {column!r} (dataset.{key}); its columns are {schema.names}")
+            if not pa.types.is_integer(schema.field(label).type):
+                raise DataError(
+                    f"{path}: column {label!r} holds {schema.field(label).type}; expected integer labels "
+                    f"(dataset.label_column)"
+                )
+            if not _is_image_type(schema.field(image).type):
+                raise DataError(
+                    f"{path}: column {image!r} holds {schema.field(image).type}; expected encoded image bytes, or "
+                    f"the Image feature's struct with a bytes field (dataset.image_column)"
+                )
+            if kind == "parquet":
+                labels = opened.read(columns=[label]).column(0)
+            else:  # a stream has no index: its batches are read once, for their labels
+                labels = pa.chunked_array([batch.column(label) for batch in opened], schema.field(label).type)
+        except (pa.ArrowInvalid, OSError) as error:
+            what = "Parquet" if kind == "parquet" else "Arrow stream"
+            raise DataError(f"{path}: not a readable {what} file ({error})") from None
+        if labels.null_count:
+            row = int(np.flatnonzero(labels.is_null().to_numpy(zero_copy_only=False))[0])
+            raise DataError(f"{path}: row {row} has no label (column {label!r})")
+        return labels.to_numpy().astype(np.int64)
+
+    def _class_label(self, split: _Split) -> list[str] | None:
+        """The names of the label column's `ClassLabel` feature: in `dataset_info.json` beside a `save_to_disk`
+        split, else in the first file's `huggingface` schema metadata."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        info = split.files[0].parent / "dataset_info.json"
+        if split.kind == "arrow" and info.is_file():
+            features = json.loads(info.read_text()).get("features") or {}
+        else:
+            first = split.files[0]
+            schema = (
+                pq.read_schema(first)
+                if split.kind == "parquet"
+                else pa.ipc.open_stream(pa.memory_map(str(first))).schema
+            )
+            metadata = (schema.metadata or {}).get(b"huggingface")
+            features = json.loads(metadata).get("info", {}).get("features") or {} if metadata else {}
+        feature = features.get(self.columns[1]) if isinstance(features, dict) else None
+        if isinstance(feature, dict) and feature.get("_type") == "ClassLabel" and feature.get("names"):
+            return list(feature["names"])
+        return None
+
+    def _names(self, train: _Split, labels: dict[str, np.ndarray]) -> list[str]:
+        found = self._class_label(train)
+        if found and self.class_names and self.class_names != found:
+            log.warning(
+                "dataset.class_names=%s differ from the ClassLabel names %s of %s: the data's names win",
+                self.class_names,
+                found,
+                train.files[0],
+            )
+        names = (
+            found
+            or self.class_names
+            or [str(i) for i in range(max(int(v.max()) for v in labels.values() if len(v)) + 1)]
+        )
+        if len(names) < 2:
+            raise DataError(f"dataset.data_dir={self.root}: one class ({names[0]}); a classifier needs two")
+        return names
+
+    def _check_range(self, split: _Split, names: list[str]) -> None:
+        for path, labels in zip(split.files, split.labels, strict=True):
+            bad = np.flatnonzero((labels < 0) | (labels >= len(names)))
+            if len(bad):
+                raise DataError(
+                    f"{path}: row {bad[0]} has label {labels[bad[0]]}, outside the {len(names)} classes "
+                    f"(0-{len(names) - 1}: {names[:5]}{' ...' if len(names) > 5 else ''}) of column {self.columns[1]!r}"
+                )
+
+    def _hold_out(self, train: _Split) -> _Split:
+        """Moves `val_fraction` of each class of `train`'s rows to the returned val split, seeded by `SPLIT_SEED`
+        (not the training seed: every run trains on the same rows)."""
+        labels = np.concatenate(train.labels)
+        order = np.random.default_rng(SPLIT_SEED).permutation(len(labels))
+        order = order[np.argsort(labels[order], kind="stable")]  # by class, shuffled within each class
+        _, starts, counts = np.unique(labels[order], return_index=True, return_counts=True)
+        place = np.arange(len(order)) - np.repeat(starts, counts)  # a row's place in its class
+        held = np.zeros(len(labels), bool)
+        held[order] = place < np.repeat(np.round(counts * self.val_fraction), counts)
+        if not held.any():
+            raise DataError(
+                f"dataset.val_fraction={self.val_fraction} holds out no row of the {len(labels)} train rows"
+            )
+        ends = np.cumsum([len(part) for part in train.labels])
+        val = _Split(train.kind, train.files, train.labels, {})
+        train.rows = {}
+        for path, end, part in zip(train.files, ends, train.labels, strict=True):
+            mask = held[end - len(part) : end]
+            train.rows[str(path)], val.rows[str(path)] = np.flatnonzero(~mask), np.flatnonzero(mask)
+        return val
+
+    def _listing(self, check_val: bool) -> dict[str, _Split]:
+        if not self.root.is_dir():
+            raise DataError(f"dataset.data_dir={self.root}: no such folder")
+        splits = {split: found for split in SPLITS if (found := self._find(split))}
+        if "train" not in splits:
+            layouts = LAYOUTS.format(dir=self.root, split=self.split_names["train"])
+            raise DataError(
+                f"dataset.data_dir={self.root}: no file of the train split "
+                f"(dataset.train_split={self.split_names['train']}); expected {layouts}"
+            )
+        for part in splits.values():
+            part.labels = [self._labels(path, part.kind) for path in part.files]
+        if not sum(len(labels) for labels in splits["train"].labels):
+            raise DataError(f"dataset.data_dir={self.root}: the files of the train split hold no rows")
+        if "val" not in splits:
+            if self.val_fraction:
+                splits["val"] = self._hold_out(splits["train"])
+            elif check_val:
+                raise DataError(
+                    f"dataset.data_dir={self.root}: no {self.split_names['val']} split (dataset.val_split); found "
+                    f"{[self.split_names[split] for split in splits]}: set dataset.val_split, or dataset.val_fraction "
+                    f"to hold out a share of {self.split_names['train']}"
+                )
+            else:  # never read
+                splits["val"] = splits.get("test", splits["train"])
+        if "test" not in splits:
+            log.warning(
+                "dataset.data_dir=%s has no %s split: the test split is the validation split <dataset.test_split>",
+                self.root,
+                self.split_names["test"],
+            )
+            splits["test"] = splits["val"]
+        return splits
+
+    # --- the part ----------------------------------------------------------------------------------------------
+
+    def load(self, check_val: bool = True) -> Splits:
+        splits = self._listing(check_val)
+        labels = {split: part.all_labels() for split, part in splits.items()}
+        names = self._names(splits["train"], labels)
+        for part in splits.values():
+            self._check_range(part, names)
+        log.info(
+            "Dataset %s from %s (%s files): %s images of %d classes %s <dataset=%s>",
+            self.name,
+            self.root,
+            splits["train"].kind,
+            {split: len(values) for split, values in labels.items()},
+            len(names),
+            names if len(names) <= 20 else names[:20] + ["..."],
+            self.name,
+        )
+        sources = {}
+        for split, part in splits.items():
+            files = [str(path) for path in part.files]
+            reader = ArrowReader(part.kind, self.columns, part.rows)
+            sources[split] = Source(Records.whole_files(files, sum(part.counts)), reader)
+        train = splits["train"]
+        return Splits(
+            sources,
+            FileDecoder(self.size, self.resize_mode),
+            names,
+            lambda: ([str(path) for path in train.files], train.counts),
+            {
+                split: dict(zip(names, np.bincount(values, minlength=len(names)).tolist(), strict=True))
+                for split, values in labels.items()
+            },
+            resize_mode=self.resize_mode,
+        )
