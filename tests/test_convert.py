@@ -156,3 +156,20 @@ def test_compressed_shards_are_detected_and_read(tmp_path, compression):
     assert tfrecords.detect_compression(files[0]) == compression
     typed = {"gzip": "GZIP", "zlib": "ZLIB"}[compression]
     assert sum(1 for _ in tf.data.TFRecordDataset(files, compression_type=typed)) == 8
+
+
+@pytest.mark.integration
+def test_the_converter_checks_what_it_wrote_for_duplicates_and_leakage(tmp_path, caplog):
+    folder = tmp_path / "in"
+    make_pets(folder, per_class=8)
+    for index in range(8):  # every cat twice: whatever the split, some copy lands in another split or beside itself
+        (folder / "Cat" / f"copy{index}.png").write_bytes((folder / "Cat" / f"{index}.png").read_bytes())
+    manifest = convert(folder, tmp_path / "out", ConvertOptions(image_size=SIZE, val_fraction=0.25, workers=1))
+    report = json.loads((tmp_path / "out" / "data_check.json").read_text())
+    pairs = [sorted(entry["examples"]) for entry in report["leakage"]] + [
+        sorted(group) for groups in report["duplicates"].values() for group in groups
+    ]
+    assert sorted(pairs) == sorted([f"Cat/{index}.png", f"Cat/copy{index}.png"] for index in range(8))
+    assert manifest["check"]["duplicates"] + manifest["check"]["leakage"] == 8
+    assert "The same image is written" in caplog.text
+    assert report["per_class"]["train"]["Dog"] == 6

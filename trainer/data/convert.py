@@ -35,17 +35,22 @@ import tensorflow as tf
 from tqdm import tqdm
 
 from trainer import quiet
-from trainer.data import record_writer
+from trainer.data import pipeline, record_writer, tfrecords
+from trainer.data.check import check_splits
 from trainer.data.decode import DECODE, RESIZE_MODES
+from trainer.data.decoders import TFRecordDecoder
 from trainer.data.folder import stratified_split
 from trainer.data.images import decode_files, special_file_reason
+from trainer.data.preprocess import Preprocess
+from trainer.data.shares import Records
+from trainer.data.sources import Source, TFRecordReader
 from trainer.errors import UserError
 
 log = logging.getLogger("trainer.convert")
 SPLITS = ("train", "val", "test")
 MANIFEST = "manifest.json"
 STAGING = ".staging"  # shards being written; moved into OUTPUT_DIR when every one is done
-OWN_FILE = re.compile(r"(train|val|test)\.tfrecords_\d{3,}|manifest\.json|\..*\.tmp|\.staging")
+OWN_FILE = re.compile(r"(train|val|test)\.tfrecords_\d{3,}|manifest\.json|data_check\.json|\..*\.tmp|\.staging")
 
 
 @dataclass(frozen=True)
@@ -272,8 +277,9 @@ def convert(input_dir: Path, output_dir: Path, options: ConvertOptions) -> dict:
         for _, task in tasks:
             outcomes.append(write_shard(task, options))
             progress.update(len(task.files))
+    written = {}  # per split, the files of its records in record order (the check names them)
     for split in splits:
-        files, counts, file_counts = [], Counter(), []
+        files, counts, file_counts, written[split] = [], Counter(), [], []
         for (task_split, task), (shard_counts, shard_skipped) in zip(tasks, outcomes, strict=True):
             if task_split != split:
                 continue
@@ -285,6 +291,8 @@ def convert(input_dir: Path, output_dir: Path, options: ConvertOptions) -> dict:
                 continue
             files.append(_shard_name(split, len(files)))
             os.replace(task.path, output_dir / files[-1])
+            left_out = {entry["file"] for entry in shard_skipped}
+            written[split] += [shown for shown in task.shown if shown not in left_out]
             counts += shard_counts
             file_counts.append(sum(shard_counts.values()))  # per-worker shares need them (trainer.data.shares)
         per_class = {
@@ -296,6 +304,7 @@ def convert(input_dir: Path, output_dir: Path, options: ConvertOptions) -> dict:
     staging.rmdir()
     if not any(split["count"] for split in manifest["splits"].values()):
         raise UserError(f"INPUT_DIR {input_dir}: no readable image among {len(items)} files")
+    manifest["check"] = check_written(output_dir, manifest, written, options)
     temporary = output_dir / f".{MANIFEST}.tmp"
     temporary.write_text(json.dumps(manifest, indent=2) + "\n")
     os.replace(temporary, output_dir / MANIFEST)  # last: a folder with manifest.json is complete
@@ -305,6 +314,36 @@ def convert(input_dir: Path, output_dir: Path, options: ConvertOptions) -> dict:
         len(manifest["skipped"]),
     )
     return manifest
+
+
+def check_written(output_dir: Path, manifest: dict, written: dict[str, list[str]], options: ConvertOptions) -> dict:
+    """`mode=inspect inspect.check=true`'s check of what was written (`trainer.data.check`): every record read
+    back and decoded, duplicates within a split and images in two splits named by their files. Writes
+    OUTPUT_DIR/data_check.json and warns; returns the manifest's summary of it."""
+    spec = tfrecords.RecordSpec.for_format(options.format, options.image_size)
+    names = manifest["class_names"] or []
+    reader = TFRecordReader(tfrecords.TF_COMPRESSION[options.compression])
+    datasets = {}
+    for split, entry in manifest["splits"].items():
+        if entry["count"]:
+            files = [str(output_dir / name) for name in entry["files"]]
+            decoder = TFRecordDecoder(spec, len(names) or None, labeled=bool(names))
+            source = Source(Records.whole_files(files, entry["count"]), reader)
+            datasets[split] = pipeline.eval_dataset(source, decoder, Preprocess(options.image_size), 256)
+    report = check_splits(datasets, names, lambda split, position: written[split][position])
+    (output_dir / "data_check.json").write_text(json.dumps(report, indent=2) + "\n")
+    duplicates = sum(len(groups) for groups in report["duplicates"].values())
+    if duplicates or report["leakage"]:
+        groups = [entry["examples"] for entry in report["leakage"]] + sum(report["duplicates"].values(), [])
+        example = groups[0]
+        log.warning(
+            "The same image is written %d time(s) within a split and %d time(s) in two splits (e.g. %s): see %s",
+            duplicates,
+            len(report["leakage"]),
+            " and ".join(example[:2]),
+            output_dir / "data_check.json",
+        )
+    return {"duplicates": duplicates, "leakage": len(report["leakage"]), "report": "data_check.json"}
 
 
 def _fraction(text: str) -> float:
