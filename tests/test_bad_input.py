@@ -364,7 +364,7 @@ def test_converter_command_line_errors_are_one_line(tmp_path, capsys):
 def test_help_describes_the_modes_the_groups_and_the_keys(tmp_path):
     result = run_cli(["--help"], cwd=tmp_path)
     assert result.returncode == 0
-    groups = "dataset: cats_dogs, cifar, custom, digits, folder, parquet"
+    groups = "dataset: cats_dogs, cifar, custom, digits, folder, parquet, tfds"
     expected = ("Modes (mode=...)", "export     a SavedModel", "most used keys", groups)
     for text in expected:
         assert text in result.stdout, text

@@ -22,6 +22,7 @@ REQUIRED = {  # keys without a default
     "dataset=custom": ["dataset._target_=trainer.data.folder.ImageFolder"],
     "dataset=folder": ["dataset.data_dir=photos"],
     "dataset=parquet": ["dataset.data_dir=x"],
+    "dataset=tfds": ["dataset.data_dir=x", "dataset.tfds_name=beans"],
 }
 
 

@@ -225,6 +225,42 @@ class ParquetDatasetConfig(DatasetConfig):
 
 
 @dataclass
+class TFDSDatasetConfig(DatasetConfig):
+    """`dataset=tfds`: a prepared TensorFlow Datasets folder, read offline (`trainer.data.tfds_files.TFDSFiles`)."""
+
+    _target_: str = "trainer.data.tfds_files.TFDSFiles"  # the dataset part
+    name: str = "tfds"  # the option's name
+    tfds_name: str = MISSING  # the TFDS dataset's name (cats_vs_dogs): DATA_DIR/NAME/[CONFIG/]VERSION/
+    version: str | None = None  # the version folder to read (1.0.0); null: the newest found
+    image_key: str = "image"  # the Image feature (encoded PNG or JPEG bytes)
+    label_key: str = "label"  # the integer label feature (a ClassLabel names the classes)
+    train_split: str = "train"  # TFDS split names
+    val_split: str = "validation"  # missing: set val_fraction to hold out the last share of the train split
+    test_split: str = "test"  # missing: the test split is the validation split
+    val_fraction: float = 0.0  # no val split: share of the train split's records held out for val, from its end
+    class_names: list[str] | None = None  # in label order; null: the ClassLabel's names (needed without one)
+    image_size: int = 224  # model input side: images are decoded and resized to it
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.image_size >= 1, "dataset.image_size", ">= 1", self.image_size)
+        require(0 <= self.val_fraction < 1, "dataset.val_fraction", "in [0, 1)", self.val_fraction)
+        for key in ("tfds_name", "image_key", "label_key", "train_split", "val_split", "test_split"):
+            require(bool(getattr(self, key)), f"dataset.{key}", "a name", getattr(self, key))
+        if self.version is not None:
+            parts = str(self.version).split(".")
+            require(
+                len(parts) == 3 and all(part.isdigit() for part in parts),
+                "dataset.version",
+                "a version folder's name such as 1.0.0, or null",
+                self.version,
+            )
+        if self.class_names is not None:
+            require(len(self.class_names) >= 2, "dataset.class_names", "two names or more, or null", self.class_names)
+        self.augment.check_fits(self.resize_to)
+
+
+@dataclass
 class CustomDatasetConfig(DatasetConfig):
     """`dataset=custom`: your own part (`dataset._target_=my_package.MySource`); its own keys go to `options`."""
 

@@ -26,6 +26,7 @@ SCHEMAS: dict[str, dict[str, type]] = {
         "tfrecord_schema": groups.TFRecordDatasetConfig,
         "folder_schema": groups.FolderDatasetConfig,
         "parquet_schema": groups.ParquetDatasetConfig,
+        "tfds_schema": groups.TFDSDatasetConfig,
         "custom_schema": groups.CustomDatasetConfig,
     },
     "model": {
