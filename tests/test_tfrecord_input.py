@@ -512,3 +512,28 @@ def test_each_worker_reads_its_steps_per_epoch_and_no_record_twice_in_an_epoch(
                 for image in batch
             ]
             assert len(read) == len(set(read)) == worker.per_epoch == steps * records_per_step
+
+
+@pytest.mark.integration
+def test_predict_reads_a_clean_record_file_in_tf_data_without_python_per_record(tmp_path, monkeypatch):
+    """Every record is parsed, checked and decoded in the pipeline; Python reads a file record by record only
+    to name what the pipeline refused, so a clean file never reaches it."""
+    from test_cats_dogs import make_pets
+
+    from trainer.data import predict_inputs, record_rows
+    from trainer.data.convert import ConvertOptions, convert
+    from trainer.data.preprocess import Preprocess
+
+    make_pets(tmp_path / "in", per_class=5)
+    convert(tmp_path / "in", tmp_path / "out", ConvertOptions(image_size=16, workers=1, records_per_shard=4))
+    files = sorted(str(path) for path in (tmp_path / "out").glob("train.tfrecords_*"))
+    expected = predict_inputs.tfrecord_chunks(files, tfrecords.RecordSpec.for_format("raw", 16), Preprocess(16), 2, 3)
+    expected = [(items, images) for items, images in expected]
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a clean file was read record by record in Python")
+
+    monkeypatch.setattr(record_rows, "read_checked", refuse)
+    got = list(predict_inputs.tfrecord_chunks(files, tfrecords.RecordSpec.for_format("raw", 16), Preprocess(16), 2, 3))
+    assert [item.label for items, _ in got for item in items] == [item.label for items, _ in expected for item in items]
+    assert sum(len(items) for items, _ in got) == 10 and all(item.error is None for items, _ in got for item in items)

@@ -12,10 +12,11 @@ from __future__ import annotations
 import glob
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import tensorflow as tf
 
 from trainer.data import binary, pipeline, record_rows, tfrecords
@@ -24,6 +25,7 @@ from trainer.data.images import decode_files, list_images
 from trainer.data.preprocess import Preprocess, prepare_images
 from trainer.data.shares import Records
 from trainer.data.sources import FixedLengthReader, Source
+from trainer.data.tfrecords import compression_of
 from trainer.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -139,35 +141,126 @@ def tfrecord_chunks(
     classes, an image that does not decode, a corrupted frame) gets its item with the file, the record and
     the reason, and the rest are still predicted.
 
+    Every record is parsed, checked and decoded in tf.data by the training pipeline's own decoder (its checks
+    are the rules of a valid record); one it refuses is dropped there, and only a file that had one is read
+    again in Python (`trainer.data.record_rows`) for the reasons.
+
     Raises:
         DataError: a file is not TFRecords, or its first record is of another layout (`dataset.format`,
             the keys, `dataset.stored_size`): every record of it would fail.
     """
     kept = tfrecords.without_empty([str(file) for file in files], spec, "predict.input")
     labels = num_classes if all(kept.values()) else None  # a file without labels: no accuracy for any
-    decoder = TFRecordDecoder(spec, labeled=False)  # images only: the labels were checked record by record
     index = 0
     for path in kept:
-        for records in record_rows.read_checked(path, spec, labels, batch_size):
-            items = [_record_item(index + offset, path, record) for offset, record in enumerate(records)]
+        for items, images in _file_chunks(path, spec, labels, batch_size, index):
             index += len(items)
-            yield items, _decoded(items, records, path, decoder, preprocess)
+            yield items, prepare_images(images, preprocess) if images is not None else None
 
 
-def _decoded(items: list[Item], records: list, path: str, decoder, preprocess: Preprocess) -> tf.Tensor | None:
-    """The model-ready images of the records that passed the checks; a record the decoder refuses gets
-    its error on its item."""
-    usable = [(item, record) for item, record in zip(items, records, strict=True) if record.error is None]
-    images, refused = tfrecords.decode_each([record.serialized for _, record in usable], decoder)
-    for (item, record), reason in zip(usable, refused, strict=True):
-        if reason:
-            item.error = f"{path}: record {record.number} cannot be decoded: {reason}"
-    return prepare_images(images, preprocess) if images is not None else None
+def _name_parser(path: str, spec) -> Callable[[tf.Tensor], tf.Tensor]:
+    """Reads a record's stored file name in the graph, as the type the file's first record stores it (bytes,
+    int64 or float; a record storing another type is refused, and named, by the Python reading)."""
+    first = next(iter(tf.data.TFRecordDataset(path, compression_type=compression_of([path], spec.compression))))
+    feature = tf.train.Example.FromString(first.numpy()).features.feature.get(spec.filename_key)
+    kind = feature.WhichOneof("kind") if feature is not None else None
+    if kind is None:
+        return lambda record: tf.constant(b"")
+    dtype = {"bytes_list": tf.string, "int64_list": tf.int64, "float_list": tf.float32}[kind]
+
+    def name(record: tf.Tensor) -> tf.Tensor:
+        values = tf.io.parse_single_example(record, {spec.filename_key: tf.io.VarLenFeature(dtype)})
+        values = values[spec.filename_key].values
+        return tf.strings.reduce_join(values if dtype == tf.string else tf.strings.as_string(values), separator=" ")
+
+    return name
 
 
-def _record_item(index: int, path: str, record: record_rows.CheckedRecord) -> Item:
-    error = f"{path}: record {record.number} {record.error}" if record.error else None
-    return Item(record.name or str(index), record.name, record.label, error)
+def _file_chunks(path: str, spec, num_classes: int | None, batch_size: int, first_id: int) -> Iterator[Chunk]:
+    """The items and stored-size images of one file's records, in order (see `tfrecord_chunks`)."""
+    decoder = TFRecordDecoder(spec, num_classes, labeled=num_classes is not None)
+    name_of = _name_parser(path, spec)
+
+    def one(number: tf.Tensor, record: tf.Tensor):
+        images, labels = decoder(record[tf.newaxis])
+        return number, images[0], labels[0], name_of(record)
+
+    records = tf.data.TFRecordDataset(path, compression_type=compression_of([path], spec.compression)).enumerate()
+    decoded = records.map(one, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).ignore_errors()
+    checked: dict[int, record_rows.CheckedRecord] | None = None  # read in Python once a record is missing
+    expected = 0
+    for numbers, images, labels, names in decoded.batch(batch_size).prefetch(1).with_options(_ordered()):
+        numbers = numbers.numpy().tolist()
+        if numbers[-1] - expected + 1 > len(numbers):  # some records of this run were refused
+            checked = checked or _checked_in_python(path, spec, num_classes)
+        good = zip(images.numpy(), labels.numpy().tolist(), names.numpy().tolist(), strict=True)
+        found = {number: (image, label, name.decode("utf-8", errors="backslashreplace"))
+                 for number, (image, label, name) in zip(numbers, good, strict=True)}  # fmt: skip
+        yield _chunk(range(expected, numbers[-1] + 1), found, checked, path, first_id, num_classes)
+        expected = numbers[-1] + 1
+    if _readable_records(path, spec) != expected:  # refused records at the end, or a broken frame
+        checked = checked or _checked_in_python(path, spec, num_classes)
+        yield _chunk([number for number in sorted(checked) if number >= expected], {}, checked, path, first_id, None)
+
+
+def _chunk(numbers, found: dict, checked: dict | None, path: str, first_id: int, num_classes: int | None) -> Chunk:
+    """Items for the records `numbers` of one file: those the pipeline decoded (`found`), else what the Python
+    reading says (a record the graph could not express, such as a file name of another type, is still used)."""
+    items, images = [], []
+    for number in numbers:
+        if number in found:
+            image, label, name = found[number]
+            items.append(Item(name or str(first_id + number), name, label if num_classes else None))
+            images.append(image)
+            continue
+        record = checked[number]
+        error = f"{path}: record {record.number} {record.error}" if record.error else None
+        items.append(Item(record.name or str(first_id + number), record.name, record.label, error))
+        if error is None:
+            images.append(record.image)
+    return items, tf.constant(np.stack(images)) if images else None
+
+
+def _ordered() -> tf.data.Options:
+    options = tf.data.Options()
+    options.deterministic = True
+    options.autotune.enabled = False  # as in trainer.data.pipeline: no model thread to wait for at the end
+    return options
+
+
+def _checked_in_python(path: str, spec, num_classes: int | None) -> dict[int, record_rows.CheckedRecord]:
+    """Every record of one file read and checked in Python, by number, each usable one with its image (a record
+    that passes these checks but not the decoder gets the decoder's reason)."""
+    decoder = TFRecordDecoder(spec, labeled=False)
+    checked = {}
+    for records in record_rows.read_checked(path, spec, num_classes, 256):
+        for record in records:
+            if record.error is None:
+                images, refused = tfrecords.decode_each([record.serialized], decoder)
+                record.error = f"cannot be decoded: {refused[0]}" if refused[0] else None
+                record.image = None if refused[0] else images[0].numpy()
+            checked[record.number] = record
+    return checked
+
+
+def _readable_records(path: str, spec) -> int | None:
+    """The records of a file, counted in C++ without parsing them; None when a frame is broken."""
+    count = 0
+    try:
+        for batch in tf.data.TFRecordDataset(path, compression_type=compression_of([path], spec.compression)).batch(
+            4096
+        ):
+            count += int(batch.shape[0])
+    except tf.errors.OpError:
+        return None
+    return count
+
+
+def _ordered() -> tf.data.Options:
+    options = tf.data.Options()
+    options.deterministic = True
+    options.autotune.enabled = False  # as in trainer.data.pipeline: no model thread to wait for at the end
+    return options
 
 
 def _class_of(file: Path, root: Path | None, class_names: list[str]) -> int | None:

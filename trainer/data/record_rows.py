@@ -30,6 +30,7 @@ class CheckedRecord:
     label: int | None = None
     error: str | None = None
     serialized: bytes | None = None  # the record, when it passed the checks
+    image: object = None  # its decoded pixels, where a reader decoded it (`trainer.data.predict_inputs`)
 
 
 def _stored_name(feature) -> str:
