@@ -5,7 +5,7 @@ python -m benchmarks --only cifar_pipeline tfrecord_reader
 
 from __future__ import annotations
 
-from benchmarks import converter, demo, pipelines, serving, training
+from benchmarks import converter, demo, folders, pipelines, serving, training
 from benchmarks.common import Row
 
 CASES = {
@@ -16,6 +16,7 @@ CASES = {
     "model_preprocessing": training.model_preprocessing,
     "input_bound": training.input_bound,
     "augmentation_cost": training.augmentation_cost,
+    "folder_pipeline": folders.folder_pipeline,
     "memory": pipelines.memory,
     "startup": demo.startup,
     "converter": converter.converter,

@@ -54,3 +54,13 @@ def test_the_gpu_check_runs_its_every_path_at_toy_sizes_on_the_cpu():
     assert "XLA on: skipped" in result.stderr  # no XLA on the CPU
     assert sum("Input-bound ratio" in figure for figure in figures) == 2
     assert sum("Inference latency per image" in figure for figure in figures) == 8
+
+
+@pytest.mark.slow
+def test_the_folder_rows_time_both_pipelines_on_the_same_folders(tmp_path):
+    from benchmarks.__main__ import run_case
+
+    rows = run_case("folder_pipeline", str(tmp_path), quick=True)
+    assert [row.figure.split(", ")[1] for row in rows] == ["500x375 JPEG -> 224", "4000x3000 JPEG phone photos -> 224"]
+    assert all(row.ours > 0 and row.baseline > 0 and row.unit == "img/s" for row in rows)
+    assert [row.target for row in rows] == [1.0, 2.0]

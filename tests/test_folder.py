@@ -110,7 +110,7 @@ def test_training_on_a_folder_records_the_file_list_and_the_skipped_files(tmp_pa
     listed = json.loads((tmp_path / "run" / "data.json").read_text())
     assert sorted(entry[0] for entry in listed["train"]["files"])[0].startswith("cat")
     info = json.loads(zipfile.ZipFile(tmp_path / "run" / "checkpoints" / "best.keras").read("vggtrain.json"))
-    assert info["resize_mode"] == "resize" and info["decode"].startswith("vggtrain-decode-1")
+    assert info["resize_mode"] == "resize" and info["decode"].startswith("vggtrain-decode-2")
 
 
 @pytest.mark.unit

@@ -15,8 +15,8 @@ same pixels in training, prediction, serving and conversion (no train/serve skew
 - PNG (16-bit scaled to 8), GIF (its first frame), BMP and WebP; transparency is
   flattened onto white.
 - The resize mode (`RESIZE_MODES`): squash to a square, centre-crop to one, or pad to one
-  (centred on black); then one resize, bilinear with antialiasing, rounded
-  (`trainer.data.preprocess.to_model_size`).
+  (centred on black); then the one resize of every path (`trainer.data.preprocess.to_model_size`):
+  area averaging where the image shrinks, bilinear where it grows, rounded.
 
 `DECODE` names these choices; a model's `vggtrain.json` and the converter's manifest record it,
 and the readers check it. The functions are pure and run alike eagerly and inside `tf.data`.
@@ -31,12 +31,14 @@ from trainer.errors import DataError
 
 RESIZE_MODES = ("resize", "crop", "pad")  # squash to a square | centre crop to a square | pad to a square
 MAX_PIXELS = 89_478_485  # Pillow's decompression-bomb limit: a larger image is refused before it is decoded
-DECODE = "vggtrain-decode-1: jpeg INTEGER_ACCURATE, reduced DCT scale, EXIF orientation, first frame, alpha on white, bilinear antialias"  # noqa: E501
+DECODE = "vggtrain-decode-2: jpeg INTEGER_ACCURATE, reduced DCT scale, EXIF orientation, first frame, alpha on white, area down, bilinear up"  # noqa: E501
 FORMATS = ("JPEG", "PNG", "GIF", "BMP", "WebP")
 _JPEG, _PNG, _GIF, _BMP, _WEBP = range(len(FORMATS))
 _EXIF_HEAD = 1 << 16  # an APP1 segment holds at most 64 KiB, and it comes first in the file
 _EXIF_ENTRIES = 64  # IFD0 entries searched for the orientation tag
 _ORIENTATION_TAG = 0x0112
+_SEGMENTS = 6  # JPEG marker segments walked to find EXIF's APP1 (APP0, APP1, ... come before the image data)
+_EXIF_ID = [ord(char) for char in "Exif"] + [0, 0]
 
 
 def check_decode(recorded: str | None, source: str) -> None:
@@ -110,16 +112,22 @@ def image_size(data: tf.Tensor, kind: tf.Tensor) -> tf.Tensor:
     return tf.switch_case(tf.maximum(kind, 0), branches)
 
 
+def _exif_start(data: tf.Tensor) -> tf.Tensor:
+    """Where the TIFF header of a JPEG's EXIF segment starts, walking the marker segments after SOI (at most
+    `_SEGMENTS` of them: EXIF's APP1 comes first, or after JFIF's APP0); -1 when there is none."""
+    found, position = tf.constant(-1), tf.constant(2)
+    for _ in range(_SEGMENTS):
+        head = _bytes_at(data, position, 10)  # FF, marker, two length bytes, "Exif\0\0"
+        is_exif = tf.reduce_all(tf.equal(head[:2], [0xFF, 0xE1])) & tf.reduce_all(tf.equal(head[4:], _EXIF_ID))
+        found = tf.where((found < 0) & is_exif, position + 10, found)
+        position += 2 + head[2] * 256 + head[3]
+    return found
+
+
 def exif_orientation(data: tf.Tensor) -> tf.Tensor:
     """The EXIF orientation (1 to 8) of a JPEG from tag 0x0112 of IFD0 in its APP1 segment; 1 when absent."""
-    head = tf.strings.substr(data, 0, _EXIF_HEAD)
-    parts = tf.strings.split(head, sep="Exif\x00\x00", maxsplit=1)
-    start = tf.strings.length(parts[0])
-    found = tf.logical_and(
-        tf.equal(tf.size(parts), 2),  # the marker, inside an APP1 segment: FF E1, two length bytes, "Exif\0\0"
-        tf.equal(tf.strings.substr(head, tf.maximum(start - 4, 0), 2), b"\xff\xe1"),
-    )
-    tiff = tf.strings.substr(head, tf.minimum(start + 6, tf.strings.length(head)), _EXIF_HEAD)
+    start = _exif_start(data)
+    tiff = tf.strings.substr(data, tf.maximum(start, 0), _EXIF_HEAD)
     little = tf.equal(tf.strings.substr(tiff, 0, 2), b"II")
     first = _number(_bytes_at(tiff, 4, 4), little)
     count = _number(_bytes_at(tiff, first, 2), little)
@@ -128,8 +136,14 @@ def exif_orientation(data: tf.Tensor) -> tf.Tensor:
     values = _number(entries[:, 8:10], little)  # a SHORT value sits in the first two bytes of the value field
     matches = tf.logical_and(tf.equal(tags, _ORIENTATION_TAG), tf.range(_EXIF_ENTRIES) < count)
     value = tf.reduce_max(tf.where(matches, values, 0))
-    valid = tf.logical_and(found, tf.logical_and(value >= 1, value <= 8))
+    valid = (start >= 0) & (value >= 1) & (value <= 8)
     return tf.where(valid, value, 1)
+
+
+def _flip(image: tf.Tensor, axis: int) -> tf.Tensor:
+    """`image` mirrored along `axis`, by a gather: `tf.reverse`'s negative strides make Grappler's remapper
+    print an error line for every graph that holds one."""
+    return tf.gather(image, tf.range(tf.shape(image)[axis] - 1, -1, -1), axis=axis)
 
 
 def apply_orientation(image: tf.Tensor, orientation: tf.Tensor) -> tf.Tensor:
@@ -137,13 +151,13 @@ def apply_orientation(image: tf.Tensor, orientation: tf.Tensor) -> tf.Tensor:
     transpose = lambda x: tf.transpose(x, [1, 0, 2])  # noqa: E731
     branches = [
         lambda: image,  # 1: upright
-        lambda: tf.reverse(image, [1]),  # 2: mirrored left-right
-        lambda: tf.reverse(image, [0, 1]),  # 3: rotated 180
-        lambda: tf.reverse(image, [0]),  # 4: mirrored top-bottom
+        lambda: _flip(image, 1),  # 2: mirrored left-right
+        lambda: _flip(_flip(image, 0), 1),  # 3: rotated 180
+        lambda: _flip(image, 0),  # 4: mirrored top-bottom
         lambda: transpose(image),  # 5: transposed
-        lambda: tf.reverse(transpose(image), [1]),  # 6: rotated 90 clockwise to stand upright
-        lambda: tf.reverse(transpose(image), [0, 1]),  # 7: transversed
-        lambda: tf.reverse(transpose(image), [0]),  # 8: rotated 90 counter-clockwise
+        lambda: _flip(transpose(image), 1),  # 6: rotated 90 clockwise to stand upright
+        lambda: _flip(_flip(transpose(image), 0), 1),  # 7: transversed
+        lambda: _flip(transpose(image), 0),  # 8: rotated 90 counter-clockwise
     ]
     return tf.switch_case(orientation - 1, branches)
 
@@ -165,25 +179,24 @@ def _decode_jpeg(data: tf.Tensor, size: int | None, mode: str) -> tf.Tensor:
     return apply_orientation(image, exif_orientation(data))
 
 
-def _rgba(image: tf.Tensor) -> tf.Tensor:
-    """uint8 [h, w, 1|2|3|4] (gray, gray+alpha, RGB, RGBA) as RGBA."""
-    opaque = tf.fill(tf.concat([tf.shape(image)[:2], [1]], 0), tf.constant(255, tf.uint8))
-    gray = lambda: tf.concat([image[..., :1]] * 3, -1)  # noqa: E731
+def _on_white(color: tf.Tensor, alpha: tf.Tensor) -> tf.Tensor:
+    """Colour channels composited onto white by their alpha, in exact integer arithmetic (opaque pixels keep
+    their values)."""
+    values, alpha = tf.cast(color, tf.int32), tf.cast(alpha, tf.int32)
+    return tf.cast((values * alpha + 255 * (255 - alpha) + 127) // 255, tf.uint8)
+
+
+def _rgb(image: tf.Tensor) -> tf.Tensor:
+    """uint8 [h, w, 1|2|3|4] (gray, gray+alpha, RGB, RGBA) as RGB, transparency flattened onto white; the
+    arithmetic runs only for an image with an alpha channel."""
+    gray = lambda values: tf.concat([values] * 3, -1)  # noqa: E731
     branches = [
-        lambda: tf.concat([gray(), opaque], -1),
-        lambda: tf.concat([gray(), image[..., 1:2]], -1),
-        lambda: tf.concat([image[..., :3], opaque], -1),
-        lambda: image[..., :4],
+        lambda: gray(image[..., :1]),
+        lambda: gray(_on_white(image[..., :1], image[..., 1:2])),
+        lambda: image[..., :3],
+        lambda: _on_white(image[..., :3], image[..., 3:4]),
     ]
     return tf.switch_case(tf.shape(image)[-1] - 1, branches)
-
-
-def _on_white(rgba: tf.Tensor) -> tf.Tensor:
-    """RGBA composited onto white, in exact integer arithmetic (opaque pixels keep their values)."""
-    values = tf.cast(rgba, tf.int32)
-    alpha = values[..., 3:]
-    rgb = (values[..., :3] * alpha + 255 * (255 - alpha) + 127) // 255
-    return tf.cast(rgb, tf.uint8)
 
 
 def to_square(image: tf.Tensor, mode: str) -> tf.Tensor:
@@ -217,14 +230,14 @@ def decode_rgb(data: tf.Tensor, size: int | None = None, mode: str = "resize", m
     )
     with tf.control_dependencies([tf.debugging.Assert(pixels <= max_pixels, [message])]):
         branches = [
-            lambda: _rgba(_decode_jpeg(data, size, mode)),
-            lambda: _rgba(tf.io.decode_png(data, channels=0)),
-            lambda: _rgba(tf.io.decode_gif(data)[0]),
-            lambda: _rgba(tf.io.decode_bmp(data, channels=0)),
-            lambda: _rgba(tf.io.decode_webp(data, channels=0)[0]),  # frames first, as GIF
+            lambda: _decode_jpeg(data, size, mode),  # RGB: CMYK and gray converted by libjpeg
+            lambda: _rgb(tf.io.decode_png(data, channels=0)),
+            lambda: tf.io.decode_gif(data)[0],  # the first frame, RGB
+            lambda: _rgb(tf.io.decode_bmp(data, channels=0)),
+            lambda: _rgb(tf.io.decode_webp(data, channels=0)[0]),  # frames first, as GIF
         ]
-        rgba = tf.switch_case(tf.maximum(kind, 0), branches)
-    return _on_white(tf.ensure_shape(rgba, [None, None, 4]))
+        rgb = tf.switch_case(tf.maximum(kind, 0), branches)
+    return tf.ensure_shape(rgb, [None, None, 3])
 
 
 def decode_image(data: tf.Tensor, size: int, mode: str = "resize", max_pixels: int = MAX_PIXELS) -> tf.Tensor:
