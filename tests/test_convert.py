@@ -59,7 +59,8 @@ def test_a_rerun_over_a_killed_conversion_leaves_no_stale_shard(tmp_path):
     (out / ".train.tfrecords_000.tmp").write_bytes(b"partial")
     manifest = convert(tmp_path / "small", out, OPTIONS)
     assert _shards(out) == sorted(manifest["splits"]["train"]["files"]), "no shard of the first run is left"
-    assert sorted(os.listdir(out)) == sorted([*manifest["splits"]["train"]["files"], "manifest.json"])
+    written = [*manifest["splits"]["train"]["files"], "manifest.json", "data_check.json"]
+    assert sorted(os.listdir(out)) == sorted(written)
     records = sum(1 for name in _shards(out) for _ in tf.data.TFRecordDataset(str(out / name)))
     assert records == manifest["splits"]["train"]["count"] == 12
 
@@ -158,6 +159,7 @@ def test_compressed_shards_are_detected_and_read(tmp_path, compression):
     assert sum(1 for _ in tf.data.TFRecordDataset(files, compression_type=typed)) == 8
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_the_converter_checks_what_it_wrote_for_duplicates_and_leakage(tmp_path, caplog):
     folder = tmp_path / "in"

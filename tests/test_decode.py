@@ -145,6 +145,7 @@ def _pets(root: Path) -> Path:
     return root
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_one_photo_gives_the_same_pixels_and_probabilities_on_every_path(tmp_path):
     root = _pets(tmp_path / "pets")

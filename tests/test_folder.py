@@ -97,6 +97,7 @@ def test_files_that_give_no_image_are_named_left_out_and_counted(tmp_path, caplo
     assert all(name in caplog.text for name in skipped)
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_training_on_a_folder_records_the_file_list_and_the_skipped_files(tmp_path):
     root = make_folder(tmp_path / "photos", "tree", per_class=8)
@@ -113,6 +114,7 @@ def test_training_on_a_folder_records_the_file_list_and_the_skipped_files(tmp_pa
     assert info["resize_mode"] == "resize" and info["decode"].startswith("vggtrain-decode-2")
 
 
+@pytest.mark.slow
 @pytest.mark.unit
 def test_a_resume_onto_a_changed_file_list_is_one_line_unless_allowed(tmp_path):
     root = make_folder(tmp_path / "photos", "splits", per_class=3)
@@ -223,6 +225,7 @@ class StripesSource:
         return Splits(splits, self.decode, ["top", "middle"], files, fingerprint=fingerprint)
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_a_dataset_part_defined_here_trains_by_target(tmp_path):
     overrides = ["dataset=custom", "dataset._target_=test_folder.StripesSource", "dataset.per_split=24",
@@ -233,6 +236,7 @@ def test_a_dataset_part_defined_here_trains_by_target(tmp_path):
     assert set(json.loads((tmp_path / "run" / "data.json").read_text())) == {"train", "val", "test"}
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_the_data_check_names_bad_files_duplicates_and_leakage(tmp_path):
     root = make_folder(tmp_path / "photos", "splits", per_class=3)

@@ -129,6 +129,7 @@ def test_each_layout_gives_every_split_with_its_class_names_and_labels(tmp_path,
         assert data.class_counts["val"] == {"0": 2, "1": 2, "2": 2}
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_training_on_parquet_files_reports_the_split_sizes(tmp_path):
     root = make_hub(tmp_path / "hub", per_class=4)

@@ -294,6 +294,7 @@ def test_the_network_guard_is_live_and_loading_never_touches_it(data_dir, no_net
     assert not no_network, "reading a prepared folder opened a connection"
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_dataset_tfds_trains_end_to_end_offline(data_dir, tmp_path, no_network):
     """`python run.py dataset=tfds dataset.data_dir=DIR dataset.tfds_name=pets` in process, the socket blocked:
