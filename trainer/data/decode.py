@@ -56,7 +56,8 @@ def check_decode(recorded: str | None, source: str) -> None:
 
 
 def image_format(data: tf.Tensor) -> tf.Tensor:
-    """The index in `FORMATS` of an encoded image, from its first bytes; -1 for anything else."""
+    """The index in `FORMATS` of each encoded image (a string tensor of any shape), from its first bytes; -1 for
+    anything else."""
     head = tf.strings.join([tf.strings.substr(data, 0, 12), b"\x00" * 12])  # a shorter string is no error
     tests = [
         tf.equal(tf.strings.substr(head, 0, 3), b"\xff\xd8\xff"),
@@ -67,17 +68,18 @@ def image_format(data: tf.Tensor) -> tf.Tensor:
             tf.equal(tf.strings.substr(head, 0, 4), b"RIFF"), tf.equal(tf.strings.substr(head, 8, 4), b"WEBP")
         ),
     ]
-    codes = tf.constant(list(range(len(FORMATS))), tf.int32)
-    return tf.reduce_max(tf.where(tf.stack(tests), codes, -1))
+    codes = tf.reshape(tf.range(len(FORMATS)), [len(FORMATS)] + [1] * data.shape.rank)
+    return tf.reduce_max(tf.where(tf.stack(tests), codes, -1), axis=0)
 
 
-def _bytes_at(data: tf.Tensor, offset: tf.Tensor, length: int) -> tf.Tensor:
-    """`length` bytes of `data` from `offset` as int32 values; zeros past its end (never an error)."""
-    offset = tf.clip_by_value(tf.cast(offset, tf.int32), 0, tf.strings.length(data))  # a wrapped offset too
-    piece = tf.strings.substr(data, offset, length)
-    padded = tf.strings.join([piece, tf.constant(b"\x00" * length)])
-    values = tf.io.decode_raw(tf.strings.substr(padded, 0, length), tf.uint8)
-    return tf.cast(tf.reshape(values, [length]), tf.int32)
+def _bytes_at(data: tf.Tensor, offset, length: int) -> tf.Tensor:
+    """`length` bytes of each string of `data` ([n]) from its `offset` ([n] or one for all) as int32 [n, length];
+    zeros past a string's end (never an error)."""
+    ends = tf.strings.length(data)
+    offset = tf.clip_by_value(tf.broadcast_to(tf.cast(offset, tf.int32), tf.shape(ends)), 0, ends)  # wrapped too
+    piece = tf.strings.substr(data, offset, tf.fill(tf.shape(offset), length))
+    padded = tf.strings.substr(tf.strings.join([piece, b"\x00" * length]), 0, length)
+    return tf.cast(tf.reshape(tf.io.decode_raw(padded, tf.uint8), [-1, length]), tf.int32)
 
 
 def _number(values: tf.Tensor, little_endian: tf.Tensor) -> tf.Tensor:
@@ -89,7 +91,8 @@ def _number(values: tf.Tensor, little_endian: tf.Tensor) -> tf.Tensor:
 
 
 def image_size(data: tf.Tensor, kind: tf.Tensor) -> tf.Tensor:
-    """(height, width) from the header of a JPEG, PNG, GIF or BMP (WebP: (0, 0), not read) without decoding."""
+    """(height, width) from the header of one JPEG, PNG, GIF or BMP (WebP: (0, 0), not read) without decoding."""
+    data = data[tf.newaxis]
 
     def png():
         values = tf.reshape(_bytes_at(data, 16, 8), [2, 4])
@@ -103,7 +106,7 @@ def image_size(data: tf.Tensor, kind: tf.Tensor) -> tf.Tensor:
         return tf.abs(tf.reverse(values, [0]))
 
     branches = [
-        lambda: tf.io.extract_jpeg_shape(data)[:2],
+        lambda: tf.io.extract_jpeg_shape(data[0])[:2],
         png,
         gif,
         bmp,
@@ -113,31 +116,40 @@ def image_size(data: tf.Tensor, kind: tf.Tensor) -> tf.Tensor:
 
 
 def _exif_start(data: tf.Tensor) -> tf.Tensor:
-    """Where the TIFF header of a JPEG's EXIF segment starts, walking the marker segments after SOI (at most
-    `_SEGMENTS` of them: EXIF's APP1 comes first, or after JFIF's APP0); -1 when there is none."""
-    found, position = tf.constant(-1), tf.constant(2)
+    """Where the TIFF header of each JPEG's EXIF segment starts ([n]), walking the marker segments after SOI (at
+    most `_SEGMENTS` of them: EXIF's APP1 comes first, or after JFIF's APP0); -1 where there is none."""
+    found = tf.fill(tf.shape(data), -1)
+    position = tf.fill(tf.shape(data), 2)
     for _ in range(_SEGMENTS):
         head = _bytes_at(data, position, 10)  # FF, marker, two length bytes, "Exif\0\0"
-        is_exif = tf.reduce_all(tf.equal(head[:2], [0xFF, 0xE1])) & tf.reduce_all(tf.equal(head[4:], _EXIF_ID))
+        is_app1 = tf.reduce_all(tf.equal(head[:, :2], [0xFF, 0xE1]), axis=1)
+        is_exif = is_app1 & tf.reduce_all(tf.equal(head[:, 4:], _EXIF_ID), axis=1)
         found = tf.where((found < 0) & is_exif, position + 10, found)
-        position += 2 + head[2] * 256 + head[3]
+        position += 2 + head[:, 2] * 256 + head[:, 3]
     return found
 
 
-def exif_orientation(data: tf.Tensor) -> tf.Tensor:
-    """The EXIF orientation (1 to 8) of a JPEG from tag 0x0112 of IFD0 in its APP1 segment; 1 when absent."""
+def exif_orientations(data: tf.Tensor) -> tf.Tensor:
+    """The EXIF orientation (1 to 8) of each JPEG of `data` ([n]) from tag 0x0112 of IFD0 in its APP1 segment;
+    1 where it has none (and for any other format). The whole batch is parsed at once: per image, the few
+    dozen small ops would cost as much as a resize."""
     start = _exif_start(data)
-    tiff = tf.strings.substr(data, tf.maximum(start, 0), _EXIF_HEAD)
+    tiff = tf.strings.substr(data, tf.maximum(start, 0), tf.fill(tf.shape(start), _EXIF_HEAD))
     little = tf.equal(tf.strings.substr(tiff, 0, 2), b"II")
     first = _number(_bytes_at(tiff, 4, 4), little)
     count = _number(_bytes_at(tiff, first, 2), little)
-    entries = tf.reshape(_bytes_at(tiff, first + 2, 12 * _EXIF_ENTRIES), [_EXIF_ENTRIES, 12])
-    tags = _number(entries[:, 0:2], little)
-    values = _number(entries[:, 8:10], little)  # a SHORT value sits in the first two bytes of the value field
-    matches = tf.logical_and(tf.equal(tags, _ORIENTATION_TAG), tf.range(_EXIF_ENTRIES) < count)
-    value = tf.reduce_max(tf.where(matches, values, 0))
+    entries = tf.reshape(_bytes_at(tiff, first + 2, 12 * _EXIF_ENTRIES), [-1, _EXIF_ENTRIES, 12])
+    tags = _number(entries[..., 0:2], little[:, tf.newaxis])
+    values = _number(entries[..., 8:10], little[:, tf.newaxis])  # a SHORT value sits in the first two bytes of the value field
+    matches = tf.logical_and(tf.equal(tags, _ORIENTATION_TAG), tf.range(_EXIF_ENTRIES) < count[:, tf.newaxis])
+    value = tf.reduce_max(tf.where(matches, values, 0), axis=1)
     valid = (start >= 0) & (value >= 1) & (value <= 8)
     return tf.where(valid, value, 1)
+
+
+def exif_orientation(data: tf.Tensor) -> tf.Tensor:
+    """The EXIF orientation (1 to 8) of one JPEG; 1 when it has none."""
+    return exif_orientations(data[tf.newaxis])[0]
 
 
 def _flip(image: tf.Tensor, axis: int) -> tf.Tensor:
@@ -168,15 +180,15 @@ def _jpeg_scale(shape: tf.Tensor, size: int, mode: str) -> tf.Tensor:
     return tf.reduce_sum(tf.cast(side // tf.constant([2, 4, 8]) >= size, tf.int32))
 
 
-def _decode_jpeg(data: tf.Tensor, size: int | None, mode: str) -> tf.Tensor:
-    """RGB pixels of a JPEG, reduced in the DCT where `size` allows, turned upright."""
+def _decode_jpeg(data: tf.Tensor, orientation: tf.Tensor, size: int | None, mode: str) -> tf.Tensor:
+    """RGB pixels of a JPEG, reduced in the DCT where `size` allows, turned upright by its EXIF `orientation`."""
     decode = lambda ratio: lambda: tf.io.decode_jpeg(data, channels=3, ratio=ratio, dct_method="INTEGER_ACCURATE")  # noqa: E731
     if size is None:
         image = decode(1)()
     else:
         scale = _jpeg_scale(tf.io.extract_jpeg_shape(data)[:2], size, mode)
         image = tf.switch_case(scale, [decode(1), decode(2), decode(4), decode(8)])
-    return apply_orientation(image, exif_orientation(data))
+    return apply_orientation(image, orientation)
 
 
 def _on_white(color: tf.Tensor, alpha: tf.Tensor) -> tf.Tensor:
@@ -199,11 +211,15 @@ def _rgb(image: tf.Tensor) -> tf.Tensor:
     return tf.switch_case(tf.shape(image)[-1] - 1, branches)
 
 
+def _check_mode(mode: str) -> None:
+    if mode not in RESIZE_MODES:
+        raise ValueError(f"mode must be one of {RESIZE_MODES}. Received: mode={mode}")
+
+
 def to_square(image: tf.Tensor, mode: str) -> tf.Tensor:
     """An [h, w, 3] image made square: `resize` leaves it (the resize squashes it), `crop` cuts the centre
     square, `pad` centres it on black."""
-    if mode not in RESIZE_MODES:
-        raise ValueError(f"mode must be one of {RESIZE_MODES}. Received: mode={mode}")
+    _check_mode(mode)
     if mode == "resize":
         return image
     height, width = tf.shape(image)[0], tf.shape(image)[1]
@@ -214,13 +230,8 @@ def to_square(image: tf.Tensor, mode: str) -> tf.Tensor:
     return tf.image.pad_to_bounding_box(image, (side - height) // 2, (side - width) // 2, side, side)
 
 
-def decode_rgb(data: tf.Tensor, size: int | None = None, mode: str = "resize", max_pixels: int = MAX_PIXELS):
-    """An encoded image to uint8 [h, w, 3] RGB at its own size (JPEG reduced in the DCT towards `size`).
-
-    Raises (when run):
-        InvalidArgumentError: not a JPEG, PNG, GIF, BMP or WebP image; larger than `max_pixels`; corrupt.
-    """
-    kind = image_format(data)
+def _decode_one(data, kind, orientation, size: int | None, mode: str, max_pixels: int) -> tf.Tensor:
+    """One image of `kind` (`image_format`) and EXIF `orientation` to uint8 [h, w, 3] RGB at its own size."""
     known = tf.debugging.Assert(kind >= 0, ["not a JPEG, PNG, GIF, BMP or WebP image"])
     with tf.control_dependencies([known]):
         shape = image_size(data, kind)
@@ -230,7 +241,7 @@ def decode_rgb(data: tf.Tensor, size: int | None = None, mode: str = "resize", m
     )
     with tf.control_dependencies([tf.debugging.Assert(pixels <= max_pixels, [message])]):
         branches = [
-            lambda: _decode_jpeg(data, size, mode),  # RGB: CMYK and gray converted by libjpeg
+            lambda: _decode_jpeg(data, orientation, size, mode),  # RGB: CMYK and gray converted by libjpeg
             lambda: _rgb(tf.io.decode_png(data, channels=0)),
             lambda: tf.io.decode_gif(data)[0],  # the first frame, RGB
             lambda: _rgb(tf.io.decode_bmp(data, channels=0)),
@@ -240,17 +251,41 @@ def decode_rgb(data: tf.Tensor, size: int | None = None, mode: str = "resize", m
     return tf.ensure_shape(rgb, [None, None, 3])
 
 
-def decode_image(data: tf.Tensor, size: int, mode: str = "resize", max_pixels: int = MAX_PIXELS) -> tf.Tensor:
-    """One encoded image (a scalar string) to uint8 [size, size, 3]: decoded, made square by `mode`, resized.
+def _to_size(image: tf.Tensor, size: int, mode: str) -> tf.Tensor:
+    return tf.ensure_shape(to_model_size(to_square(image, mode)[tf.newaxis], size)[0], [size, size, 3])
+
+
+def decode_rgb(data: tf.Tensor, size: int | None = None, mode: str = "resize", max_pixels: int = MAX_PIXELS):
+    """One encoded image to uint8 [h, w, 3] RGB at its own size (JPEG reduced in the DCT towards `size`).
+
+    Raises (when run):
+        InvalidArgumentError: not a JPEG, PNG, GIF, BMP or WebP image; larger than `max_pixels`; corrupt.
+    """
+    return _decode_one(data, image_format(data), exif_orientation(data), size, mode, max_pixels)
+
+
+def decode_images(data: tf.Tensor, size: int, mode: str = "resize", max_pixels: int = MAX_PIXELS) -> tf.Tensor:
+    """A batch of encoded images (string [n]) to uint8 [n, size, size, 3]: each decoded, made square by `mode`
+    and resized. The headers of the whole batch are read at once; the images are decoded one by one.
 
     Args:
-        data: The file's bytes: JPEG, PNG, GIF, BMP or WebP, whatever its name says.
+        data: The files' bytes: JPEG, PNG, GIF, BMP or WebP, whatever their names say.
         size: Side of the square output.
         mode: `resize`, `crop` or `pad` (`RESIZE_MODES`).
         max_pixels: A larger image is refused before it is decoded.
 
-    Returns:
-        uint8 [size, size, 3].
+    Raises (when run):
+        InvalidArgumentError: an image is no JPEG, PNG, GIF, BMP or WebP image, larger than `max_pixels`, or
+            corrupt.
     """
-    image = to_square(decode_rgb(data, size, mode, max_pixels), mode)
-    return tf.ensure_shape(to_model_size(image[tf.newaxis], size)[0], [size, size, 3])
+    _check_mode(mode)
+    return tf.map_fn(
+        lambda item: _to_size(_decode_one(*item, size, mode, max_pixels), size, mode),
+        (data, image_format(data), exif_orientations(data)),
+        fn_output_signature=tf.TensorSpec([size, size, 3], tf.uint8),
+    )
+
+
+def decode_image(data: tf.Tensor, size: int, mode: str = "resize", max_pixels: int = MAX_PIXELS) -> tf.Tensor:
+    """One encoded image (a scalar string) to uint8 [size, size, 3], as `decode_images` decodes each of a batch."""
+    return _to_size(decode_rgb(data, size, mode, max_pixels), size, mode)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import tensorflow as tf
 
 from trainer.data.binary import BinaryLayout
-from trainer.data.decode import decode_image
+from trainer.data.decode import decode_images
 from trainer.data.tfrecords import RecordSpec
 
 Decoder = Callable[[tf.Tensor], tuple[tf.Tensor, tf.Tensor]]  # a batch of records -> (uint8 images, int32 labels)
@@ -77,9 +77,5 @@ class TFRecordDecoder:
             tf.debugging.assert_equal(tf.strings.length(encoded), spec.raw_bytes, message=message)
             images = tf.reshape(tf.io.decode_raw(encoded, tf.uint8), [-1, spec.stored_size, spec.stored_size, 3])
         else:
-            images = tf.map_fn(
-                lambda data: decode_image(data, spec.stored_size),  # the one decode: see trainer.data.decode
-                encoded,
-                fn_output_signature=tf.TensorSpec([spec.stored_size, spec.stored_size, 3], tf.uint8),
-            )
+            images = decode_images(encoded, spec.stored_size)  # the one decode: see trainer.data.decode
         return images, check_labels(labels, self.num_classes if self.labeled else None)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from trainer.data.decode import RESIZE_MODES, decode_image
+from trainer.data.decode import RESIZE_MODES, decode_images
 from trainer.data.images import decode_files
 from trainer.data.parts import Splits
 from trainer.data.shares import Records
@@ -110,11 +110,7 @@ class FileDecoder:
 
     def __call__(self, records: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         labels = tf.strings.to_number(tf.strings.substr(records, 0, LABEL_DIGITS), tf.int32)
-        images = tf.map_fn(
-            lambda data: decode_image(data, self.size, self.resize_mode),
-            tf.strings.substr(records, LABEL_DIGITS, _TO_END),
-            fn_output_signature=tf.TensorSpec([self.size, self.size, 3], tf.uint8),
-        )
+        images = decode_images(tf.strings.substr(records, LABEL_DIGITS, _TO_END), self.size, self.resize_mode)
         return images, labels
 
 

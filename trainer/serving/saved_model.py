@@ -16,7 +16,7 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
-from trainer.data.decode import decode_image, image_format
+from trainer.data.decode import decode_images, image_format
 from trainer.data.preprocess import Preprocess, prepare_images
 from trainer.runs.checkpoints import ModelInfo
 
@@ -40,24 +40,19 @@ def serving_function(model: keras.Model, info: ModelInfo):
 
 def bytes_function(model: keras.Model, info: ModelInfo):
     """string [batch] of encoded JPEG, PNG, GIF (the first frame), BMP or WebP images -> {"probabilities"}:
-    each decoded as training and `mode=predict` decode it (`trainer.data.decode.decode_image`: the accurate
+    each decoded as training and `mode=predict` decode it (`trainer.data.decode.decode_images`: the accurate
     DCT, the EXIF orientation, the model's resize mode and resize), then centre-cropped as `serve` does. A
     string that is no image fails the call with its index in the batch."""
     preprocess = Preprocess.for_evaluation(info.resize_to, info.image_size)
-    size, mode = preprocess.output_size, info.resize_mode
-
-    def decode(item: tuple[tf.Tensor, tf.Tensor]) -> tf.Tensor:
-        index, data = item
-        message = tf.strings.format("image_bytes[{}] is not a JPEG, PNG, GIF, BMP or WebP image", index)
-        with tf.control_dependencies([tf.debugging.Assert(image_format(data) >= 0, [message])]):
-            image = decode_image(data, preprocess.image_size, mode)
-        return prepare_images(image[tf.newaxis], preprocess)[0]
+    mode = info.resize_mode
 
     def serve_bytes(image_bytes: tf.Tensor) -> dict[str, tf.Tensor]:
-        indices = tf.range(tf.shape(image_bytes)[0])
-        signature = tf.TensorSpec([size, size, 3], tf.uint8)
-        images = tf.map_fn(decode, (indices, image_bytes), fn_output_signature=signature)
-        return _probabilities(model, images)
+        kinds = image_format(image_bytes)
+        first_bad = tf.argmin(tf.concat([kinds, [0]], 0))  # -1 (no image) sorts first; an empty batch passes
+        message = tf.strings.format("image_bytes[{}] is not a JPEG, PNG, GIF, BMP or WebP image", first_bad)
+        with tf.control_dependencies([tf.debugging.Assert(tf.reduce_all(kinds >= 0), [message])]):
+            images = decode_images(image_bytes, preprocess.image_size, mode)
+        return _probabilities(model, prepare_images(images, preprocess))
 
     return serve_bytes
 
