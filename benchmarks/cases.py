@@ -5,7 +5,7 @@ python -m benchmarks --only cifar_pipeline tfrecord_reader
 
 from __future__ import annotations
 
-from benchmarks import converter, demo, folders, pipelines, serving, training
+from benchmarks import converter, demo, folders, pipelines, serving, sources, training
 from benchmarks.common import Row
 
 CASES = {
@@ -17,6 +17,9 @@ CASES = {
     "input_bound": training.input_bound,
     "augmentation_cost": training.augmentation_cost,
     "folder_pipeline": folders.folder_pipeline,
+    "parquet_pipeline": sources.parquet_pipeline,
+    "tfds_pipeline": sources.tfds_pipeline,
+    "predict_records": sources.predict_records,
     "memory": pipelines.memory,
     "startup": demo.startup,
     "converter": converter.converter,

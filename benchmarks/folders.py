@@ -29,7 +29,7 @@ CAMERA = {True: (500, 375, 64, 16, 2, 4, 1), False: (500, 375, 320, 64, 3, 30, 3
 PHONE = {True: (4000, 3000, 16, 2, 1, 2, 1), False: (4000, 3000, 48, 8, 2, 12, 3)}
 
 
-def _photos(rng: np.random.Generator, width: int, height: int, count: int):
+def photos(rng: np.random.Generator, width: int, height: int, count: int):
     """`count` photo-like uint8 images: a smooth colour gradient of its own each, over one shared noise field."""
     noise = rng.standard_normal((height, width, 3), dtype=np.float32) * np.float32(NOISE)
     rows = np.linspace(0.0, 1.0, height, dtype=np.float32)[:, None, None]
@@ -48,7 +48,7 @@ def jpeg_folder(folder: Path, width: int, height: int, num_train: int, num_val: 
         return root
     rng = np.random.default_rng(0)
     for split, count in (("train", num_train), ("val", num_val)):
-        for index, pixels in enumerate(_photos(rng, width, height, count)):
+        for index, pixels in enumerate(photos(rng, width, height, count)):
             path = root / split / CLASSES[index % 2] / f"{index:05d}.jpg"
             path.parent.mkdir(parents=True, exist_ok=True)
             Image.fromarray(pixels).save(path, "JPEG", quality=90)

@@ -64,3 +64,19 @@ def test_the_folder_rows_time_both_pipelines_on_the_same_folders(tmp_path):
     assert [row.figure.split(", ")[1] for row in rows] == ["500x375 JPEG -> 224", "4000x3000 JPEG phone photos -> 224"]
     assert all(row.ours > 0 and row.baseline > 0 and row.unit == "img/s" for row in rows)
     assert [row.target for row in rows] == [1.0, 2.0]
+
+
+@pytest.mark.slow
+def test_the_source_rows_time_ours_and_the_textbook_on_the_same_data(tmp_path):
+    from benchmarks.__main__ import run_case
+
+    rows = [
+        row
+        for name in ("parquet_pipeline", "tfds_pipeline", "predict_records")
+        for row in run_case(name, str(tmp_path), quick=True)
+    ]
+    assert [row.figure.split(" vs ")[0] for row in rows] == ["dataset=parquet", "dataset=tfds", "mode=predict"]
+    assert all(row.ours > 0 and row.baseline > 0 and row.unit == "img/s" for row in rows)
+    assert [row.target for row in rows] == [2.0, 0.95, 0.8]
+    predictions = (tmp_path / "predict_0" / "predictions.csv").read_text().splitlines()
+    assert len(predictions) == 1 + round(256 * 0.9), "every test record predicted once"

@@ -1,5 +1,5 @@
 """`dataset=parquet`: Parquet files (the Hub's layout) and `save_to_disk` folders of Arrow streams, made here with
-pyarrow, trained on directly; each bad input is one line."""
+pyarrow (and once by `datasets` itself), trained on directly; each bad input is one line."""
 
 from __future__ import annotations
 
@@ -78,6 +78,19 @@ def make_saved(root: Path, per_class: int = 4) -> Path:
     return root
 
 
+def make_with_datasets(root: Path, per_class: int = 4) -> Path:
+    """A `DatasetDict` of {image: Image(), label: ClassLabel} saved by the `datasets` library itself."""
+    datasets = pytest.importorskip("datasets")
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=NAMES)})
+    splits = {}
+    for split in ("train", "validation", "test"):
+        labels = _per_class(per_class)
+        images = [{"bytes": _encoded(NAMES[label], index), "path": None} for index, label in enumerate(labels)]
+        splits[split] = datasets.Dataset.from_dict({"image": images, "label": labels}, features=features)
+    datasets.DatasetDict(splits).save_to_disk(str(root))
+    return root
+
+
 def make_plain(root: Path, per_class: int = 8, num_classes: int = 3) -> Path:
     """`root/train.parquet` and `root/test.parquet`, binary images and no metadata: no val split, no names."""
     root.mkdir(parents=True)
@@ -105,6 +118,7 @@ def _images(dataset: tf.data.Dataset, class_names: list[str]) -> list[bytes]:
 LAYOUTS = {  # layout: (maker, overrides, class names, records per split)
     "hub": (make_hub, [], NAMES, {"train": 12, "val": 12, "test": 12}),
     "save_to_disk": (make_saved, [], NAMES, {"train": 12, "val": 12, "test": 12}),
+    "datasets_library": (make_with_datasets, [], NAMES, {"train": 12, "val": 12, "test": 12}),
     "plain_val_fraction": (
         make_plain,
         ["dataset.val_fraction=0.25"],

@@ -190,4 +190,3 @@ def make_splits(
         "val": Records(ranges_of(train_files, train_counts, held_out, num_train), val_size),
         "test": test,
     }
-

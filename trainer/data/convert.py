@@ -393,9 +393,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--val-fraction", type=_fraction, default=0.0, help="share of each class for val")
     parser.add_argument("--test-fraction", type=_fraction, default=0.0, help="share of each class for test")
     parser.add_argument("--records-per-shard", type=_positive, default=1000, help="records in each shard file")
-    parser.add_argument(
-        "--workers", type=int, default=0, help="images decoded at once (tf.data); 0 means one per core"
-    )
+    parser.add_argument("--workers", type=int, default=0, help="images decoded at once (tf.data); 0 means one per core")
     parser.add_argument(
         "--compression",
         choices=record_writer.COMPRESSIONS,

@@ -140,7 +140,7 @@ def exif_orientations(data: tf.Tensor) -> tf.Tensor:
     count = _number(_bytes_at(tiff, first, 2), little)
     entries = tf.reshape(_bytes_at(tiff, first + 2, 12 * _EXIF_ENTRIES), [-1, _EXIF_ENTRIES, 12])
     tags = _number(entries[..., 0:2], little[:, tf.newaxis])
-    values = _number(entries[..., 8:10], little[:, tf.newaxis])  # a SHORT value sits in the first two bytes of the value field
+    values = _number(entries[..., 8:10], little[:, tf.newaxis])  # a SHORT sits in the value field's first two bytes
     matches = tf.logical_and(tf.equal(tags, _ORIENTATION_TAG), tf.range(_EXIF_ENTRIES) < count[:, tf.newaxis])
     value = tf.reduce_max(tf.where(matches, values, 0), axis=1)
     valid = (start >= 0) & (value >= 1) & (value <= 8)

@@ -256,13 +256,6 @@ def _readable_records(path: str, spec) -> int | None:
     return count
 
 
-def _ordered() -> tf.data.Options:
-    options = tf.data.Options()
-    options.deterministic = True
-    options.autotune.enabled = False  # as in trainer.data.pipeline: no model thread to wait for at the end
-    return options
-
-
 def _class_of(file: Path, root: Path | None, class_names: list[str]) -> int | None:
     """The class of a file in a subfolder named after it, matched case-insensitively (`Cat/` is `cat`)."""
     if root is None or file.parent == root:
