@@ -283,3 +283,35 @@ def test_val_size_as_a_fraction(trained, tmp_path):
     data, run_dir = trained
     metrics = _evaluate(data, run_dir, tmp_path / "val", "dataset.val_size=0.25", "evaluate.split=val")
     assert metrics["num_examples"] == 20, "a quarter of the 80 training records"
+
+
+def test_no_csv_cell_is_a_spreadsheet_formula(tmp_path):
+    """Class and file names are user data: one that a spreadsheet would run (CSV injection) is written as text."""
+    from tiny_model import build
+    from trainer.models.preprocessing import build_models
+    from trainer.runs import checkpoints
+    from trainer.tracking.reports import write_confusion_csv
+
+    names = ("=cmd|' /C calc'!A0", "+plus", "-minus", "@at", "\tTab", "plain")
+    checkpoint = tmp_path / "model.keras"
+    model = build_models(build(len(names), (16, 16, 3))).inference
+    checkpoints.save(model, checkpoint, checkpoints.ModelInfo(names, 16, 16, "standardize"))
+    folder = tmp_path / "images"
+    for name in ("=1+2.png", "@SUM(A1).png", "ok.png"):
+        (folder / "=HYPERLINK(x)").mkdir(parents=True, exist_ok=True)
+        Image.fromarray(np.full((16, 16, 3), 90, np.uint8)).save(folder / "=HYPERLINK(x)" / name)
+    output = tmp_path / "out.csv"
+    overrides = ["mode=predict", f"checkpoint={checkpoint}", f"predict.input={folder}", f"predict.output={output}"]
+    _task(overrides, tmp_path / "r")
+    write_confusion_csv(tmp_path / "confusion.csv", np.eye(len(names), dtype=int), list(names))
+    for path in (output, tmp_path / "confusion.csv"):
+        with open(path, newline="", encoding="utf-8") as handle:
+            cells = [cell for row in csv.reader(handle) for cell in row]
+        assert not [cell for cell in cells if cell[:1] in ("=", "+", "-", "@", "\t", "\r")], path.name
+    rows = _read_csv(output)
+    assert [row["id"] for row in rows] == [
+        "'=HYPERLINK(x)/=1+2.png",
+        "'=HYPERLINK(x)/@SUM(A1).png",
+        "'=HYPERLINK(x)/ok.png",
+    ]
+    assert all(row["predicted_class"].lstrip("'") in names for row in rows)

@@ -25,6 +25,7 @@ from trainer.models.tta import with_tta
 from trainer.runs import checkpoints
 from trainer.runs.atomic import atomic_path, write_json
 from trainer.runs.outputs import check_prediction_output
+from trainer.runs.spreadsheet import safe_row
 from trainer.tasks.data import build_part
 from trainer.tasks.setup import setup_strategy
 
@@ -108,7 +109,7 @@ def predict(settings: Config) -> float | None:
     started = last_log = time.monotonic()
     with atomic_path(output) as temporary, open(temporary, "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
-        writer.writerow(header)
+        writer.writerow(safe_row(header))
         for items, images in _chunks(settings, info, kind, files, root):
             probabilities = iter(np.asarray(model.predict_on_batch(images)) if images is not None else [])
             for item in items:
@@ -125,7 +126,7 @@ def predict(settings: Config) -> float | None:
                     log.warning("Skipped %s: %s", _text(item.id), item.error)
                 if item.label is not None:
                     row[-3:-1] = [item.label, class_names[item.label]]
-                writer.writerow(row)
+                writer.writerow(safe_row(row))
                 counts["rows"] += 1
             if time.monotonic() - last_log > 10:
                 last_log = time.monotonic()

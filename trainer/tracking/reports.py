@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.runs.atomic import write_atomic
+from trainer.runs.spreadsheet import safe_row
 
 
 def write_confusion_csv(path: str | os.PathLike, matrix, class_names: list[str]) -> Path:
@@ -19,9 +20,9 @@ def write_confusion_csv(path: str | os.PathLike, matrix, class_names: list[str])
     def write(temporary: Path) -> None:
         with open(temporary, "w", newline="") as handle:
             writer = csv.writer(handle)
-            writer.writerow(["true \\ predicted", *class_names])
+            writer.writerow(safe_row(["true \\ predicted", *class_names]))
             for name, row in zip(class_names, matrix, strict=True):
-                writer.writerow([name, *(int(count) for count in row)])
+                writer.writerow(safe_row([name, *(int(count) for count in row)]))
 
     return write_atomic(path, write)
 
