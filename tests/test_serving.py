@@ -187,3 +187,12 @@ def test_an_existing_export_folder_is_never_overwritten(tmp_path):
     check = bundle.CheckImages(np.zeros((1, SIZE, SIZE, 3), np.uint8), None, "zeros")
     with pytest.raises(DataError, match="already exists"):
         bundle.write_export(model, info, tmp_path / "serving", ["saved_model"], check)
+
+
+@pytest.mark.integration
+def test_an_empty_batch_gets_an_empty_answer_from_both_signatures(tiny_saved_model):
+    _, path = tiny_saved_model
+    loaded = tf.saved_model.load(str(path))
+    pixels = loaded.signatures["serve"](tf.zeros([0, SIZE, SIZE, 3], tf.uint8))["probabilities"]
+    encoded = loaded.signatures["serve_bytes"](tf.constant([], tf.string))["probabilities"]
+    assert pixels.shape == encoded.shape == (0, 3) and pixels.dtype == encoded.dtype == tf.float32

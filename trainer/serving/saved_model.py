@@ -24,7 +24,15 @@ VERSION = "1"  # TensorFlow Serving's version folder
 
 
 def _probabilities(model: keras.Model, images: tf.Tensor) -> dict[str, tf.Tensor]:
-    return {"probabilities": model(images, training=False)}
+    """The model's probabilities, float32 [batch, classes]; an empty batch gets an empty answer (the model's
+    layers are not all defined on zero images)."""
+    classes = model.output_shape[-1]
+    probabilities = tf.cond(
+        tf.shape(images)[0] > 0,
+        lambda: tf.cast(model(images, training=False), tf.float32),
+        lambda: tf.zeros([0, classes], tf.float32),
+    )
+    return {"probabilities": tf.ensure_shape(probabilities, [None, classes])}
 
 
 def serving_function(model: keras.Model, info: ModelInfo):
