@@ -203,6 +203,11 @@ def case_grad_accum_zero(world, tmp):
     return ["trainer.grad_accum_steps=0"], "trainer.grad_accum_steps must be >= 1 (1: off); got 0"
 
 
+def case_grad_accum_longer_than_the_run(world, tmp):
+    overrides = [*cifar_overrides(world / "cifar"), "trainer.epochs=3", "trainer.grad_accum_steps=100"]
+    return overrides, "trainer.grad_accum_steps=100 is more than the 6 steps of the whole run"
+
+
 def case_unknown_tta(world, tmp):
     return ["evaluate.tta=five_crop"], "evaluate.tta must be none or flip; got 'five_crop'"
 

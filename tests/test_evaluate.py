@@ -288,6 +288,7 @@ def test_val_size_as_a_fraction(trained, tmp_path):
 def test_no_csv_cell_is_a_spreadsheet_formula(tmp_path):
     """Class and file names are user data: one that a spreadsheet would run (CSV injection) is written as text."""
     from tiny_model import build
+
     from trainer.models.preprocessing import build_models
     from trainer.runs import checkpoints
     from trainer.tracking.reports import write_confusion_csv

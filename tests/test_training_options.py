@@ -373,6 +373,10 @@ def test_the_modern_preset_runs_end_to_end(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["test_tta"] == "flip" and metrics["epochs_completed"] == 1
+    log = (tmp_path / "run" / "run.log").read_text()
+    assert "warmup_epochs=5 is not shorter than trainer.epochs=1: warming up over 0.1 epoch(s)" in log
+    assert "The run makes 2 updates, and an EMA of momentum 0.9998 still holds 100% of the initial weights" in log
+    assert "2 steps per epoch <trainer.batch_size=8 trainer.steps_per_epoch=2>" in log
 
 
 @pytest.mark.e2e

@@ -162,7 +162,7 @@ def test_the_share_log_says_whole_files_or_record_ranges_and_the_steps(tmp_path)
     plan = shares.plan(files, [100, 100, 50], 2, 5)
     text = plan.describe(0)
     assert text.startswith(f"records 0-99 of {files[0]}, 0-24 of {files[1]} (125 records, 125 per epoch)")
-    assert "every worker runs 25 steps per epoch" in text
+    assert "every worker's share holds 25 steps per epoch" in text
     whole = shares.plan(files[:2], [100, 100], 2, 5)
     assert whole.describe(1).startswith("1 of 2 whole file(s) (100 records, 100 per epoch)")
 
@@ -223,7 +223,7 @@ def test_two_loopback_workers_each_read_about_half_of_the_binary_records(tmp_pat
         assert len(lines) == 1 and f"Input pipeline {index + 1} of 2 reads records" in lines[0], output[-3000:]
         read = int(re.search(r"\((\d+) records, (\d+) per epoch", lines[0]).group(2))
         assert read == 32, lines[0]  # half of the 64 train records, per epoch
-        assert "every worker runs 8 steps per epoch" in lines[0]
+        assert "every worker's share holds 8 steps per epoch" in lines[0]
         own = {0: (1, 2), 1: (3, 4)}[index]  # records 0-31 and 32-63; data_batch_5.bin holds the validation records
         for number in range(1, 6):
             assert (f"0-15 of {folder}/data_batch_{number}.bin" in lines[0]) == (number in own), lines[0]

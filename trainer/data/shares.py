@@ -69,7 +69,7 @@ class SharePlan:
         smallest = min(worker.count for worker in self.workers)
         unread = f", {share.count - share.per_epoch} left for later passes" if share.count > share.per_epoch else ""
         return (
-            f"{what} ({share.count} records, {share.per_epoch} per epoch{unread}); every worker runs "
+            f"{what} ({share.count} records, {share.per_epoch} per epoch{unread}); every worker's share holds "
             f"{self.steps_per_epoch} steps per epoch, set by the smallest share ({smallest} records)"
         )
 

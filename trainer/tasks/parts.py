@@ -24,6 +24,7 @@ from trainer.models.registry import build_target
 from trainer.tasks.data import Data
 from trainer.tracking.loggers import Tracker
 from trainer.training.losses import class_weights, count_labels
+from trainer.training.optimizers import fitted_warmup
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,9 @@ def _entries(section: Any) -> dict[str, dict[str, Any]]:
 def _build(key: str, options: dict[str, Any], **runtime: Any) -> Any:
     rest = {name: value for name, value in options.items() if name != "_target_"}
     return build_target(key, options["_target_"], rest, **runtime)
+
+
+EMA_START_LEFT = 0.05  # an EMA that still holds more of the initial weights than this at the end is warned about
 
 
 def build_callbacks(callbacks: CallbacksConfig, schedule: str) -> list[keras.callbacks.Callback]:
@@ -95,6 +99,43 @@ def build_trackers(logger: LoggerConfig, run_dir: Path) -> tuple[list[Tracker], 
         else:
             raise ConfigError(f"logger.{name}._target_={options['_target_']} must be a Keras callback")
     return trackers, others
+
+
+def check_updates(settings: Config, steps_per_epoch: int) -> None:
+    """Refuses a run that would never update the model; warns where a warm-up or an average cannot fit the run.
+
+    Raises:
+        ConfigError: `trainer.grad_accum_steps` is more than the steps of the whole run.
+    """
+    epochs, accumulate = settings.trainer.epochs, settings.trainer.grad_accum_steps
+    steps = steps_per_epoch * epochs
+    if accumulate > steps:
+        raise ConfigError(
+            f"trainer.grad_accum_steps={accumulate} is more than the {steps} steps of the whole run "
+            f"({steps_per_epoch} per epoch x trainer.epochs={epochs}): the model would never be updated; "
+            f"use at most {steps}"
+        )
+    schedule = settings.optimizer.schedule
+    if schedule.name == "cosine" and schedule.warmup_epochs >= epochs:
+        log.warning(
+            "optimizer.schedule.warmup_epochs=%g is not shorter than trainer.epochs=%d: warming up over %g "
+            "epoch(s) instead, a tenth of the run, so that the rate reaches its peak",
+            schedule.warmup_epochs,
+            epochs,
+            fitted_warmup(schedule.warmup_epochs, epochs),
+        )
+    momentum, updates = settings.optimizer.ema_momentum, steps // accumulate
+    if momentum is not None and momentum**updates > EMA_START_LEFT:
+        log.warning(
+            "The run makes %d updates, and an EMA of momentum %g still holds %.0f%% of the initial weights after "
+            "them: the averaged weights (validated, saved and exported) stay close to the untrained model; "
+            "train longer or lower the momentum (%.4g forgets the start in this run) <optimizer.ema_momentum=%g>",
+            updates,
+            momentum,
+            100 * momentum**updates,
+            EMA_START_LEFT ** (1 / updates),
+            momentum,
+        )
 
 
 def log_training_options(settings: Config, steps_per_epoch: int) -> None:

@@ -121,13 +121,15 @@ def plan_run(settings: Config) -> Plan:
         )
     steps = settings.trainer.steps_per_epoch or data.train_steps or data.num_examples["train"] // batch
     log.info(
-        "Global batch %d = %d replica(s) x %d, %d steps per epoch <trainer.batch_size=%d>",
+        "Global batch %d = %d replica(s) x %d, %d steps per epoch <trainer.batch_size=%d%s>",
         batch,
         replicas,
         batch // replicas,
         steps,
         batch,
+        f" trainer.steps_per_epoch={steps}" if settings.trainer.steps_per_epoch else "",
     )
+    parts.check_updates(settings, steps)
     parts.log_training_options(settings, steps)
     opt = settings.optimizer
     lr = peak_learning_rate(opt.lr, batch, opt.lr_batch_size, replicas, opt.scale_with_replicas)

@@ -28,10 +28,19 @@ def step_decay(lr: float, steps_per_epoch: int, epochs: int, boundaries=(), fact
     return keras.optimizers.schedules.PiecewiseConstantDecay(steps, values)
 
 
+WARMUP_SHARE = 0.1  # a warm-up as long as the run or longer is cut to this share of it
+
+
+def fitted_warmup(warmup_epochs: float, epochs: int) -> float:
+    """The warm-up a run of `epochs` gets: `warmup_epochs`, or a tenth of the run when that is not shorter than
+    the run (a preset's 5 epochs on a 4-epoch trial would never reach its peak rate)."""
+    return warmup_epochs if warmup_epochs < epochs else WARMUP_SHARE * epochs
+
+
 def cosine(lr: float, steps_per_epoch: int, epochs: int, warmup_epochs: float = 0.0, alpha: float = 0.0, **_):
-    """Linear warmup from 0 to `lr` over `warmup_epochs`, then cosine decay to `alpha * lr`."""
+    """Linear warmup from 0 to `lr` over `warmup_epochs` (`fitted_warmup`), then cosine decay to `alpha * lr`."""
     total = max(1, epochs * steps_per_epoch)
-    warmup = min(int(round(warmup_epochs * steps_per_epoch)), total - 1)
+    warmup = min(int(round(fitted_warmup(warmup_epochs, epochs) * steps_per_epoch)), total - 1)
     if warmup == 0:
         return keras.optimizers.schedules.CosineDecay(lr, total, alpha=alpha)
     return keras.optimizers.schedules.CosineDecay(
