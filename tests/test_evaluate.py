@@ -89,10 +89,25 @@ def test_the_reported_loss_is_the_cross_entropy_and_the_penalty_is_apart(trained
     assert float(best["regularization_loss"]) == pytest.approx(penalty, rel=1e-3)
 
 
-def test_evaluate_on_the_validation_split(trained, tmp_path):
+def test_evaluate_on_the_validation_split_says_where_it_wrote(trained, tmp_path, caplog):
     data, run_dir = trained
-    metrics = _evaluate(data, run_dir, tmp_path / "val", "evaluate.split=val")
+    with caplog.at_level("INFO"):
+        metrics = _evaluate(data, run_dir, tmp_path / "val", "evaluate.split=val")
     assert metrics["split"] == "val" and metrics["num_examples"] == 16
+    written = (
+        f"Wrote confusion_matrix_val.csv, confusion_matrix_val.png, metrics.json to {(tmp_path / 'val').resolve()}"
+    )
+    assert written in caplog.text
+
+
+def test_the_run_summary_names_tensorboard_only_where_it_wrote(tmp_path):
+    from trainer.tracking.reports import run_summary
+
+    metrics = {"best_epoch": 1, "epochs_completed": 2, "objective_metric": "val_accuracy", "val_accuracy": 0.5}
+    metrics |= {"test_accuracy": 0.5, "test_loss": 0.7, "train_seconds": 3.0}
+    assert "tensorboard" not in run_summary(tmp_path, metrics), "logger=csv: no tensorboard folder"
+    (tmp_path / "tensorboard").mkdir()
+    assert f"tensorboard --logdir {tmp_path.resolve() / 'tensorboard'}" in run_summary(tmp_path, metrics)
 
 
 def _read_csv(path):

@@ -34,4 +34,8 @@ def evaluate(settings: Config) -> float:
         metrics["split"] = split
         write_json(run_dir / "metrics.json", metrics)
     log.info("%s accuracy %.4f, loss %.4f", split, metrics["accuracy"], metrics["loss"])
+    written = [
+        name for name in sorted(path.name for path in run_dir.iterdir()) if name.endswith((".json", ".csv", ".png"))
+    ]
+    log.info("Wrote %s to %s", ", ".join(written), run_dir.resolve())
     return metrics["accuracy"]
