@@ -169,3 +169,14 @@ def test_the_config_tree_shows_the_sections_the_mode_reads(overrides, shown, hid
 
     branches = {line.split()[-1] for line in print_config_tree(compose(overrides)).splitlines() if "── " in line}
     assert shown <= branches and not hidden & branches, branches
+
+
+def test_cfg_job_resolve_prints_the_config_outside_a_run(tmp_path):
+    """`python run.py --cfg job --resolve`: Hydra has no run folder yet; the config still prints, and no folder is
+    made for it."""
+    from conftest import run_cli
+
+    result = run_cli(["--cfg", "job", "--resolve"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "output_dir: (the run folder, made when a run starts)" in result.stdout
+    assert not list(tmp_path.iterdir()), "nothing written"

@@ -54,6 +54,20 @@ def _temporary_folder(path: str) -> str:
     return tempfile.mkdtemp(prefix=cluster.WORKER_PREFIX)
 
 
+UNSET_RUN_FOLDER = "(the run folder, made when a run starts)"
+
+
+def run_folder() -> str:
+    """The run's folder, Hydra's `runtime.output_dir`; outside a run (`python run.py --cfg job --resolve`)
+    words that say so, where `${hydra:runtime.output_dir}` gave None and a 40-line traceback."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return UNSET_RUN_FOLDER
+    runtime = HydraConfig.get().runtime
+    return OmegaConf.select(runtime, "output_dir", throw_on_missing=False) or UNSET_RUN_FOLDER
+
+
 def optuna_direction(mode: str) -> str:
     """`objective.mode` as the Optuna sweeper's `direction`."""
     return "maximize" if mode == "max" else "minimize"
@@ -65,6 +79,7 @@ RESOLVERS = {
     "worker_dir": worker_dir,
     "hydra_subdir": folders.hydra_subdir,
     "run_label": run_label,
+    "run_folder": run_folder,
 }
 
 
