@@ -363,6 +363,37 @@ def test_predict_input_kinds(tmp_path, names, format, kind):
     assert found == kind and len(files) == len(names)
 
 
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "names, suggested",
+    [
+        (["train.tfrecords_000", "test.tfrecords_000", "manifest.json", "data_check.json"], "test.tfrecord*"),
+        (["data_batch_1.bin", "test_batch.bin"], "test_batch.bin"),
+        (["shard.tfrec"], "*.tfrecord*"),
+    ],
+)
+def test_a_folder_of_record_files_is_one_line_saying_how_to_give_it(tmp_path, names, suggested):
+    for name in names:
+        (tmp_path / name).write_bytes(b"x")
+    with pytest.raises(DataError, match=rf"a folder of record files, not of images; .*predict.input='{tmp_path}/"):
+        predict_inputs.resolve_inputs(str(tmp_path))
+    with pytest.raises(DataError) as error:
+        predict_inputs.resolve_inputs(f"{tmp_path}/")
+    assert str(error.value).endswith(f"predict.input='{tmp_path}/{suggested}'")
+    assert predict_inputs.resolve_inputs(str(tmp_path), "images")[0] == "images", "predict.format=images is obeyed"
+
+
+@pytest.mark.unit
+def test_a_folder_named_as_tfrecords_holds_the_records(tmp_path):
+    """Spark writes `NAME.tfrecords/part-r-00000` and a `_SUCCESS` marker."""
+    folder = tmp_path / "pets.tfrecords"
+    folder.mkdir()
+    for name in ("part-r-00000", "part-r-00001", "_SUCCESS"):
+        (folder / name).write_bytes(b"x")
+    kind, files, _ = predict_inputs.resolve_inputs(str(folder))
+    assert kind == "tfrecords" and [file.name for file in files] == ["part-r-00000", "part-r-00001"]
+
+
 def _indexed_shards(folder: Path, counts: list[int]) -> list[str]:
     """Raw records whose first pixel holds their global index (as two bytes)."""
     spec = tfrecords.RecordSpec.for_format("raw", 4)

@@ -61,6 +61,26 @@ def _kind(names: list[str]) -> str:
     return "images"
 
 
+def _refuse_record_folder(spec: str, path: Path, files: list[Path]) -> None:
+    """A folder of record files (the converter's output) is not a folder of images: one line on how to give it.
+
+    Raises:
+        DataError: every file of `files` but JSON ones is named as `.bin` or TFRecord records.
+    """
+    names = [file.name for file in files if file.suffix != ".json"]
+    if not names or _kind(names) == "images" or is_tfrecord_name(path.name):
+        return
+    test, root = next((name for name in names if name.startswith("test")), None), spec.rstrip("/")
+    if _kind(names) == "records":
+        pattern = f"{root}/{test or '*.bin'}"
+    else:
+        pattern = f"{root}/{test.split('.')[0] if test else '*'}.tfrecord*"
+    raise DataError(
+        f"predict.input={spec}: a folder of record files, not of images; give the files of a split: "
+        f"predict.input='{pattern}'"
+    )
+
+
 def resolve_inputs(spec: str, format: str = "auto") -> tuple[str, list[Path | str], Path | None]:
     """(kind, files, root) for `predict.input`: a folder of images, or a glob of `.bin`, TFRecord or image files.
 
@@ -93,6 +113,10 @@ def resolve_inputs(spec: str, format: str = "auto") -> tuple[str, list[Path | st
         files = list_images(path)
         if not files:
             raise DataError(f"predict.input={spec}: the folder holds no files")
+        if format == "auto":
+            _refuse_record_folder(spec, path, files)
+            if is_tfrecord_name(path.name):  # Spark's `NAME.tfrecords/part-r-00000`: its files are the records
+                return "tfrecords", [file for file in files if not file.name.startswith(("_", "."))], None
         return "images", files, path
     pattern = str(path / "*") if path.is_dir() else os.path.expanduser(spec)
     files = sorted(Path(name) for name in glob.glob(pattern, recursive=True))
