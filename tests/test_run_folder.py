@@ -656,6 +656,33 @@ def test_a_new_run_never_reuses_a_folder_that_holds_a_run(tmp_path):
 
 
 @pytest.mark.integration
+def test_a_new_run_never_rewrites_the_config_of_a_run_in_its_first_epoch(tmp_path):
+    """A running training holds its folder's lock before any history.csv exists: Hydra must not get to rewrite
+    its `.hydra/config.yaml` for a second command that is then refused."""
+    run_dir = tmp_path / "run"
+    (run_dir / ".hydra").mkdir(parents=True)
+    (run_dir / ".hydra" / "config.yaml").write_text("seed: 1\n")
+    holder = subprocess.Popen(  # the first run, in its first epoch: it holds the lock
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from trainer.runs.locks import run_lock\n"
+         "with run_lock(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(60)", str(run_dir)],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        again = _run(tmp_path, [*_train_arguments(tmp_path, run_dir, epochs=1), "seed=2", "model.dropout=0.5"])
+    finally:
+        holder.kill()
+        holder.wait()
+    assert again.returncode == 1
+    assert again.stderr.strip().splitlines()[-1] == (
+        f"error: hydra.run.dir={run_dir} is in use by a running training (its .lock is held): a new run never "
+        f"reuses its folder. Choose a new folder"
+    )
+    assert (run_dir / ".hydra" / "config.yaml").read_text() == "seed: 1\n", "the running run's config is kept"
+    assert not (run_dir / "config_tree.txt").exists()
+
+
+@pytest.mark.integration
 def test_resume_with_another_run_folder_is_one_line_and_writes_nothing(tmp_path):
     run_dir = tmp_path / "run"
     assert _run(tmp_path, _train_arguments(tmp_path, run_dir, epochs=1)).returncode == 0

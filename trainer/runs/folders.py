@@ -133,6 +133,11 @@ def check_run_dir_argument(arguments: list[str]) -> None:
             f"resume={resume} writes into the resumed run's own folder; drop hydra.run.dir={run_dir} "
             f"(it would split the run between two folders)"
         )
+    if locks.is_held(Path(run_dir)):  # a run in its first epoch: no training file yet, but its lock
+        raise ConfigError(
+            f"hydra.run.dir={run_dir} is in use by a running training (its {locks.LOCK} is held): a new run never "
+            f"reuses its folder. Choose a new folder"
+        )
     found = [name for name in TRAINING_FILES if _holds(Path(run_dir) / name)]
     if found:
         raise ConfigError(
