@@ -16,6 +16,7 @@ CASES = {
     "model_preprocessing": training.model_preprocessing,
     "input_bound": training.input_bound,
     "augmentation_cost": training.augmentation_cost,
+    "data_digest": training.data_digest,
     "folder_pipeline": folders.folder_pipeline,
     "parquet_pipeline": sources.parquet_pipeline,
     "tfds_pipeline": sources.tfds_pipeline,

@@ -1,7 +1,7 @@
 """Training rows: what the run.py path costs a training step against plain Keras, what the model's own
 preprocessing costs, and whether the demo's input pipeline keeps up with its model.
 
-    python -m benchmarks --only trainer_overhead model_preprocessing input_bound augmentation_cost
+    python -m benchmarks --only trainer_overhead model_preprocessing input_bound augmentation_cost data_digest
 """
 
 from __future__ import annotations
@@ -201,3 +201,37 @@ def augmentation_cost(folder: Path, quick: bool) -> list[Row]:
             "Training step: MixUp/CutMix on the host vs none", max(rates["mixing"]), max(rates["none"]), "img/s", None
         ),  # fmt: skip
     ]
+
+
+def data_digest(folder: Path, quick: bool) -> list[Row]:
+    """The whole-file checksum a run computes beside its first epoch (`trainer.runs.digest`) against one epoch of
+    the CIFAR recipe (VGG19 at 28x28, batch 128), extrapolated from timed training steps: the share of the
+    first epoch the check adds at most (its thread takes one core while it runs)."""
+    import time
+
+    import keras
+
+    from benchmarks.common import cifar_count, cifar_files
+    from trainer.models.vgg19 import build_vgg19
+    from trainer.runs.digest import FileDigests
+
+    records = cifar_count(quick)
+    files = cifar_files(folder, records)
+    started = time.perf_counter()
+    FileDigests(files).wait()
+    digest_seconds = time.perf_counter() - started
+
+    keras.utils.set_random_seed(0)
+    model = build_vgg19(10, (28, 28, 3))
+    model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9), loss="sparse_categorical_crossentropy")
+    rng = np.random.default_rng(0)
+    images = rng.normal(size=(128, 28, 28, 3)).astype(np.float32)
+    labels = rng.integers(0, 10, 128)
+    model.train_on_batch(images, labels)  # tracing
+    steps = 2 if quick else 6
+    started = time.perf_counter()
+    for _ in range(steps):
+        model.train_on_batch(images, labels)
+    epoch_seconds = (time.perf_counter() - started) / steps * (50000 // 128)
+    figure = f"Whole-file data checksum ({records:,} CIFAR records) vs one CIFAR VGG19 epoch"
+    return [Row(figure, digest_seconds, epoch_seconds, "s", 0.05, higher_is_better=False)]

@@ -805,6 +805,39 @@ def test_a_resume_on_other_data_is_refused_and_a_moved_copy_passes(tmp_path):
     _assert_finished_once(run_dir, 2)
 
 
+@pytest.mark.e2e
+def test_a_resume_finds_a_changed_byte_that_the_sampled_checksum_never_reads(tmp_path):
+    """The sampled checksum reads 3 x 64 KiB a file; the first epoch's whole-file checksum finds the rest."""
+    data = write_cifar(tmp_path / "cifar", records_per_file=200)  # 614,600 bytes a file
+    run_dir = tmp_path / "run"
+    arguments = [*tiny_overrides(data), "trainer.epochs=2", f"hydra.run.dir={run_dir}"]
+    killed = _run(tmp_path, arguments, _kill_in_write("trainer.runs.backup", METADATA, 2))  # in epoch 2's commit
+    assert killed.returncode == -signal.SIGKILL and _backup_epoch(run_dir) == 1
+    recorded = json.loads((run_dir / "data.json").read_text())["sha256"]
+    assert [name for name, _, _ in recorded] == [*(f"data_batch_{i}.bin" for i in range(1, 6)), "test_batch.bin"]
+    batch = data / "data_batch_1.bin"
+    original = batch.read_bytes()
+    records = np.frombuffer(original, np.uint8).reshape(-1, 3073).copy()
+    records[40:80, 1:] = 255 - records[40:80, 1:]  # pixels of records 40-79: bytes 122,920 to 245,839
+    batch.write_bytes(records.tobytes())
+    refused = _run(tmp_path, [f"resume={run_dir}"])
+    assert refused.returncode == 1 and refused.stderr.strip().splitlines()[-1] == (
+        f"error: resume={run_dir}: data_batch_1.bin has other content than the run trained on (its whole-file "
+        f"checksum differs); point dataset.data_dir at that data, or continue on this data with allow_data_change=true"
+    )
+    assert _epochs(run_dir) == [1] and _backup_epoch(run_dir) == 1, "the resumed epoch was not committed"
+    batch.write_bytes(original)
+    (run_dir / "data.json").rename(tmp_path / "data.json")
+    missing = _run(tmp_path, [f"resume={run_dir}"])
+    assert missing.returncode == 1 and missing.stderr.strip().splitlines()[-1] == (
+        f"error: resume={run_dir}: {run_dir / 'data.json'} is missing or unreadable, so the data cannot be checked "
+        f"against what the run trained on; continue on this data knowingly with allow_data_change=true"
+    )
+    (tmp_path / "data.json").rename(run_dir / "data.json")
+    _resume(tmp_path, run_dir)
+    _assert_finished_once(run_dir, 2)
+
+
 @pytest.mark.integration
 def test_resume_latest_skips_a_run_that_a_live_process_is_training(tmp_path, monkeypatch, caplog):
     from trainer.runs.folders import resume_folder

@@ -247,6 +247,7 @@ class ImageFolder:
             fingerprint={split: self._listed(members) for split, members in sorted(checked.items())},
             skipped=skipped,
             resize_mode=self.resize_mode,
+            files=[str(path) for members in checked.values() for path, _ in members],
         )
 
     def _shown(self, path: Path) -> str:

@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 from trainer.errors import ConfigError
-from trainer.runs import folders, history
+from trainer.runs import digest, folders, history
 from trainer.runs.atomic import write_json
 from trainer.runs.backup import read_state
 from trainer.runs.checkpoints import commit_best
@@ -94,25 +94,39 @@ def _difference(recorded: dict, current: dict) -> str:
     return "the recorded fingerprint"
 
 
-def bind_data(run_dir: Path, fingerprint: dict, resume: str | None, allow_change: bool = False) -> None:
+def _recorded(path: Path) -> dict | None:
+    """`data.json`'s content; None when it is missing, unreadable or not a JSON object."""
+    try:
+        recorded = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return recorded if isinstance(recorded, dict) else None
+
+
+def bind_data(run_dir: Path, fingerprint: dict, resume: str | None, allow_change: bool = False, done: int = 0) -> None:
     """Records the data a run trains on (`RUN/data.json`); a resume must find the same data: the same files
-    (a moved copy passes: names, sizes and record ranges are compared, not folders) and record counts.
+    (a moved copy passes: names, sizes and record ranges are compared, not folders) and record counts. The
+    whole-file checksums the first epoch recorded (`trainer.runs.digest`) are kept for its `DigestGate`.
 
     Raises:
-        ConfigError: resuming on other data without `allow_data_change=true`.
+        ConfigError: resuming on other data, or a run with `done` epochs whose data.json is missing or
+            unreadable, without `allow_data_change=true`.
     """
     path = run_dir / DATA_FILE
-    if resume and path.is_file():
-        try:
-            recorded = json.loads(path.read_text())
-        except ValueError:
-            recorded = None
-        if recorded is not None and recorded != fingerprint:
-            change = _difference(recorded, fingerprint)
-            if not allow_change:
-                raise ConfigError(
-                    f"resume={resume}: the data differs from what {run_dir} trained on ({change}); point "
-                    f"dataset.data_dir at that data, or continue on this data with allow_data_change=true"
-                )
-            log.warning("Resuming %s on other data than it trained on (%s) <allow_data_change=true>", run_dir, change)
-    write_json(path, fingerprint)
+    recorded = _recorded(path) if resume else None
+    if resume and done and recorded is None and not allow_change:
+        raise ConfigError(
+            f"resume={resume}: {path} is missing or unreadable, so the data cannot be checked against what the "
+            f"run trained on; continue on this data knowingly with allow_data_change=true"
+        )
+    digests = (recorded or {}).pop(digest.KEY, None)
+    if recorded is not None and recorded != fingerprint:
+        change = _difference(recorded, fingerprint)
+        if not allow_change:
+            raise ConfigError(
+                f"resume={resume}: the data differs from what {run_dir} trained on ({change}); point "
+                f"dataset.data_dir at that data, or continue on this data with allow_data_change=true"
+            )
+        log.warning("Resuming %s on other data than it trained on (%s) <allow_data_change=true>", run_dir, change)
+        digests = None  # other files: the first epoch records theirs
+    write_json(path, {**fingerprint, **({digest.KEY: digests} if digests is not None else {})})

@@ -62,6 +62,7 @@ class Data:
     # (or the part's own: a folder's file list).
     fingerprint: dict = field(default_factory=dict)
     skipped: list[dict] = field(default_factory=list)  # files the part left out, each {"file", "reason"}
+    files: list[str] = field(default_factory=list)  # every file the splits read (the whole-file checksum's)
 
     @contextlib.contextmanager
     def named_bad_records(self) -> Iterator[None]:
@@ -201,4 +202,5 @@ def load_data(
         find_bad_record=splits.find_bad_record,
         fingerprint=splits.fingerprint or fingerprint(sources),
         skipped=splits.skipped,
+        files=splits.files or list(dict.fromkeys(path for source in sources.values() for path in source.records.files)),
     )

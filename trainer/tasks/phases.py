@@ -162,6 +162,8 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
         _start_phase(settings, plan, model, phase)
         files = _run_files(settings, plan, folder, models, info)
         callbacks = training_callbacks(files, loggers_, [*extra, *plan.trackers], progress)
+        if folder.gate is not None:  # first: it checks the data before anything of the epoch is saved
+            callbacks.insert(0, folder.gate)
         if switched_here:
             # The backup holds the previous phase's optimizer; restoring it into this one would skip its
             # variables with a Keras warning. Back up the model as it stands, with this phase's optimizer.

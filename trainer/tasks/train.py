@@ -35,7 +35,8 @@ from trainer.runs import history, locks
 from trainer.runs.atomic import remove_temporaries, write_json
 from trainer.runs.backup import remove_backup
 from trainer.runs.checkpoints import ModelInfo, weights_fingerprint
-from trainer.runs.resume import backup_folder, bind_data, prepare_resume, resolve_resume
+from trainer.runs.digest import DigestGate, FileDigests
+from trainer.runs.resume import DATA_FILE, backup_folder, bind_data, prepare_resume, resolve_resume
 from trainer.tasks import parts
 from trainer.tasks import phases as fitting
 from trainer.tasks.data import Data, load_data
@@ -79,6 +80,7 @@ class Folder:
     invocation: dict  # this invocation's record in invocations.jsonl (its `outcome`)
     run_name: str
     tags: list[str] = field(default_factory=list)
+    gate: keras.callbacks.Callback | None = None  # the whole-file data check at the first epoch end (the chief's)
 
 
 def _objective_metric(settings: Config) -> str:
@@ -258,11 +260,15 @@ def open_run_folder(settings: Config, plan: Plan) -> Iterator[Folder]:
         for folder in (run_dir, run_dir / "checkpoints"):
             remove_temporaries(folder)  # left by a killed process; this one holds the folder
         done, ended = prepare_resume(run_dir, backup_dir, settings.resume)
+        gate = None
         if plan.chief:
-            bind_data(run_dir, plan.data.fingerprint, settings.resume, settings.allow_data_change)
+            bind_data(run_dir, plan.data.fingerprint, settings.resume, settings.allow_data_change, done)
+            gate = DigestGate(
+                FileDigests(plan.data.files), run_dir / DATA_FILE, settings.resume, settings.allow_data_change
+            )
         if done > settings.trainer.epochs:
             raise ConfigError(f"resume={settings.resume}: {done} epochs are done already; raise trainer.epochs")
-        yield Folder(run_dir, backup_dir, done, ended, invocation, run_name, tags)
+        yield Folder(run_dir, backup_dir, done, ended, invocation, run_name, tags, gate)
 
 
 # --- 4. fit the phases: trainer.tasks.phases ---------------------------------------------------------------
