@@ -334,6 +334,10 @@ def test_converter_skips_bad_images_and_rejects_bad_folders(tmp_path):
             ["strategy=mirrored", "strategy.cpu_devices=2", "trainer.batch_size=15"],
             "error: trainer.batch_size=15 must be divisible by the 2 replicas of the strategy",
         ),
+        (  # a replica would get an empty last batch: TensorFlow's "bad input data", cut off before its cause
+            ["strategy=mirrored", "strategy.cpu_devices=2", "trainer.batch_size=2"],
+            "error: trainer.batch_size=2 leaves the last batch of the test split (359 records) 1 record(s) for 2 replicas",
+        ),
     ],
 )
 def test_run_py_prints_one_line_without_traceback(tmp_path, monkeypatch, arguments, expected):

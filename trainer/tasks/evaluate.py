@@ -14,7 +14,7 @@ from trainer.distribute import strategies
 from trainer.distribute.failures import collective_errors
 from trainer.runs.atomic import write_json
 from trainer.tasks.data import load_data
-from trainer.tasks.setup import evaluate_checkpoint, run_folder, setup_strategy
+from trainer.tasks.setup import check_replica_batches, evaluate_checkpoint, run_folder, setup_strategy
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +28,7 @@ def evaluate(settings: Config) -> float:
     strategy = setup_strategy(settings)
     split = settings.evaluate.split
     data = load_data(settings.dataset, settings.trainer.batch_size, settings.seed, check_val=split == "val")
+    check_replica_batches(settings.trainer.batch_size, strategy.num_replicas_in_sync, {split: data.num_examples[split]})
     with run_folder(settings.output_dir, strategies.is_chief(strategy)) as run_dir:
         with collective_errors(strategy), data.named_bad_records():
             metrics = evaluate_checkpoint(strategy, settings.checkpoint, data, split, run_dir, settings.evaluate.tta)

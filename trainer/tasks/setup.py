@@ -18,6 +18,7 @@ from trainer.config.groups import StrategyConfig
 from trainer.config.schema import Config
 from trainer.distribute import strategies
 from trainer.distribute.cluster import WORKER_PREFIX
+from trainer.errors import ConfigError
 from trainer.models.registry import build_target
 from trainer.models.tta import with_tta
 from trainer.runs import checkpoints
@@ -76,6 +77,28 @@ def setup_strategy(settings: Config) -> tf.distribute.Strategy:
     strategy = build_strategy(settings.strategy)
     strategies.per_replica_batch(settings.trainer.batch_size, strategy)
     return strategy
+
+
+def check_replica_batches(batch: int, replicas: int, counts: dict[str, int]) -> None:
+    """Refuses a global batch that leaves a replica no example in some step: smaller than the replicas, or a
+    split whose last, partial batch holds fewer records than there are replicas (the model is not defined on
+    an empty batch, and TensorFlow's error for it is cut off before its cause).
+
+    Raises:
+        ConfigError: naming the batch size, the replicas and the split.
+    """
+    if replicas <= 1:
+        return
+    if batch < replicas:
+        raise ConfigError(f"trainer.batch_size={batch} is smaller than the {replicas} replicas: each needs one example")
+    for split, count in counts.items():
+        last = count % batch
+        if 0 < last < replicas:
+            raise ConfigError(
+                f"trainer.batch_size={batch} leaves the last batch of the {split} split ({count} records) "
+                f"{last} record(s) for {replicas} replicas, so a replica would get none; choose a batch size "
+                f"whose remainder on {count} records is 0 or at least {replicas}"
+            )
 
 
 @contextlib.contextmanager

@@ -40,7 +40,7 @@ from trainer.runs.resume import DATA_FILE, backup_folder, bind_data, prepare_res
 from trainer.tasks import parts
 from trainer.tasks import phases as fitting
 from trainer.tasks.data import Data, load_data
-from trainer.tasks.setup import evaluate_checkpoint, run_folder, setup_strategy
+from trainer.tasks.setup import check_replica_batches, evaluate_checkpoint, run_folder, setup_strategy
 from trainer.tracking import loggers
 from trainer.tracking.curves import wait_for_drawings
 from trainer.tracking.reports import run_summary
@@ -121,6 +121,7 @@ def plan_run(settings: Config) -> Plan:
         raise ConfigError(
             f"trainer.batch_size={batch} is larger than the {data.num_examples['train']} training records"
         )
+    check_replica_batches(batch, replicas, {split: data.num_examples[split] for split in ("val", "test")})
     steps = settings.trainer.steps_per_epoch or data.train_steps or data.num_examples["train"] // batch
     log.info(
         "Global batch %d = %d replica(s) x %d, %d steps per epoch <trainer.batch_size=%d%s>",
