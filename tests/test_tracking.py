@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import struct
 import subprocess
@@ -118,6 +119,37 @@ def _tensorboard_texts(log_dir: Path) -> dict[str, str]:
                 if value.metadata.plugin_data.plugin_name == "text":
                     texts[value.tag] = tf.make_ndarray(value.tensor).item().decode()
     return texts
+
+
+@pytest.mark.integration
+def test_mlflows_own_environment_variable_wins_over_our_default_and_the_log_names_it(tmp_path, monkeypatch, caplog):
+    from trainer.tracking.loggers import MLflowTracker
+
+    database = tmp_path / "theirs" / "mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{database}")
+    tracker = MLflowTracker(None, "pets")
+    with caplog.at_level("INFO"):
+        tracker.connect()
+    assert database.is_file()
+    assert f"MLflow: experiment 'pets' at sqlite:///{database} <MLFLOW_TRACKING_URI>" in caplog.text
+    assert MLflowTracker(f"sqlite:///{tmp_path}/ours.db", "pets").uri == f"sqlite:///{tmp_path}/ours.db", "a key wins"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"tracking_uri": "file:///tmp/mlruns"}, "logger.tracking_uri=file:///tmp/mlruns: MLflow's file store is in"),
+        ({"tracking_uri": "mlruns"}, "logger.tracking_uri=mlruns: MLflow's file store is in maintenance mode"),
+        ({"register_model": "a/b c"}, "logger.register_model='a/b c': a registered model's name must be non-empty"),
+        ({"register_model": " "}, "logger.register_model=' ': a registered model's name must be non-empty"),
+    ],
+)
+def test_a_store_or_a_model_name_mlflow_would_refuse_later_is_one_line_at_start_up(options, message):
+    from trainer.tracking.loggers import MLflowTracker
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        MLflowTracker(**{"tracking_uri": f"sqlite:///{ROOT}/unused.db", "experiment": "pets", **options})
 
 
 @pytest.mark.integration

@@ -25,6 +25,7 @@ import logging
 import math
 import os
 import time
+import urllib.parse
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -128,6 +129,12 @@ def default_tracking_uri() -> str:
     return f"sqlite:///{Path(DEFAULT_MLFLOW_DB).resolve()}"
 
 
+def _file_store(uri: str) -> bool:
+    """Whether MLflow would read `uri` as its file store: `file:...` or a bare path (`mlruns`, `/data/mlruns`)."""
+    scheme = urllib.parse.urlparse(uri).scheme
+    return uri not in ("databricks", "databricks-uc") and (scheme in ("", "file") or len(scheme) == 1)
+
+
 class MLflowTracker(Tracker):
     """MLflow through `MlflowClient` (no global active run), to a SQLite file or a tracking server."""
 
@@ -141,7 +148,19 @@ class MLflowTracker(Tracker):
         register_model: str | None = None,
     ):
         super().__init__()
-        self.uri = tracking_uri or default_tracking_uri()
+        from_environment = os.environ.get("MLFLOW_TRACKING_URI") if not tracking_uri else None
+        self.uri = tracking_uri or from_environment or default_tracking_uri()
+        self.source = "MLFLOW_TRACKING_URI" if from_environment else "logger.tracking_uri"
+        if register_model is not None and (not register_model.strip() or any(c in register_model for c in "/:")):
+            raise ConfigError(
+                f"logger.register_model={register_model!r}: a registered model's name must be non-empty and hold "
+                f"no '/' or ':' (MLflow refuses it after the whole run)"
+            )
+        if _file_store(self.uri):
+            raise ConfigError(
+                f"{self.source}={self.uri}: MLflow's file store is in maintenance mode and cannot hold this run's "
+                f"model; use a database (sqlite:///PATH/mlflow.db) or a tracking server (http://HOST:5000)"
+            )
         self.experiment, self.timeout, self.register_model = experiment, timeout_seconds, register_model
         self.client, self.run_id, self.experiment_id = None, None, None
 
@@ -167,9 +186,9 @@ class MLflowTracker(Tracker):
         except Exception as error:
             reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
             raise ConfigError(
-                f"logger.tracking_uri={self.uri}: cannot use the MLflow tracking store ({reason})"
+                f"{self.source}={self.uri}: cannot use the MLflow tracking store ({reason})"
             ) from None
-        log.info("MLflow: experiment %r at %s <logger.tracking_uri>", self.experiment, self.uri)
+        log.info("MLflow: experiment %r at %s <%s>", self.experiment, self.uri, self.source)
 
     def _experiment_id(self, name: str) -> str:
         found = self.client.get_experiment_by_name(name)
