@@ -188,7 +188,12 @@ def test_data_with_other_class_names_is_one_error_naming_both_lists():
 @pytest.mark.parametrize(
     "field, value, message",
     [
-        ("resize_to", 0, "has resize_to=0; expected a whole number >= image_size 24"),
+        ("resize_to", 0, "has resize_to=0; expected a whole number from image_size 24 to 96"),
+        ("resize_to", 100000, "has resize_to=100000; expected a whole number from image_size 24 to 96"),
+        ("epoch", 10**12, "has epoch=1000000000000; expected a whole number from 0 to 1000000"),
+        ("format_version", 99, "has format_version=99; expected 1 to 1 (a newer vggtrain saved it?)"),
+        ("resize_mode", "stretch", "has resize_mode='stretch'; expected resize, crop or pad"),
+        ("normalization", "imagenet", "has normalization='imagenet'; expected standardize, caffe or none"),
         ("image_size", 64, "has image_size=64; expected 24, the side of the model's input"),
         ("image_size", "x", "has image_size='x'; expected 24"),
         ("class_names", ["a", "a", "b"], "has class_names=['a', 'a', 'b']; expected distinct non-empty class names"),

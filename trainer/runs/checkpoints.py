@@ -32,6 +32,13 @@ INFO_ENTRY = "vggtrain.json"  # the extra entry in the .keras archive
 FORMAT_VERSION = 1
 
 
+# Upper bounds of vggtrain.json's numbers, checked at load: a crafted `resize_to: 100000` made export allocate
+# [256, 100000, 100000, 3] and predict take more than 6 GB.
+RESIZE_TO_FACTOR = 4  # resize_to is at most this many times image_size (training crops a little off the resize)
+MAX_SIDE = 8192  # and at most this many pixels
+MAX_EPOCH = 1_000_000
+
+
 @dataclass(frozen=True)
 class ModelInfo:
     """What a model needs besides its weights to be used again."""
@@ -143,8 +150,17 @@ def _check_info(file: Path, info: ModelInfo, model: keras.Model) -> None:
     height, width = model.input_shape[1:3]
     if info.image_size != height or height != width:
         raise bad("image_size", info.image_size, f"{height}, the side of the model's input {model.input_shape[1:]}")
-    if type(info.resize_to) is not int or info.resize_to < info.image_size:
-        raise bad("resize_to", info.resize_to, f"a whole number >= image_size {info.image_size}")
+    most = min(RESIZE_TO_FACTOR * info.image_size, MAX_SIDE)
+    if type(info.resize_to) is not int or not info.image_size <= info.resize_to <= most:
+        raise bad("resize_to", info.resize_to, f"a whole number from image_size {info.image_size} to {most}")
+    if type(info.epoch) is not int or not 0 <= info.epoch <= MAX_EPOCH:
+        raise bad("epoch", info.epoch, f"a whole number from 0 to {MAX_EPOCH}")
+    if type(info.format_version) is not int or not 1 <= info.format_version <= FORMAT_VERSION:
+        raise bad("format_version", info.format_version, f"1 to {FORMAT_VERSION} (a newer vggtrain saved it?)")
+    if info.resize_mode not in ("resize", "crop", "pad"):
+        raise bad("resize_mode", info.resize_mode, "resize, crop or pad")
+    if info.normalization not in ("standardize", "caffe", "none"):
+        raise bad("normalization", info.normalization, "standardize, caffe or none")
 
 
 def load(path: str | os.PathLike) -> tuple[keras.Model, ModelInfo]:
