@@ -20,6 +20,7 @@ from omegaconf import DictConfig
 
 from trainer.config import register
 from trainer.config.hints import missing_extra
+from trainer.config.typos import check_arguments
 from trainer.errors import DiskError, UserError, one_line
 from trainer.runs.folders import (
     check_resume_argument,
@@ -84,6 +85,7 @@ def cli(arguments: list[str] | None = None, exit_hard_on_disk_error: bool = True
     if hint := missing_extra(arguments):
         sys.exit(f"error: {hint}")
     try:
+        check_arguments(arguments)  # trainer.epoch=2: our one line, not Hydra's seven
         check_resume_argument(arguments)  # Hydra makes the run folder from it before main() runs
         check_run_dir_argument(arguments)  # ... and writes .hydra/ into it
         check_writable_output(arguments)

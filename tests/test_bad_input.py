@@ -334,9 +334,14 @@ def test_converter_skips_bad_images_and_rejects_bad_folders(tmp_path):
             ["strategy=mirrored", "strategy.cpu_devices=2", "trainer.batch_size=15"],
             "error: trainer.batch_size=15 must be divisible by the 2 replicas of the strategy",
         ),
+        (  # Hydra's `+` adds the key to the typed section; OmegaConf then dropped it without a word
+            ["+optimizer.schedule.warmup=3"],
+            "error: optimizer.schedule.warmup is not a key of optimizer.schedule; did you mean "
+            "optimizer.schedule.warmup_epochs?",
+        ),
         (  # a replica would get an empty last batch: TensorFlow's "bad input data", cut off before its cause
             ["strategy=mirrored", "strategy.cpu_devices=2", "trainer.batch_size=2"],
-            "error: trainer.batch_size=2 leaves the last batch of the test split (359 records) 1 record(s) for 2 replicas",
+            "error: trainer.batch_size=2 leaves the last batch of the test split (359 records) 1 record(s) for 2",
         ),
     ],
 )
@@ -348,6 +353,17 @@ def test_run_py_prints_one_line_without_traceback(tmp_path, monkeypatch, argumen
     monkeypatch.setenv("HYDRA_FULL_ERROR", "1")  # the debug flag: the error with its full traceback
     with pytest.raises(UserError, match=re.escape(expected.removeprefix("error: "))):
         run_cli([*arguments, f"hydra.run.dir={tmp_path}/d"], cwd=tmp_path)
+
+
+@pytest.mark.parametrize("argument", ["trainer.epoch=2", "+trainer.epoch=2"])
+def test_a_typo_in_a_key_is_our_one_line_with_or_without_plus(tmp_path, argument):
+    """Hydra's own message for `trainer.epoch=2` is seven lines, and suggests `+trainer.epoch=2`, which OmegaConf
+    then dropped: both are one line naming the nearest key, before anything is composed or written."""
+    result = run_cli([argument, f"hydra.run.dir={tmp_path}/r"], cwd=tmp_path)
+    assert result.returncode == 1 and not (tmp_path / "r").exists()
+    assert result.stderr.strip().splitlines() == [
+        "error: trainer.epoch is not a key of trainer; did you mean trainer.epochs?"
+    ]
 
 
 def test_tensorflows_function_node_prefix_and_escaped_quotes_leave_the_line(tmp_path, monkeypatch):

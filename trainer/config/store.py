@@ -17,6 +17,7 @@ from omegaconf import DictConfig, MissingMandatoryValue, OmegaConf
 
 from trainer.config import groups, schema
 from trainer.config.resolvers import register_resolvers
+from trainer.config.typos import check_composed
 from trainer.errors import ConfigError
 
 SCHEMA_GROUP = "hydra/schema"
@@ -87,6 +88,7 @@ def to_settings(cfg: DictConfig) -> schema.Config:
     Raises:
         ConfigError: a value out of range, or a key without a value; one line naming the key.
     """
+    check_composed(cfg)  # +trainer.epoch=2 would otherwise be dropped without a word
     try:
         extras = _collect_open_keys(cfg)
         settings = OmegaConf.to_object(cfg)

@@ -1,0 +1,81 @@
+"""A key that is no key of its section is one line naming the nearest key that is, with `+` or without.
+
+    python run.py trainer.epoch=2     # error: trainer.epoch is not a key of trainer; did you mean trainer.epochs?
+    python run.py +trainer.epoch=2    # the same line (Hydra's `+` would add the key, and nothing would read it)
+
+Hydra's own message for the first is seven lines and suggests the second, which OmegaConf then
+dropped without a word. Sections whose schema is open (`dataset=custom`, `model=custom`,
+`callbacks`) take any key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from typing import Any, get_type_hints
+
+from omegaconf import DictConfig, OmegaConf
+
+from trainer.config import schema
+from trainer.errors import ConfigError
+
+# Sections whose schema does not depend on a config group: their keys can be checked before Hydra composes.
+FIXED_SECTIONS = ("trainer", "objective", "evaluate", "predict", "inspect", "finetune", "export")
+
+
+def unknown_key(path: str, known: list[str]) -> ConfigError:
+    """The one line for `path`, a key its section does not have, with the nearest of `known` where one is close."""
+    section, _, key = path.rpartition(".")
+    nearest = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    where = f"a key of {section}" if section else "a top-level key"
+    if nearest:
+        hint = f"; did you mean {section + '.' if section else ''}{nearest[0]}?"
+    else:
+        hint = f"; its keys: {', '.join(sorted(known))}"
+    return ConfigError(f"{path} is not {where}{hint}")
+
+
+def check_composed(node: Any, path: str = "") -> None:
+    """Every key of every typed section of the composed config is a field of its schema (open ones excepted).
+
+    Raises:
+        ConfigError: the first unknown key, naming the nearest known one.
+    """
+    if not isinstance(node, DictConfig):
+        return
+    kind = OmegaConf.get_type(node)
+    declared = [item.name for item in dataclasses.fields(kind)] if dataclasses.is_dataclass(kind) else None
+    open_schema = bool(getattr(kind, "OPEN", None))
+    for key in node.keys():
+        child = f"{path}.{key}" if path else str(key)
+        if declared is not None and not open_schema and key not in declared:
+            raise unknown_key(child, declared)
+        if path == "" and key == "hydra":
+            continue
+        value = node._get_node(key)
+        if isinstance(value, DictConfig) and not value._is_missing() and not value._is_none():
+            check_composed(value, child)
+
+
+def check_arguments(arguments: list[str]) -> None:
+    """The command line's `[+]trainer.KEY=...` (and the other fixed sections') before Hydra composes.
+
+    Raises:
+        ConfigError: a key its section does not have.
+    """
+    hints = get_type_hints(schema.Config)
+    for argument in arguments:
+        if argument.startswith("-") or "=" not in argument:
+            continue
+        path = argument.split("=", 1)[0].lstrip("+~")
+        names = path.split(".")
+        if names[0] not in FIXED_SECTIONS or len(names) < 2:
+            continue
+        kind = hints[names[0]]
+        for depth, name in enumerate(names[1:], start=1):
+            fields = {item.name: item for item in dataclasses.fields(kind)}
+            if name not in fields:
+                raise unknown_key(".".join(names[: depth + 1]), list(fields))
+            kind = get_type_hints(kind).get(name)
+            if not (isinstance(kind, type) and dataclasses.is_dataclass(kind)):
+                break
