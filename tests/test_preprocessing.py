@@ -213,3 +213,25 @@ def test_wrong_stored_metadata_is_one_line_naming_the_checkpoint_and_the_field(t
     with pytest.raises(DataError, match=re.escape(f"checkpoint={path}: vggtrain.json {message}")) as error:
         checkpoints.load(path)
     assert "\n" not in str(error.value)
+
+
+@pytest.mark.unit
+def test_a_checkpoint_of_a_compiled_model_holds_the_model_only(tmp_path):
+    """best.keras and last.keras are what users deploy: no optimizer slots (Adam's made them 3x the model) and no
+    compile settings; the run's backup keeps what a resume needs."""
+    import h5py
+
+    model = build_models(_tiny_network()).inference
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    images = np.random.default_rng(0).integers(0, 256, (8, 24, 24, 3)).astype(np.uint8)
+    model.fit(images, np.zeros(8, np.int32), epochs=1, verbose=0)  # Adam's slots exist and are non-zero
+    path = tmp_path / "best.keras"
+    checkpoints.save(model, path, checkpoints.ModelInfo(("a", "b", "c"), 24, 24, "standardize"))
+    with zipfile.ZipFile(path) as archive:
+        config = json.loads(archive.read("config.json"))
+        archive.extract("model.weights.h5", tmp_path)
+    assert not config.get("compile_config"), "no compile settings"
+    with h5py.File(tmp_path / "model.weights.h5") as weights:
+        assert "optimizer" not in weights, "no optimizer variables"
+    loaded, _ = checkpoints.load(path)
+    np.testing.assert_array_equal(loaded.predict(images, verbose=0), model.predict(images, verbose=0))

@@ -63,9 +63,18 @@ class ModelInfo:
         return json.dumps({**asdict(self), "class_names": list(self.class_names)}, indent=2)
 
 
+def _deployable(model: keras.Model) -> keras.Model:
+    """`model` as users deploy it: the same layers and weights without the optimizer and compile settings a
+    compiled model would save too (Adam's two slots per weight made best.keras 3x the model; the run's
+    backup keeps what a resume needs)."""
+    if getattr(model, "optimizer", None) is None:
+        return model
+    return keras.Model(model.input, model.output, name=model.name)
+
+
 def save(model: keras.Model, path: str | os.PathLike, info: ModelInfo) -> None:
     """Saves the whole model to `path` (a `.keras` file) with `info` inside the archive."""
-    model.save(path)
+    _deployable(model).save(path)
     with zipfile.ZipFile(path, "a") as archive:
         archive.writestr(INFO_ENTRY, info.to_json())
 
