@@ -148,3 +148,10 @@ def test_resume_of_a_finished_run_is_refused(tmp_path):
     run_task(compose(tiny_overrides(data), tmp_path / "run"))
     with pytest.raises(UserError, match="the run finished"):
         run_task(compose([*tiny_overrides(data), f"resume={tmp_path / 'run'}"], tmp_path / "again"))
+    before = {path: path.read_bytes() for path in (tmp_path / "run").rglob("*") if path.is_file()}
+    refused = run_cli([f"resume={tmp_path / 'run'}"], cwd=tmp_path)  # as typed: refused before Hydra logs into it
+    assert refused.returncode == 1 and refused.stderr.strip().splitlines() == [
+        f"error: resume={tmp_path / 'run'}: the run finished (it has metrics.json); start a new run instead"
+    ]
+    after = {path: path.read_bytes() for path in (tmp_path / "run").rglob("*") if path.is_file()}
+    assert after == before, "a refused command writes nothing into the run (run.log included)"

@@ -86,13 +86,18 @@ def check_resume_argument(arguments: list[str]) -> None:
     raised inside Hydra's resolver would print a traceback instead of one line).
 
     Raises:
-        ConfigError: `resume` names no training run folder.
+        ConfigError: `resume` names no training run folder, or one that finished (checked here too: Hydra
+            would first append its log lines to the finished run's run.log).
     """
     for argument in arguments:
         if argument.startswith(("resume=", "+resume=", "++resume=")):
             value = argument.split("=", 1)[1].strip("'\"")
             if value and value != "null":
-                resume_folder(value)
+                folder = Path(resume_folder(value))
+                if (folder / "metrics.json").is_file() and "-m" not in arguments and "--multirun" not in arguments:
+                    raise ConfigError(
+                        f"resume={value}: the run finished (it has metrics.json); start a new run instead"
+                    )
 
 
 TRAINING_FILES = ("history.csv", "backup", "checkpoints", "metrics.json")  # a folder with any of them holds a run
