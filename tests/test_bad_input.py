@@ -208,6 +208,11 @@ def case_grad_accum_longer_than_the_run(world, tmp):
     return overrides, "trainer.grad_accum_steps=100 is more than the 6 steps of the whole run"
 
 
+def case_image_size_that_the_crop_ignores(world, tmp):  # trained a 28x28 model on 64x64 images' corners
+    overrides = [*cifar_overrides(world / "cifar"), "dataset.image_size=64"]
+    return overrides, "dataset.augment.crop_size must be at least half of the 64-pixel image it is cut from"
+
+
 def case_unknown_tta(world, tmp):
     return ["evaluate.tta=five_crop"], "evaluate.tta must be none or flip; got 'five_crop'"
 

@@ -89,6 +89,12 @@ def test_the_reported_loss_is_the_cross_entropy_and_the_penalty_is_apart(trained
     assert float(best["regularization_loss"]) == pytest.approx(penalty, rel=1e-3)
 
 
+def test_the_log_states_the_models_input_size_and_where_it_comes_from(trained):
+    _, run_dir = trained
+    log = (run_dir / "run.log").read_text()
+    assert "Model input 28x28: images resized to 32, then cropped to 28 (dataset.augment.crop_size)" in log
+
+
 def test_evaluate_on_the_validation_split_says_where_it_wrote(trained, tmp_path, caplog):
     data, run_dir = trained
     with caplog.at_level("INFO"):

@@ -377,6 +377,7 @@ def test_the_modern_preset_runs_end_to_end(tmp_path):
     assert "warmup_epochs=5 is not shorter than trainer.epochs=1: warming up over 0.1 epoch(s)" in log
     assert "The run makes 2 updates, and an EMA of momentum 0.9998 still holds 100% of the initial weights" in log
     assert "2 steps per epoch <trainer.batch_size=8 trainer.steps_per_epoch=2>" in log
+    assert "Model input 32x32 <dataset.image_size=32>" in log  # the preset pads and crops back to 32
 
 
 @pytest.mark.e2e

@@ -39,7 +39,7 @@ class DatasetConfig:
     _target_: str = MISSING  # the dataset part: a class (or function) taking this section's keys
     name: str = MISSING  # the option's name (digits, cifar, cats_dogs, folder): the log, the curves' title
     data_dir: str = MISSING  # folder holding the data (relative paths resolve against the launch folder)
-    image_size: int = 0  # model input side: stored images are resized to it (binary: 0 = the stored size)
+    image_size: int = 0  # resize stored images to this side (0: as stored); the model input unless augment.crop crops
     shuffle_buffer: int = 1000  # records held for shuffling; >= the training set size gives a full shuffle
     cache: bool = False  # keep the decoded images in memory after the first epoch (small datasets)
     standardize: bool = True  # per-image standardization, a layer of the model (zero mean, unit variance)
@@ -151,7 +151,7 @@ class TFRecordDatasetConfig(LabeledFilesConfig):
     compression: str = "auto"  # auto (from each file's first bytes) | none | gzip | zlib
     num_classes: int = 2  # classes the labels index
     class_names: list[str] = field(default_factory=lambda: ["cat", "dog"])  # the manifest's win when present
-    image_size: int = 224  # model input side: stored images are resized to it
+    image_size: int = 224  # stored images are resized to this side: the model input unless augment.crop crops
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -179,7 +179,7 @@ class FolderDatasetConfig(DatasetConfig):
     test_fraction: float = 0.0  # share of each class held out for test (one <class>/ tree)
     split_seed: int = 0  # fixes the split: the same files in each split for every run and seed
     resize_mode: ResizeMode = ResizeMode.resize  # resize (squash) | crop (centre square) | pad (onto black)
-    image_size: int = 224  # model input side: images are decoded and resized to it
+    image_size: int = 224  # images are decoded and resized to this side: the model input unless augment.crop crops
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -211,7 +211,7 @@ class ParquetDatasetConfig(DatasetConfig):
     class_names: list[str] | None = None  # in label order; null: the ClassLabel's names, else "0", "1", ...
     val_fraction: float = 0.0  # share of each class of the train split held out for val (when no val split)
     resize_mode: ResizeMode = ResizeMode.resize  # resize (squash) | crop (centre square) | pad (onto black)
-    image_size: int = 224  # model input side: images are decoded and resized to it
+    image_size: int = 224  # images are decoded and resized to this side: the model input unless augment.crop crops
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -239,7 +239,7 @@ class TFDSDatasetConfig(DatasetConfig):
     test_split: str = "test"  # missing: the test split is the validation split
     val_fraction: float = 0.0  # no val split: share of the train split's records held out for val, from its end
     class_names: list[str] | None = None  # in label order; null: the ClassLabel's names (needed without one)
-    image_size: int = 224  # model input side: images are decoded and resized to it
+    image_size: int = 224  # images are decoded and resized to this side: the model input unless augment.crop crops
 
     def __post_init__(self) -> None:
         super().__post_init__()

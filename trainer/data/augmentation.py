@@ -102,12 +102,21 @@ class Augmentation:
         return self.crop_size if self.crop == "random" and self.crop_size else image_size
 
     def check_fits(self, image_size: int) -> None:
-        """A random crop must fit in the (resized) image it is cut from."""
+        """A random crop must fit in the (resized) image it is cut from, and keep at least half of its side:
+        `dataset.image_size=64` on CIFAR (crop_size 28) would train a 28x28 model on 64x64 images' corners."""
         if self.crop == "random" and self.crop_size:
             _require(
                 self.crop_size <= image_size,
                 "crop_size",
                 f"<= the {image_size}-pixel image it is cut from (dataset.image_size)",
+                self.crop_size,
+            )
+            _require(
+                2 * self.crop_size >= image_size,
+                "crop_size",
+                f"at least half of the {image_size}-pixel image it is cut from (dataset.image_size={image_size}): "
+                f"the model sees crop_size x crop_size; set both, e.g. dataset.augment.crop_size="
+                f"{round(image_size * 0.875)}, or dataset.augment.crop=none",
                 self.crop_size,
             )
 

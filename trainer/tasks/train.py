@@ -121,6 +121,14 @@ def plan_run(settings: Config) -> Plan:
         raise ConfigError(
             f"trainer.batch_size={batch} is larger than the {data.num_examples['train']} training records"
         )
+    size, stored = data.input_shape[0], data.resize_to
+    log.info(
+        "Model input %dx%d%s <dataset.image_size=%s>",
+        size,
+        size,
+        f": images resized to {stored}, then cropped to {size} (dataset.augment.crop_size)" if stored != size else "",
+        settings.dataset.image_size,
+    )
     check_replica_batches(batch, replicas, {split: data.num_examples[split] for split in ("val", "test")})
     steps = settings.trainer.steps_per_epoch or data.train_steps or data.num_examples["train"] // batch
     log.info(

@@ -185,9 +185,7 @@ class MLflowTracker(Tracker):
             self.experiment_id = self._experiment_id(self.experiment)
         except Exception as error:
             reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
-            raise ConfigError(
-                f"{self.source}={self.uri}: cannot use the MLflow tracking store ({reason})"
-            ) from None
+            raise ConfigError(f"{self.source}={self.uri}: cannot use the MLflow tracking store ({reason})") from None
         log.info("MLflow: experiment %r at %s <%s>", self.experiment, self.uri, self.source)
 
     def _experiment_id(self, name: str) -> str:
