@@ -138,6 +138,14 @@ def test_export_all_formats_each_checked_against_keras(trained_run, tmp_path):
     for line in ("onnx ", "litert ", "model_int8.tflite", "largest difference from Keras", "accuracy"):
         assert line in result.stdout
     assert (export_dir / saved_model.VERSION / "saved_model.pb").is_file()
+    # `serve` is checked as a client uses it: sent the stored 32x32 images, which it resizes and crops itself.
+    test_accuracy = json.loads((run_dir / "metrics.json").read_text())["test_accuracy"]  # the same 24 images
+    assert info["check"]["keras_accuracy"] == pytest.approx(test_accuracy)
+    assert files["saved_model"]["accuracy"] == pytest.approx(test_accuracy)
+    raw = np.frombuffer((data_dir / "test_batch.bin").read_bytes(), np.uint8).reshape(-1, 3073)[:24, 1:]
+    stored = np.ascontiguousarray(raw.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
+    served = in_batches(load_runner("saved_model", export_dir / saved_model.VERSION), stored)
+    np.testing.assert_allclose(served, expected, atol=bundle.FLOAT_TOLERANCE)
     assert not (tmp_path / "e").exists(), "the export wrote its results elsewhere: no run folder of bookkeeping"
 
 

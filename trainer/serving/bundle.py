@@ -38,7 +38,8 @@ INFO_FILE = "serving_info.json"
 
 @dataclass(frozen=True)
 class CheckImages:
-    """What the export is checked on: uint8 images at the model's input size, with their labels if known."""
+    """What the export is checked on: uint8 images as a client of `serve` sends them (the stored images, which
+    the signature resizes and centre-crops as the test evaluation does), with their labels if known."""
 
     images: np.ndarray
     labels: np.ndarray | None
@@ -73,12 +74,17 @@ def _png(images: np.ndarray) -> np.ndarray:
     return np.array([tf.io.encode_png(image).numpy() for image in images], dtype=object)
 
 
-def _saved_model(model: keras.Model, info: ModelInfo, folder: Path, check: CheckImages) -> dict:
-    """`folder/1` with `serve` and `serve_bytes`; `serve` checked against `predict` on the pixels it prepares,
-    `serve_bytes` on the same images as PNG (lossless) against `serve`."""
+def _prepared(check: CheckImages, info: ModelInfo) -> CheckImages:
+    """The check images as the model takes them: resized and centre-cropped as the test evaluation does."""
+    images = np.asarray(prepare_images(check.images, Preprocess.for_evaluation(info.resize_to, info.image_size)))
+    return CheckImages(images, check.labels, check.source)
+
+
+def _saved_model(model: keras.Model, info: ModelInfo, folder: Path, check: CheckImages, expected) -> dict:
+    """`folder/1` with `serve` and `serve_bytes`, both sent the images as a client holds them: `serve` the pixels,
+    `serve_bytes` the same images as PNG (lossless); each against Keras's predict on what the test evaluation
+    prepares of them."""
     path = saved_model.write_saved_model(model, folder, info)
-    prepared = np.asarray(prepare_images(check.images, Preprocess.for_evaluation(info.resize_to, info.image_size)))
-    expected = model.predict(prepared, verbose=0)
     measured = _measure(load_runner("saved_model", path), check.images, expected, check.labels)
     _require_close(f"{path.name}/ (serve)", measured, len(check.images))
     encoded = _measure(load_runner("saved_model", path, "serve_bytes"), _png(check.images), expected, None)
@@ -141,15 +147,16 @@ def write_export(
     except OSError as error:
         raise DiskError(f"export.dir={export_dir}: cannot create it ({error.strerror})") from None
     try:
-        expected = model.predict(check.images, verbose=0)
+        prepared = _prepared(check, info)  # what the portable formats take: the model's input, as evaluated
+        expected = model.predict(prepared.images, verbose=0)  # the test evaluation's probabilities
         files = {}
         if "saved_model" in formats:
-            files["saved_model"] = _saved_model(model, info, temporary, check)
+            files["saved_model"] = _saved_model(model, info, temporary, check, expected)
         if "onnx" in formats:
-            files["onnx"] = _checked("onnx", portable.write_onnx(model, temporary / "model.onnx"), check, expected)
+            files["onnx"] = _checked("onnx", portable.write_onnx(model, temporary / "model.onnx"), prepared, expected)
             files["onnx"]["input"] = _portable_input(info)
         if "litert" in formats:
-            files["litert"] = _litert(model, info, temporary, check, expected, quantize, calibration)
+            files["litert"] = _litert(model, info, temporary, prepared, expected, quantize, calibration)
         serving_info = _serving_info(info, files, check, _accuracy(expected, check.labels))
         (temporary / INFO_FILE).write_text(json.dumps(serving_info, indent=2) + "\n")
         os.replace(temporary, export_dir)

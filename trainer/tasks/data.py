@@ -43,6 +43,7 @@ class Data:
     train_plain: tf.data.Dataset  # the training split once, in order, with the evaluation preprocessing
     val: tf.data.Dataset
     test: tf.data.Dataset
+    test_stored: tf.data.Dataset  # the test split as a client holds it: resized to resize_to, not yet cropped
     num_examples: dict[str, int]  # records per split
     class_names: list[str]
     input_shape: tuple[int, int, int]
@@ -188,6 +189,7 @@ def load_data(
         train_plain=pipeline.eval_dataset(sources["train"], decoder, preprocess, batch_size),
         val=pipeline.eval_dataset(sources["val"], decoder, preprocess, batch_size, cache),
         test=pipeline.eval_dataset(sources["test"], decoder, preprocess, batch_size),
+        test_stored=pipeline.eval_dataset(sources["test"], decoder, Preprocess(preprocess.image_size), batch_size),
         num_examples={split: source.count for split, source in sources.items()},
         class_names=splits.class_names,
         input_shape=(size, size, 3),

@@ -57,11 +57,11 @@ def _fitting_data(settings: Config, info: checkpoints.ModelInfo) -> Data | str:
 
 def _check_images(settings: Config, info: checkpoints.ModelInfo, data: Data | str) -> CheckImages:
     count = settings.export.check_images
-    if isinstance(data, Data):
-        images, labels = _first(data.test, count)
+    if isinstance(data, Data):  # as a client sends them: the stored images, which `serve` resizes and crops
+        images, labels = _first(data.test_stored, count)
         return CheckImages(images, labels, f"{len(images)} images of the test split of dataset={settings.dataset.name}")
     log.warning("The export is checked on random pixels, not on test images: %s", data)
-    size = info.image_size
+    size = info.resize_to
     pixels = np.random.default_rng(settings.seed).integers(0, 256, (count, size, size, 3), dtype=np.uint8)
     return CheckImages(pixels, None, f"{count} images of random pixels")
 
