@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import csv
 import io
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +15,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image, ImageOps
 
-from conftest import compose
+from conftest import ROOT, SUBPROCESS_ENV, compose
 from trainer.config.store import to_settings
 from trainer.data import predict_inputs, tfrecords
 from trainer.data.convert import ConvertOptions, convert
@@ -200,3 +202,29 @@ def test_one_photo_gives_the_same_pixels_and_probabilities_on_every_path(tmp_pat
     exported = tf.saved_model.load(str(tmp_path / "e" / "1")).signatures["serve_bytes"]
     served = exported(image_bytes=tf.constant([path.read_bytes() for path in files]))["probabilities"].numpy()
     np.testing.assert_allclose(served, np.array([table[f"a/{name}"] for name in names]), atol=1e-6)
+
+
+GIF_BOMB = """
+import io, resource, sys
+from PIL import Image
+one = io.BytesIO()
+Image.new("RGB", (2000, 2000), (10, 200, 30)).save(one, "GIF")
+one = one.getvalue()
+start = 13 + (3 * (2 << (one[10] & 7)) if one[10] & 0x80 else 0)  # after the header and the global colour table
+data = one[:start] + one[start:-1] * 1000 + b";"  # 1000 frames of 2000 x 2000: 12 GB decoded, a 4 MB file
+resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
+import tensorflow as tf
+from trainer.data.decode import decode_image
+image = decode_image(tf.constant(data), 32).numpy()
+print(image.shape, image[0, 0].tolist())
+"""
+
+
+@pytest.mark.integration
+def test_an_animated_gif_decodes_its_first_frame_only_under_a_memory_limit():
+    """`decode_gif` decodes every frame before the first is kept: 1000 frames of 2000 x 2000 would need 12 GB."""
+    result = subprocess.run(
+        [sys.executable, "-c", GIF_BOMB], cwd=ROOT, capture_output=True, text=True, timeout=300, env=SUBPROCESS_ENV
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == "(32, 32, 3) [10, 200, 30]"

@@ -204,3 +204,15 @@ def test_an_empty_batch_gets_an_empty_answer_from_both_signatures(tiny_saved_mod
     pixels = loaded.signatures["serve"](tf.zeros([0, SIZE, SIZE, 3], tf.uint8))["probabilities"]
     encoded = loaded.signatures["serve_bytes"](tf.constant([], tf.string))["probabilities"]
     assert pixels.shape == encoded.shape == (0, 3) and pixels.dtype == encoded.dtype == tf.float32
+
+
+@pytest.mark.integration
+def test_serve_bytes_refuses_an_image_over_max_pixels_naming_its_index(tmp_path):
+    model, info = _tiny_model()
+    path = saved_model.write_saved_model(model, tmp_path, info, max_pixels=1000)
+    small, large = (_encode(RNG.integers(0, 256, (side, side, 3)).astype(np.uint8), "PNG") for side in (30, 40))
+    encoded = load_runner("saved_model", path, "serve_bytes")
+    assert encoded(np.array([small], dtype=object)).shape == (1, 3)
+    message = r"image_bytes\[1\]: decompression bomb: an image of 40 x 40 pixels, over the limit of 1000"
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        encoded(np.array([small, large], dtype=object))

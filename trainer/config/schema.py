@@ -254,9 +254,11 @@ class ExportConfig:
     quantize: Quantize = Quantize.none  # litert: also write model_float16.tflite or model_int8.tflite
     check_images: int = 256  # test images the export is checked on against Keras's predict
     calibration_images: int = 300  # training images that calibrate export.quantize=int8
+    max_pixels: int = 89_478_485  # serve_bytes refuses an image larger than this (Pillow's decompression-bomb limit)
 
     def __post_init__(self) -> None:
         require(self.check_images >= 1, "export.check_images", ">= 1", self.check_images)
+        require(self.max_pixels >= 1, "export.max_pixels", ">= 1", self.max_pixels)
         require(self.calibration_images >= 1, "export.calibration_images", ">= 1", self.calibration_images)
         require(
             self.quantize == "none" or self.format in ("litert", "all"),

@@ -191,6 +191,48 @@ def _decode_jpeg(data: tf.Tensor, orientation: tf.Tensor, size: int | None, mode
     return apply_orientation(image, orientation)
 
 
+_GIF_STEPS = 1 << 22  # blocks and sub-blocks walked at most to find the end of a GIF's first image
+
+
+def _gif_first_frame(data: tf.Tensor) -> tf.Tensor:
+    """A GIF's bytes up to the end of its first image, then the trailer: `decode_gif` decodes every frame of an
+    animation before we keep the first (6,000 frames took the process past 6 GB). A stream whose blocks
+    cannot be walked is returned whole, for `decode_gif` to judge."""
+    length = tf.strings.length(data)
+    byte = lambda at: _bytes_at(data[tf.newaxis], at, 1)[0, 0]  # noqa: E731
+    screen = byte(10)  # the logical screen's packed field: a global colour table, and its size
+    start = 13 + tf.where(screen >= 128, 3 * tf.bitwise.left_shift(2, screen % 8), 0)
+
+    def step(position, mode, end, steps):
+        value = byte(position)
+        local = byte(position + 9)  # an image descriptor's packed field: a local colour table, and its size
+        image = 10 + tf.where(local >= 128, 3 * tf.bitwise.left_shift(2, local % 8), 0) + 1  # + the LZW code size
+        at_block = tf.equal(mode, 0)
+        # At a block: an extension (0x21) skips its label into sub-blocks; an image (0x2C) its descriptor, table
+        # and code size; anything else (the trailer) ends the walk. In sub-blocks: skip one, or end them at 0.
+        new_position = tf.where(
+            at_block,
+            position + tf.where(tf.equal(value, 0x21), 2, tf.where(tf.equal(value, 0x2C), image, 0)),
+            position + value + 1,
+        )
+        new_mode = tf.where(
+            at_block,
+            tf.where(tf.equal(value, 0x21), 1, tf.where(tf.equal(value, 0x2C), 2, 0)),
+            tf.where(tf.equal(value, 0), 0, mode),
+        )
+        done_image = tf.logical_and(tf.equal(mode, 2), tf.equal(value, 0))
+        stop = tf.logical_and(at_block, tf.logical_not(tf.equal(value, 0x21) | tf.equal(value, 0x2C)))
+        new_end = tf.where(done_image, new_position, tf.where(stop, length, end))
+        return new_position, new_mode, new_end, steps + 1
+
+    def going(position, mode, end, steps):
+        return (end < 0) & (position < length) & (steps < _GIF_STEPS)
+
+    _, _, end, _ = tf.while_loop(going, step, (start, tf.constant(0), tf.constant(-1), tf.constant(0)))
+    end = tf.where(end < 0, length, end)
+    return tf.strings.join([tf.strings.substr(data, 0, end), b"\x3b"])
+
+
 def _on_white(color: tf.Tensor, alpha: tf.Tensor) -> tf.Tensor:
     """Colour channels composited onto white by their alpha, in exact integer arithmetic (opaque pixels keep
     their values)."""
@@ -230,20 +272,26 @@ def to_square(image: tf.Tensor, mode: str) -> tf.Tensor:
     return tf.image.pad_to_bounding_box(image, (side - height) // 2, (side - width) // 2, side, side)
 
 
-def _decode_one(data, kind, orientation, size: int | None, mode: str, max_pixels: int) -> tf.Tensor:
-    """One image of `kind` (`image_format`) and EXIF `orientation` to uint8 [h, w, 3] RGB at its own size."""
-    known = tf.debugging.Assert(kind >= 0, ["not a JPEG, PNG, GIF, BMP or WebP image"])
+def _decode_one(data, kind, orientation, size: int | None, mode: str, max_pixels: int, name="") -> tf.Tensor:
+    """One image of `kind` (`image_format`) and EXIF `orientation` to uint8 [h, w, 3] RGB at its own size; a
+    refusal's message starts with `name` (a string tensor such as `image_bytes[3]: `, or "")."""
+    known = tf.debugging.Assert(kind >= 0, [tf.strings.join([name, "not a JPEG, PNG, GIF, BMP or WebP image"])])
     with tf.control_dependencies([known]):
         shape = image_size(data, kind)
     pixels = tf.cast(shape[0], tf.int64) * tf.cast(shape[1], tf.int64)
-    message = tf.strings.format(
-        "decompression bomb: an image of {} x {} pixels, over the limit of {}", (shape[1], shape[0], max_pixels)
+    message = tf.strings.join(
+        [
+            name,
+            tf.strings.format(
+                "decompression bomb: an image of {} x {} pixels, over the limit of {}", (shape[1], shape[0], max_pixels)
+            ),
+        ]
     )
     with tf.control_dependencies([tf.debugging.Assert(pixels <= max_pixels, [message])]):
         branches = [
             lambda: _decode_jpeg(data, orientation, size, mode),  # RGB: CMYK and gray converted by libjpeg
             lambda: _rgb(tf.io.decode_png(data, channels=0)),
-            lambda: tf.io.decode_gif(data)[0],  # the first frame, RGB
+            lambda: tf.io.decode_gif(_gif_first_frame(data))[0],  # the first frame only, RGB
             lambda: _rgb(tf.io.decode_bmp(data, channels=0)),
             lambda: _rgb(tf.io.decode_webp(data, channels=0)[0]),  # frames first, as GIF
         ]
@@ -264,7 +312,9 @@ def decode_rgb(data: tf.Tensor, size: int | None = None, mode: str = "resize", m
     return _decode_one(data, image_format(data), exif_orientation(data), size, mode, max_pixels)
 
 
-def decode_images(data: tf.Tensor, size: int, mode: str = "resize", max_pixels: int = MAX_PIXELS) -> tf.Tensor:
+def decode_images(
+    data: tf.Tensor, size: int, mode: str = "resize", max_pixels: int = MAX_PIXELS, name: str | None = None
+) -> tf.Tensor:
     """A batch of encoded images (string [n]) to uint8 [n, size, size, 3]: each decoded, made square by `mode`
     and resized. The headers of the whole batch are read at once; the images are decoded one by one.
 
@@ -273,15 +323,18 @@ def decode_images(data: tf.Tensor, size: int, mode: str = "resize", max_pixels: 
         size: Side of the square output.
         mode: `resize`, `crop` or `pad` (`RESIZE_MODES`).
         max_pixels: A larger image is refused before it is decoded.
+        name: Names each image in a refusal as `name[index]: ` (`image_bytes` in serving); None: unnamed.
 
     Raises (when run):
         InvalidArgumentError: an image is no JPEG, PNG, GIF, BMP or WebP image, larger than `max_pixels`, or
             corrupt.
     """
     _check_mode(mode)
+    indices = tf.strings.as_string(tf.range(tf.shape(data)[0]))
+    names = tf.strings.join([f"{name}[", indices, "]: "]) if name else tf.fill(tf.shape(data), "")
     return tf.map_fn(
-        lambda item: _to_size(_decode_one(*item, size, mode, max_pixels), size, mode),
-        (data, image_format(data), exif_orientations(data)),
+        lambda item: _to_size(_decode_one(*item[:3], size, mode, max_pixels, item[3]), size, mode),
+        (data, image_format(data), exif_orientations(data), names),
         fn_output_signature=tf.TensorSpec([size, size, 3], tf.uint8),
     )
 

@@ -23,6 +23,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from trainer.data.decode import MAX_PIXELS
 from trainer.data.preprocess import Preprocess, prepare_images
 from trainer.errors import DataError, DiskError
 from trainer.runs.checkpoints import ModelInfo
@@ -80,11 +81,13 @@ def _prepared(check: CheckImages, info: ModelInfo) -> CheckImages:
     return CheckImages(images, check.labels, check.source)
 
 
-def _saved_model(model: keras.Model, info: ModelInfo, folder: Path, check: CheckImages, expected) -> dict:
+def _saved_model(
+    model: keras.Model, info: ModelInfo, folder: Path, check: CheckImages, expected, max_pixels: int
+) -> dict:
     """`folder/1` with `serve` and `serve_bytes`, both sent the images as a client holds them: `serve` the pixels,
     `serve_bytes` the same images as PNG (lossless); each against Keras's predict on what the test evaluation
     prepares of them."""
-    path = saved_model.write_saved_model(model, folder, info)
+    path = saved_model.write_saved_model(model, folder, info, max_pixels)
     measured = _measure(load_runner("saved_model", path), check.images, expected, check.labels)
     _require_close(f"{path.name}/ (serve)", measured, len(check.images))
     encoded = _measure(load_runner("saved_model", path, "serve_bytes"), _png(check.images), expected, None)
@@ -92,6 +95,7 @@ def _saved_model(model: keras.Model, info: ModelInfo, folder: Path, check: Check
     return {
         "path": path.name,
         "signatures": saved_model.SIGNATURES,
+        "max_pixels": max_pixels,  # serve_bytes refuses a larger image (export.max_pixels)
         "bytes": _size(path),
         **measured,
         "max_difference_serve_bytes_png": encoded["max_difference"],
@@ -130,6 +134,7 @@ def write_export(
     check: CheckImages,
     quantize: str = "none",
     calibration: np.ndarray | None = None,
+    max_pixels: int = MAX_PIXELS,
 ) -> dict:
     """Writes `formats` of the inference `model` into the new folder `export_dir`, each checked, with
     serving_info.json. Returns serving_info.json's content.
@@ -151,7 +156,7 @@ def write_export(
         expected = model.predict(prepared.images, verbose=0)  # the test evaluation's probabilities
         files = {}
         if "saved_model" in formats:
-            files["saved_model"] = _saved_model(model, info, temporary, check, expected)
+            files["saved_model"] = _saved_model(model, info, temporary, check, expected, max_pixels)
         if "onnx" in formats:
             files["onnx"] = _checked("onnx", portable.write_onnx(model, temporary / "model.onnx"), prepared, expected)
             files["onnx"]["input"] = _portable_input(info)

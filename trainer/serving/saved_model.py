@@ -16,7 +16,7 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
-from trainer.data.decode import decode_images, image_format
+from trainer.data.decode import MAX_PIXELS, decode_images, image_format
 from trainer.data.preprocess import Preprocess, prepare_images
 from trainer.runs.checkpoints import ModelInfo
 
@@ -46,7 +46,7 @@ def serving_function(model: keras.Model, info: ModelInfo):
     return serve
 
 
-def bytes_function(model: keras.Model, info: ModelInfo):
+def bytes_function(model: keras.Model, info: ModelInfo, max_pixels: int = MAX_PIXELS):
     """string [batch] of encoded JPEG, PNG, GIF (the first frame), BMP or WebP images -> {"probabilities"}:
     each decoded as training and `mode=predict` decode it (`trainer.data.decode.decode_images`: the accurate
     DCT, the EXIF orientation, the model's resize mode and resize), then centre-cropped as `serve` does. A
@@ -59,7 +59,7 @@ def bytes_function(model: keras.Model, info: ModelInfo):
         first_bad = tf.argmin(tf.concat([kinds, [0]], 0))  # -1 (no image) sorts first; an empty batch passes
         message = tf.strings.format("image_bytes[{}] is not a JPEG, PNG, GIF, BMP or WebP image", first_bad)
         with tf.control_dependencies([tf.debugging.Assert(tf.reduce_all(kinds >= 0), [message])]):
-            images = decode_images(image_bytes, preprocess.image_size, mode)
+            images = decode_images(image_bytes, preprocess.image_size, mode, max_pixels, name="image_bytes")
         return _probabilities(model, prepare_images(images, preprocess))
 
     return serve_bytes
@@ -71,7 +71,7 @@ SIGNATURES = {
 }
 
 
-def write_saved_model(model: keras.Model, folder: Path, info: ModelInfo) -> Path:
+def write_saved_model(model: keras.Model, folder: Path, info: ModelInfo, max_pixels: int = MAX_PIXELS) -> Path:
     """Writes `folder/1/` with the `serve` (the default) and `serve_bytes` signatures. Returns `folder/1`."""
     archive = keras.export.ExportArchive()
     archive.track(model)
@@ -82,7 +82,7 @@ def write_saved_model(model: keras.Model, folder: Path, info: ModelInfo) -> Path
     )
     archive.add_endpoint(
         name="serve_bytes",
-        fn=bytes_function(model, info),
+        fn=bytes_function(model, info, max_pixels),
         input_signature=[tf.TensorSpec([None], tf.string, name="image_bytes")],
     )
     archive.write_out(str(folder / VERSION), verbose=False)

@@ -106,8 +106,9 @@ def export(settings: Config) -> None:
     data = _fitting_data(settings, info)
     check = _check_images(settings, info, data)
     calibration = _calibration(settings, data)
+    export = settings.export
     serving_info = write_export(
-        model, info, settings.export.dir, formats, check, str(settings.export.quantize), calibration
+        model, info, export.dir, formats, check, str(export.quantize), calibration, export.max_pixels
     )
     log.info(
         "Exported %s to %s as %s (classes %s)",
