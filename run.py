@@ -86,8 +86,8 @@ def cli(arguments: list[str] | None = None, exit_hard_on_disk_error: bool = True
         sys.exit(f"error: {hint}")
     try:
         check_arguments(arguments)  # trainer.epoch=2: our one line, not Hydra's seven
-        check_resume_argument(arguments)  # Hydra makes the run folder from it before main() runs
-        check_run_dir_argument(arguments)  # ... and writes .hydra/ into it
+        check_run_dir_argument(arguments)  # Hydra writes .hydra/ into it before main() runs
+        check_resume_argument(arguments)  # ... and makes the run folder from it
         check_writable_output(arguments)
     except UserError as error:
         sys.exit(f"error: {one_line(error)}")

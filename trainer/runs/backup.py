@@ -214,8 +214,8 @@ class RunBackup(keras.callbacks.Callback):
 
     At an epoch end the weights are not saved a second time: the backup links `checkpoint` (the last.keras that
     `Checkpoints` has just written of `inference`, whose layers the fitted model shares; a copy where the file
-    system has no hard links) and adds the optimizer state in a `.state.npz` of its own when the checkpoint
-    lacks it (`inference` is not the compiled model). Without `checkpoint` (the EMA: it holds the averages), or
+    system has no hard links) and adds the optimizer state in a `.state.npz` of its own (a checkpoint holds the
+    model only: `trainer.runs.checkpoints.save`). Without `checkpoint` (the EMA: it holds the averages), or
     when it does not hold this epoch, the backup saves the fitted model's weights and optimizer state itself.
     Every backup keeps the random layers' seed states in the `.state.npz`, which Keras's files leave out.
     """
@@ -269,8 +269,7 @@ class RunBackup(keras.callbacks.Callback):
             os.link(self.checkpoint, weights)
         except OSError:  # no hard links here (or across these folders): a copy, which takes milliseconds
             write_atomic(weights, lambda temporary: shutil.copyfile(self.checkpoint, temporary))
-        optimizer = self.inference is not None and self.inference is not self.model  # not in the checkpoint
-        state = self._rest(epochs_done, 0, optimizer)
+        state = self._rest(epochs_done, 0, optimizer=True)  # a checkpoint holds the model only, never its optimizer
         self._commit(BackupState(epochs_done, 0, weights, self.backup_dir / METADATA, state=state))
 
     def _rest(self, epochs_done: int, batch: int, optimizer: bool) -> Path | None:
