@@ -318,6 +318,7 @@ def test_the_training_reader_keeps_each_image_beside_its_label(tmp_path):
     assert labels.tolist() == [int(image[0, 0, 0]) % 2 for image in images]
 
 
+@pytest.mark.slow  # 35 s: the suite keeps under 10 minutes; run with -m slow
 @pytest.mark.integration
 def test_training_on_separable_cats_and_dogs_reaches_high_accuracy(tmp_path):
     """Cats are reddish, dogs bluish: a label drifting from its image anywhere on the path shows as ~50%."""

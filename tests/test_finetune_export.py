@@ -141,6 +141,7 @@ def test_bad_weights_files_are_clear_errors(setup, tmp_path, case, message):
     assert str(weights) in str(error.value)
 
 
+@pytest.mark.slow  # 36 s; test_serving checks every format of an export in this process
 @pytest.mark.e2e
 def test_export_round_trip_in_a_fresh_process(setup, tmp_path):
     root, weights, _ = setup

@@ -380,6 +380,7 @@ def test_the_modern_preset_runs_end_to_end(tmp_path):
     assert "Model input 32x32 <dataset.image_size=32>" in log  # the preset pads and crops back to 32
 
 
+@pytest.mark.slow  # 32 s; every option trains in one process in the default suite
 @pytest.mark.e2e
 def test_every_option_trains_under_mirrored(tmp_path):
     """The policies, mixing, EMA, accumulation and TTA under `strategy=mirrored`, in a real process (see
