@@ -185,12 +185,13 @@ def _pixels(value: int) -> bytes:
 def test_predict_gives_every_bad_record_its_row_and_predicts_the_rest(tmp_path):
     name = record_writer.bytes_feature
     first = [  # record: why it cannot be used, or None
+        (b"not an example either", "record 0 is not a tf.train.Example"),  # record 0 by the rule of record 6
         (_example(0, _pixels(1), name(b"a.png")), None),
         (_example(1, _pixels(2), record_writer.int64_feature(17)), None),  # a file name stored as int64
-        (_example(5, _pixels(3)), "record 2 has label 5, expected 0 to 1 (the model's classes)"),
-        (_example(0, bytes(7)), "record 3 cannot be decoded: 'img_raw' is not 32x32x3 bytes (dataset.stored_size)"),
-        (_example(1, b""), "record 4 cannot be decoded: 'img_raw' must hold one non-empty byte string"),
-        (b"not an example at all", "record 5 is not a tf.train.Example"),
+        (_example(5, _pixels(3)), "record 3 has label 5, expected 0 to 1 (the model's classes)"),
+        (_example(0, bytes(7)), "record 4 cannot be decoded: 'img_raw' is not 32x32x3 bytes (dataset.stored_size)"),
+        (_example(1, b""), "record 5 cannot be decoded: 'img_raw' must hold one non-empty byte string"),
+        (b"not an example at all", "record 6 is not a tf.train.Example"),
         (_example(1, _pixels(4), name(b"f.png")), None),
     ]
     second = [(_example(0, _pixels(5)), None), (_example(1, _pixels(6)), None), (_example(0, _pixels(7)), None)]
@@ -204,10 +205,11 @@ def test_predict_gives_every_bad_record_its_row_and_predicts_the_rest(tmp_path):
     _write(clean, good)
     checkpoint = _tiny_checkpoint(tmp_path)
     rows = _predict(tmp_path, str(tmp_path), checkpoint, f"'{tmp_path}/[ab].tfrecords'")  # quoted for Hydra
-    assert [row["id"] for row in rows] == ["a.png", "17", "2", "3", "4", "5", "f.png", "7", "8", "9"]
+    assert [row["id"] for row in rows] == ["0", "a.png", "17", "3", "4", "5", "6", "f.png", "8", "9", "10"]
+    assert [row["file"] for row in rows] == ["a.tfrecords"] * 8 + ["b.tfrecords"] * 3, "the record file of each row"
     expected = [f"{a}: {reason}" if reason else "" for _, reason in first] + ["", ""]
-    assert [row["error"] for row in rows[:9]] == expected
-    assert rows[9]["error"].startswith(f"{b}: record 2 is corrupted or truncated: the rest of the file cannot be read")
+    assert [row["error"] for row in rows[:10]] == expected
+    assert rows[10]["error"].startswith(f"{b}: record 2 is corrupted or truncated: the rest of the file cannot be read")
     # The records that could be read are predicted as the same records in a clean file are.
     (tmp_path / "clean").mkdir()
     reference = _predict(tmp_path / "clean", str(tmp_path), checkpoint, str(clean))

@@ -173,7 +173,8 @@ def tfrecord_chunks(
         DataError: a file is not TFRecords, or its first record is of another layout (`dataset.format`,
             the keys, `dataset.stored_size`): every record of it would fail.
     """
-    kept = tfrecords.without_empty([str(file) for file in files], spec, "predict.input")
+    # Every record by one rule: record 0 that is no Example, or has no image, gets its row as record 7 does.
+    kept = tfrecords.without_empty([str(file) for file in files], spec, "predict.input", tfrecords.first_labeled)
     labels = num_classes if all(kept.values()) else None  # a file without labels: no accuracy for any
     index = 0
     for path in kept:
@@ -185,8 +186,8 @@ def tfrecord_chunks(
 def _name_parser(path: str, spec) -> Callable[[tf.Tensor], tf.Tensor]:
     """Reads a record's stored file name in the graph, as the type the file's first record stores it (bytes,
     int64 or float; a record storing another type is refused, and named, by the Python reading)."""
-    first = next(iter(tf.data.TFRecordDataset(path, compression_type=compression_of([path], spec.compression))))
-    feature = tf.train.Example.FromString(first.numpy()).features.feature.get(spec.filename_key)
+    example = tfrecords.first_example(path, spec)
+    feature = example.features.feature.get(spec.filename_key) if example is not None else None
     kind = feature.WhichOneof("kind") if feature is not None else None
     if kind is None:
         return lambda record: tf.constant(b"")
@@ -227,6 +228,11 @@ def _file_chunks(path: str, spec, num_classes: int | None, batch_size: int, firs
         yield _chunk([number for number in sorted(checked) if number >= expected], {}, checked, path, first_id, None)
 
 
+def _file_name(path: str) -> str:
+    """A record file's name for the `file` column, as `.bin` rows give theirs (`gs://b/x.tfrecord` -> x.tfrecord)."""
+    return path.rstrip("/").rsplit("/", 1)[-1]
+
+
 def _chunk(numbers, found: dict, checked: dict | None, path: str, first_id: int, num_classes: int | None) -> Chunk:
     """Items for the records `numbers` of one file: those the pipeline decoded (`found`), else what the Python
     reading says (a record the graph could not express, such as a file name of another type, is still used)."""
@@ -234,12 +240,12 @@ def _chunk(numbers, found: dict, checked: dict | None, path: str, first_id: int,
     for number in numbers:
         if number in found:
             image, label, name = found[number]
-            items.append(Item(name or str(first_id + number), name, label if num_classes else None))
+            items.append(Item(name or str(first_id + number), _file_name(path), label if num_classes else None))
             images.append(image)
             continue
         record = checked[number]
         error = f"{path}: record {record.number} {record.error}" if record.error else None
-        items.append(Item(record.name or str(first_id + number), record.name, record.label, error))
+        items.append(Item(record.name or str(first_id + number), _file_name(path), record.label, error))
         if error is None:
             images.append(record.image)
     return items, tf.constant(np.stack(images)) if images else None

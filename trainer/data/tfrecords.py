@@ -171,16 +171,16 @@ def compression_of(files: list[str], setting: str) -> str:
     return TF_COMPRESSION[next(iter(found), "none")]
 
 
-def without_empty(paths: list[str], spec: RecordSpec, key: str) -> dict[str, bool]:
-    """{path: labeled} of the files of `paths` that hold records, each first record checked; an empty file is
-    left out with a warning (TensorFlow reads it as zero records).
+def without_empty(paths: list[str], spec: RecordSpec, key: str, first=None) -> dict[str, bool]:
+    """{path: labeled} of the files of `paths` that hold records, each told by `first` (`inspect_first`: its
+    first record checked); an empty file is left out with a warning (TensorFlow reads it as zero records).
 
     Raises:
         DataError: a file fails `inspect_first`, or every file is empty.
     """
     kept = {}
     for path in paths:
-        labeled = inspect_first(path, spec)
+        labeled = (first or inspect_first)(path, spec)
         if labeled is None:
             log.warning("%s holds no records: read as none <%s>", path, key)
         else:
@@ -194,6 +194,38 @@ def without_empty(paths: list[str], spec: RecordSpec, key: str) -> dict[str, boo
 
 def first_line(error: tf.errors.OpError) -> str:
     return error.message.splitlines()[0] if error.message else type(error).__name__
+
+
+FIRST_LOOK = 64  # records read to find a file's first Example
+
+
+def first_example(path: str, spec: RecordSpec) -> tf.train.Example | None:
+    """The first record of a file that parses as an Example, among its first `FIRST_LOOK`; None when none does
+    (or the file has no records, or a broken frame comes first)."""
+    records = tf.data.TFRecordDataset(path, compression_type=compression_of([path], spec.compression))
+    try:
+        for record in records.take(FIRST_LOOK):
+            try:
+                return tf.train.Example.FromString(record.numpy())
+            except DecodeError:
+                continue
+    except tf.errors.OpError:
+        return None
+    return None
+
+
+def first_labeled(path: str, spec: RecordSpec) -> bool | None:
+    """Whether a file's records are labeled, told by its first Example (no Example among the first records: not
+    labeled); None for a file with no records. Unlike `inspect_first` it judges no record: `mode=predict`
+    gives every refused record its row, the first as any other."""
+    records = tf.data.TFRecordDataset(path, compression_type=compression_of([path], spec.compression))
+    try:
+        if next(iter(records.take(1)), None) is None:
+            return None
+    except tf.errors.OpError:
+        return False  # a broken first frame: its row says so
+    example = first_example(path, spec)
+    return example is not None and spec.label_key in example.features.feature
 
 
 def inspect_first(path: str, spec: RecordSpec) -> bool | None:
