@@ -210,6 +210,7 @@ def test_predict_gives_every_bad_record_its_row_and_predicts_the_rest(tmp_path):
     expected = [f"{a}: {reason}" if reason else "" for _, reason in first] + ["", ""]
     assert [row["error"] for row in rows[:10]] == expected
     assert rows[10]["error"].startswith(f"{b}: record 2 is corrupted or truncated: the rest of the file cannot be read")
+    assert not [row["error"] for row in rows if "function_node" in row["error"] or "[Op:" in row["error"]]
     # The records that could be read are predicted as the same records in a clean file are.
     (tmp_path / "clean").mkdir()
     reference = _predict(tmp_path / "clean", str(tmp_path), checkpoint, str(clean))
@@ -570,3 +571,17 @@ def test_predict_reads_a_clean_record_file_in_tf_data_without_python_per_record(
     got = list(predict_inputs.tfrecord_chunks(files, tfrecords.RecordSpec.for_format("raw", 16), Preprocess(16), 2, 3))
     assert [item.label for items, _ in got for item in items] == [item.label for items, _ in expected for item in items]
     assert sum(len(items) for items, _ in got) == 10 and all(item.error is None for items, _ in got for item in items)
+
+
+@pytest.mark.unit
+def test_an_op_errors_line_leaves_tensorflows_function_node_and_op_plumbing(tmp_path):
+    path = tmp_path / "bad.tfrecords"
+    _write(path, [_example(0), _example(1)])
+    data = bytearray(path.read_bytes())
+    data[-20] ^= 0xFF  # the last record's checksum fails
+    path.write_bytes(bytes(data))
+    with pytest.raises(tf.errors.OpError) as error:
+        list(tf.data.TFRecordDataset(str(path)))
+    assert "{{function_node" in error.value.message, "TensorFlow's raw message has the prefix"
+    line = tfrecords.first_line(error.value)
+    assert line.startswith("corrupted record at") and "function_node" not in line and "[Op:" not in line, line

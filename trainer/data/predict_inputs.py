@@ -98,7 +98,7 @@ def resolve_inputs(spec: str, format: str = "auto") -> tuple[str, list[Path | st
         try:
             names = sorted(name for name in tf.io.gfile.glob(spec) if not tf.io.gfile.isdir(name))
         except tf.errors.OpError as error:
-            raise DataError(f"predict.input={spec}: cannot list it ({error.message.splitlines()[0]})") from None
+            raise DataError(f"predict.input={spec}: cannot list it ({tfrecords.first_line(error)})") from None
         if not names:
             raise DataError(f"predict.input={spec}: matches no file")
         kind = KINDS.get(format) or _kind(names)

@@ -100,7 +100,7 @@ def expand(patterns: list[str] | str, key: str) -> list[str]:
         try:
             matched = sorted(tf.io.gfile.glob(pattern))
         except tf.errors.OpError as error:
-            raise DataError(f"{key}: cannot list {pattern} ({error.message.splitlines()[0]})") from None
+            raise DataError(f"{key}: cannot list {pattern} ({first_line(error)})") from None
         if not matched:
             raise DataError(f"{key}: {pattern} matches no file")
         for path in matched:
@@ -133,7 +133,7 @@ def detect_compression(path: str) -> str | None:
         with tf.io.gfile.GFile(path, "rb") as handle:
             head = handle.read(12)
     except tf.errors.OpError as error:
-        raise DataError(f"{path}: cannot read it ({error.message.splitlines()[0]})") from None
+        raise DataError(f"{path}: cannot read it ({first_line(error)})") from None
     if not head:
         return "none"  # empty: reported as "holds no records"
     if len(head) == 12 and struct.unpack("<I", head[8:])[0] == record_writer.masked_crc(head[:8]):
@@ -193,7 +193,11 @@ def without_empty(paths: list[str], spec: RecordSpec, key: str, first=None) -> d
 
 
 def first_line(error: tf.errors.OpError) -> str:
-    return error.message.splitlines()[0] if error.message else type(error).__name__
+    """An op error's first line as we show it: without TensorFlow's `{{function_node ...}}` prefix and its
+    `[Op:...]` suffix."""
+    text = error.message.splitlines()[0] if error.message else type(error).__name__
+    text = re.sub(r"\s*\[Op:[^\]]*\].*|Name: <unknown>, ", "", TF_FUNCTION_NODE.sub("", text)).strip()
+    return text or type(error).__name__
 
 
 FIRST_LOOK = 64  # records read to find a file's first Example
@@ -301,8 +305,7 @@ def scan_file(path: str, spec: RecordSpec, num_classes: int | None = None) -> in
 
 def reason(error: tf.errors.OpError) -> str:
     """An eager op's error in a few words: its first line without TensorFlow's function and op names."""
-    text = TF_FUNCTION_NODE.sub("", first_line(error))
-    return re.sub(r"\s*\[Op:[^\]]*\]|Name: <unknown>, ", "", text).strip()
+    return first_line(error)
 
 
 def decode_each(serialized: list[bytes], decoder) -> tuple[tf.Tensor | None, list[str | None]]:
