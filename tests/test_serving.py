@@ -126,6 +126,19 @@ def test_export_all_formats_each_checked_against_keras(trained_run, tmp_path):
     assert set(files) == {"saved_model", "onnx", "litert"} and files["litert"]["quantized"]["quantize"] == "int8"
     assert info["check"]["images"] == 24 and "test split" in info["check"]["source"]
     assert info["class_names"][0] == "airplane" and files["onnx"]["input"]["shape"] == [None, 28, 28, 3]
+    # Sizes are the files' bytes (no folder entries); input and output names as each runtime reports them.
+    folder_files = [path for path in (export_dir / saved_model.VERSION).rglob("*") if path.is_file()]
+    assert files["saved_model"]["bytes"] == sum(path.stat().st_size for path in folder_files)
+    assert files["saved_model"]["output"]["name"] == "probabilities"
+    import onnxruntime
+    from ai_edge_litert.interpreter import Interpreter
+
+    session = onnxruntime.InferenceSession(str(export_dir / "model.onnx"), providers=["CPUExecutionProvider"])
+    assert files["onnx"]["input"]["name"] == session.get_inputs()[0].name
+    assert files["onnx"]["output"]["name"] == session.get_outputs()[0].name
+    interpreter = Interpreter(model_path=str(export_dir / "model.tflite"))
+    assert files["litert"]["output"]["name"] == interpreter.get_output_details()[0]["name"]
+    assert files["litert"]["output"]["shape"] == [None, 10]
     model = keras.saving.load_model(run_dir / "checkpoints" / "best.keras")
     images = _test_images(data_dir, 24)
     expected = model.predict(images, verbose=0)

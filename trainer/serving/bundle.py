@@ -28,7 +28,7 @@ from trainer.data.preprocess import Preprocess, prepare_images
 from trainer.errors import DataError, DiskError
 from trainer.runs.checkpoints import ModelInfo
 from trainer.serving import portable, saved_model
-from trainer.serving.runners import Runner, in_batches, load_runner
+from trainer.serving.runners import Runner, in_batches, io_names, load_runner
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,10 @@ class CheckImages:
 
 
 def _size(path: Path) -> int:
-    return sum(file.stat().st_size for file in path.rglob("*")) if path.is_dir() else path.stat().st_size
+    """The bytes of a file, or of the files in a folder (not the folders' own entries)."""
+    if not path.is_dir():
+        return path.stat().st_size
+    return sum(file.stat().st_size for file in path.rglob("*") if file.is_file())
 
 
 def _accuracy(probabilities: np.ndarray, labels: np.ndarray | None) -> float | None:
@@ -95,6 +98,7 @@ def _saved_model(
     return {
         "path": path.name,
         "signatures": saved_model.SIGNATURES,
+        "output": {"name": io_names("saved_model", path)["output"], "dtype": "float32"},
         "max_pixels": max_pixels,  # serve_bytes refuses a larger image (export.max_pixels)
         "bytes": _size(path),
         **measured,
@@ -102,8 +106,13 @@ def _saved_model(
     }
 
 
-def _portable_input(info: ModelInfo) -> dict:
-    return {"name": "images", "dtype": "uint8", "shape": [None, info.image_size, info.image_size, 3]}
+def _portable_io(format: str, path: Path, info: ModelInfo) -> dict:
+    """The input and output of a portable format, named as its runtime names them."""
+    names = io_names(format, path)
+    return {
+        "input": {"name": names["input"], "dtype": "uint8", "shape": [None, info.image_size, info.image_size, 3]},
+        "output": {"name": names["output"], "dtype": "float32", "shape": [None, len(info.class_names)]},
+    }
 
 
 def _checked(format: str, path: Path, check: CheckImages, expected: np.ndarray, tolerance: bool = True) -> dict:
@@ -119,7 +128,7 @@ def _litert(
     """model.tflite (float), checked; with `quantize`, also model_QUANTIZE.tflite, measured but not held to the
     float tolerance."""
     entry = {**_checked("litert", portable.write_litert(model, folder / "model.tflite"), check, expected)}
-    entry["input"] = _portable_input(info)
+    entry.update(_portable_io("litert", folder / "model.tflite", info))
     if quantize != "none":
         path = portable.write_litert(model, folder / f"model_{quantize}.tflite", quantize, calibration)
         entry["quantized"] = {"quantize": quantize, **_checked("litert", path, check, expected, tolerance=False)}
@@ -159,7 +168,7 @@ def write_export(
             files["saved_model"] = _saved_model(model, info, temporary, check, expected, max_pixels)
         if "onnx" in formats:
             files["onnx"] = _checked("onnx", portable.write_onnx(model, temporary / "model.onnx"), prepared, expected)
-            files["onnx"]["input"] = _portable_input(info)
+            files["onnx"].update(_portable_io("onnx", temporary / "model.onnx", info))
         if "litert" in formats:
             files["litert"] = _litert(model, info, temporary, prepared, expected, quantize, calibration)
         serving_info = _serving_info(info, files, check, _accuracy(expected, check.labels))

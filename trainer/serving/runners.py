@@ -70,6 +70,29 @@ def load_runner(format: str, path: Path, signature: str = "serve") -> Runner:
     return loaders[format](Path(path))
 
 
+def io_names(format: str, path: Path) -> dict[str, str]:
+    """{"input": ..., "output": ...}: the names a client of `format` uses, as its own runtime reports them (a
+    SavedModel's `serve` signature; ONNX Runtime's session; the LiteRT interpreter's tensors)."""
+    if format == "saved_model":
+        import tensorflow as tf
+
+        serve = tf.saved_model.load(str(path)).signatures["serve"]
+        inputs, outputs = serve.structured_input_signature[1], serve.structured_outputs
+        return {"input": next(iter(inputs)), "output": next(iter(outputs))}
+    if format == "onnx":
+        import onnxruntime
+
+        session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        return {"input": session.get_inputs()[0].name, "output": session.get_outputs()[0].name}
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=str(path))
+    return {
+        "input": interpreter.get_input_details()[0]["name"],
+        "output": interpreter.get_output_details()[0]["name"],
+    }
+
+
 def in_batches(runner: Runner, images: np.ndarray, batch: int = 32) -> np.ndarray:
     """`runner` over `images`, `batch` at a time."""
     return np.concatenate([runner(images[start : start + batch]) for start in range(0, len(images), batch)])
