@@ -306,10 +306,11 @@ def _uint8_images(count: int = 5) -> np.ndarray:
 
 
 @pytest.mark.integration
-def test_the_best_checkpoint_is_an_mlflow_model_that_pyfunc_loads_and_the_registry_holds(tmp_path, cifar_dir):
+def test_the_best_checkpoint_is_an_mlflow_model_that_pyfunc_loads_and_the_registry_holds(tmp_path, cifar_dir, capsys):
     import keras
 
     uri, run_id, run_dir = _tracked_model(tmp_path, cifar_dir)
+    assert "━" not in capsys.readouterr().out, "no Keras progress bar while MLflow checks the logged model"
     mlflow.set_tracking_uri(uri)
     try:
         loaded = mlflow.pyfunc.load_model(f"runs:/{run_id}/model")

@@ -291,6 +291,8 @@ def log_keras_model(uri: str, run_id: str, checkpoint: Path, register_as: str | 
     example = np.zeros((2, *model.input_shape[1:]), np.uint8)
     previous = mlflow.get_tracking_uri()
     mlflow.set_tracking_uri(uri)  # the fluent API below reads it
+    interactive = keras.config.is_interactive_logging_enabled()
+    keras.config.disable_interactive_logging()  # MLflow's check of the input example predicts with a progress bar
     try:
         with mlflow.start_run(run_id=run_id):
             logged = Model.log(  # mlflow.keras.log_model, with `_save_keras_model`
@@ -306,6 +308,8 @@ def log_keras_model(uri: str, run_id: str, checkpoint: Path, register_as: str | 
             )
     finally:
         mlflow.set_tracking_uri(previous)
+        if interactive:
+            keras.config.enable_interactive_logging()
     registered = f", registered as {register_as!r}" if register_as else ""
     log.info("MLflow: best.keras logged as the model runs:/%s/model (%s)%s", run_id, logged.model_uri, registered)
 
