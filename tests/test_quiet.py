@@ -44,3 +44,16 @@ def test_the_converter_prints_no_tensorflow_noise(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert not [line for line in result.stderr.splitlines() if NOISE.match(line) or "cuInit" in line], result.stderr
     assert "Wrote {'train': " in result.stderr
+
+
+@pytest.mark.e2e
+def test_a_resume_prints_no_tensorflow_noise(tmp_path):
+    """A resume's modules imported TensorFlow before the quiet set-up: its banner reached the console."""
+    run_dir = tmp_path / "run"
+    (run_dir / "backup").mkdir(parents=True)  # a run folder with no epoch done
+    # A value refused once the run's config is bound: the resume's modules are imported, nothing trains.
+    command = [sys.executable, str(ROOT / "run.py"), f"resume={run_dir}", "trainer.epochs=0"]
+    env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 1 and result.stderr.strip().splitlines()[-1].startswith("error: trainer.epochs")
+    assert not [line for line in result.stderr.splitlines() if NOISE.match(line) or "cuInit" in line], result.stderr

@@ -86,13 +86,15 @@ def run_task(cfg: DictConfig, show_config: bool = False, overrides: Sequence[str
         overrides: The command line's Hydra overrides; with `checkpoint=RUN` they apply on top of the run's
             saved config.
     """
+    from trainer import quiet
+
+    # Before anything imports TensorFlow (a resume's modules do): the command line's choice, then the run's.
+    quiet.configure(bool(OmegaConf.select(cfg, "trainer.tf_logs", default=False)))
+    quiet.import_tensorflow()
     cfg = with_run_config(cfg, overrides)
     settings = to_settings(cfg)
     if show_config:
         print_config_tree(cfg, Path(settings.output_dir) / "config_tree.txt")
-    from trainer import quiet
-
     quiet.configure(settings.trainer.tf_logs)
-    quiet.import_tensorflow()  # before any other module imports it
     task = importlib.import_module(f"trainer.tasks.{settings.mode}")  # each mode: its module and function
     return getattr(task, str(settings.mode))(settings)
