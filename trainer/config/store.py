@@ -88,8 +88,8 @@ def to_settings(cfg: DictConfig) -> schema.Config:
     Raises:
         ConfigError: a value out of range, or a key without a value; one line naming the key.
     """
-    check_composed(cfg)  # +trainer.epoch=2 would otherwise be dropped without a word
     try:
+        check_composed(cfg)  # +trainer.epoch=2 would otherwise be dropped without a word
         extras = _collect_open_keys(cfg)
         settings = OmegaConf.to_object(cfg)
     except ConfigError:

@@ -50,11 +50,9 @@ def check_composed(node: Any, path: str = "") -> None:
         child = f"{path}.{key}" if path else str(key)
         if declared is not None and not open_schema and key not in declared:
             raise unknown_key(child, declared)
-        if path == "" and key == "hydra":
+        if OmegaConf.is_missing(node, key) or OmegaConf.is_interpolation(node, key):
             continue
-        value = node._get_node(key)
-        if isinstance(value, DictConfig) and not value._is_missing() and not value._is_none():
-            check_composed(value, child)
+        check_composed(node[key], child)
 
 
 def check_arguments(arguments: list[str]) -> None:

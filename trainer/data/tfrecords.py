@@ -303,11 +303,6 @@ def scan_file(path: str, spec: RecordSpec, num_classes: int | None = None) -> in
         count += int(batch.shape[0])
 
 
-def reason(error: tf.errors.OpError) -> str:
-    """An eager op's error in a few words: its first line without TensorFlow's function and op names."""
-    return first_line(error)
-
-
 def decode_each(serialized: list[bytes], decoder) -> tuple[tf.Tensor | None, list[str | None]]:
     """The images of the records that the pipeline's `decoder` takes (all at once, else one by one), and for
     each record None or the reason it refuses it."""
@@ -323,7 +318,7 @@ def decode_each(serialized: list[bytes], decoder) -> tuple[tf.Tensor | None, lis
             images.append(decoder(tf.constant([record]))[0])
             reasons.append(None)
         except tf.errors.InvalidArgumentError as error:
-            reasons.append(reason(error))
+            reasons.append(first_line(error))
     return (tf.concat(images, 0) if images else None), reasons
 
 
