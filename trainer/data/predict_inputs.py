@@ -170,8 +170,8 @@ def tfrecord_chunks(
     again in Python (`trainer.data.record_rows`) for the reasons.
 
     Raises:
-        DataError: a file is not TFRecords, or its first record is of another layout (`dataset.format`,
-            the keys, `dataset.stored_size`): every record of it would fail.
+        DataError: every file holds no records, or a file's compression is not `dataset.compression`. A file of
+            another layout (`dataset.format`, the keys, `dataset.stored_size`) gives each record its row.
     """
     # Every record by one rule: record 0 that is no Example, or has no image, gets its row as record 7 does.
     kept = tfrecords.without_empty([str(file) for file in files], spec, "predict.input", tfrecords.first_labeled)
