@@ -89,14 +89,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown, for the docs")
     args = parser.parse_args(argv)
     names = args.only or list(cases.CASES)
-    rows = []
+    rows, failed = [], []
     with tempfile.TemporaryDirectory(prefix="vggtrain-bench-") as folder:
         for name in names:
             started = time.perf_counter()
             print(f"# {name} ...", file=sys.stderr, flush=True)
-            rows += run_case(name, folder, args.quick)
+            try:
+                rows += run_case(name, folder, args.quick)
+            except subprocess.CalledProcessError:  # its traceback is above; the other cases still run
+                failed.append(name)
+                print(f"# {name} FAILED", file=sys.stderr, flush=True)
+                continue
             print(f"# {name} took {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
     print(markdown_table(rows, args.quick) if args.markdown else text_table(rows))
+    if failed:
+        print(f"{len(failed)} case(s) failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
     missed = [row.figure.strip() for row in rows if row.met is False]
     if args.check and missed:
         print(f"{len(missed)} row(s) missed their target: {'; '.join(missed)}", file=sys.stderr)
