@@ -303,6 +303,7 @@ def _to_size(image: tf.Tensor, size: int, mode: str) -> tf.Tensor:
     return tf.ensure_shape(to_model_size(to_square(image, mode)[tf.newaxis], size)[0], [size, size, 3])
 
 
+@tf.autograph.experimental.do_not_convert  # plain TF ops: autograph's conversion only costs tracing time
 def decode_rgb(data: tf.Tensor, size: int | None = None, mode: str = "resize", max_pixels: int = MAX_PIXELS):
     """One encoded image to uint8 [h, w, 3] RGB at its own size (JPEG reduced in the DCT towards `size`).
 
@@ -312,6 +313,7 @@ def decode_rgb(data: tf.Tensor, size: int | None = None, mode: str = "resize", m
     return _decode_one(data, image_format(data), exif_orientation(data), size, mode, max_pixels)
 
 
+@tf.autograph.experimental.do_not_convert  # plain TF ops: autograph's conversion only costs tracing time
 def decode_images(
     data: tf.Tensor, size: int, mode: str = "resize", max_pixels: int = MAX_PIXELS, name: str | None = None
 ) -> tf.Tensor:
@@ -339,6 +341,7 @@ def decode_images(
     )
 
 
+@tf.autograph.experimental.do_not_convert  # plain TF ops: autograph's conversion only costs tracing time
 def decode_image(data: tf.Tensor, size: int, mode: str = "resize", max_pixels: int = MAX_PIXELS) -> tf.Tensor:
     """One encoded image (a scalar string) to uint8 [size, size, 3], as `decode_images` decodes each of a batch."""
     return _to_size(decode_rgb(data, size, mode, max_pixels), size, mode)
