@@ -23,9 +23,7 @@ from pathlib import Path
 import keras
 import numpy as np
 
-from trainer.data.decode import RESIZE_MODES
 from trainer.errors import DataError
-from trainer.models.preprocessing import NORMALIZATIONS
 
 log = logging.getLogger(__name__)
 
@@ -168,10 +166,11 @@ def _check_info(file: Path, info: ModelInfo, model: keras.Model) -> None:
         raise bad("epoch", info.epoch, f"a whole number from 0 to {MAX_EPOCH}")
     if type(info.format_version) is not int or not 1 <= info.format_version <= FORMAT_VERSION:
         raise bad("format_version", info.format_version, f"1 to {FORMAT_VERSION} (a newer vggtrain saved it?)")
-    if info.resize_mode not in RESIZE_MODES:
-        raise bad("resize_mode", info.resize_mode, ", ".join(RESIZE_MODES))
-    if info.normalization not in NORMALIZATIONS:
-        raise bad("normalization", info.normalization, ", ".join(NORMALIZATIONS))
+    # runs/ imports nothing above it (tests/test_layout.py): the choices of data.decode and models.preprocessing
+    if info.resize_mode not in ("resize", "crop", "pad"):
+        raise bad("resize_mode", info.resize_mode, "resize, crop or pad")
+    if info.normalization not in ("standardize", "caffe", "none"):
+        raise bad("normalization", info.normalization, "standardize, caffe or none")
 
 
 def load(path: str | os.PathLike) -> tuple[keras.Model, ModelInfo]:
