@@ -610,6 +610,22 @@ def test_a_second_writer_gets_one_error_naming_the_holder(tmp_path):
         pass
 
 
+@contextlib.contextmanager
+def _held_by_another_process(folder: Path):
+    """`folder`'s lock held by a live process (as a training run holds it) while the body runs."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from trainer.runs.locks import run_lock\n"
+         "with run_lock(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(60)", str(folder)],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        yield
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 @pytest.mark.e2e
 def test_the_lock_of_a_killed_process_is_taken_over(tmp_path, caplog):
     holder = subprocess.Popen(
@@ -662,17 +678,8 @@ def test_a_new_run_never_rewrites_the_config_of_a_run_in_its_first_epoch(tmp_pat
     run_dir = tmp_path / "run"
     (run_dir / ".hydra").mkdir(parents=True)
     (run_dir / ".hydra" / "config.yaml").write_text("seed: 1\n")
-    holder = subprocess.Popen(  # the first run, in its first epoch: it holds the lock
-        [sys.executable, "-c", "import sys, time; from pathlib import Path; from trainer.runs.locks import run_lock\n"
-         "with run_lock(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(60)", str(run_dir)],
-        cwd=ROOT, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with _held_by_another_process(run_dir):  # the first run, in its first epoch: it holds the lock
         again = _run(tmp_path, [*_train_arguments(tmp_path, run_dir, epochs=1), "seed=2", "model.dropout=0.5"])
-    finally:
-        holder.kill()
-        holder.wait()
     assert again.returncode == 1
     assert again.stderr.strip().splitlines()[-1] == (
         f"error: hydra.run.dir={run_dir} is in use by a running training (its .lock is held): a new run never "
@@ -845,19 +852,10 @@ def test_resume_latest_skips_a_run_that_a_live_process_is_training(tmp_path, mon
     monkeypatch.chdir(tmp_path)
     _two_backed_up_runs(tmp_path)
     newest = tmp_path / "outputs" / "2026-11-30" / "10-00-00"
-    holder = subprocess.Popen(  # another process trains the newest run: it holds its lock
-        [sys.executable, "-c", "import sys, time; from pathlib import Path; from trainer.runs.locks import run_lock\n"
-         "with run_lock(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(60)", str(newest)],
-        cwd=ROOT, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with _held_by_another_process(newest):  # another process trains the newest run: it holds its lock
         with caplog.at_level("INFO"):
             assert resume_folder("latest") == str(Path("outputs") / "2026-11-30" / "11-00-00")
         assert "skipping outputs/2026-11-30/10-00-00, which a live process is training" in caplog.text
-    finally:
-        holder.kill()
-        holder.wait()
     assert resume_folder("latest") == str(Path("outputs") / "2026-11-30" / "10-00-00"), "a dead holder holds nothing"
 
 
