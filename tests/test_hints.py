@@ -22,7 +22,7 @@ def _nothing_installed(module: str) -> bool:
         (["-m", "hparams_search=vgg19_optuna"], "hparams_search=vgg19_optuna needs the [sweep] extra"),
         (["launcher=joblib", "-m"], "launcher=joblib needs the [sweep] extra (hydra_plugins.hydra_joblib_launcher"),
         (["+launcher=slurm"], "launcher=slurm needs the [sweep] extra (hydra_plugins.hydra_submitit_launcher"),
-        (["hydra/sweeper=optuna"], "hydra/sweeper=optuna needs the [sweep] extra"),
+        (["hydra/sweeper=vggtrain_optuna"], "hydra/sweeper=vggtrain_optuna needs the [sweep] extra (optuna"),
         (["launcher=null", "hparams_search=null", "optimizer.lr=0.1"], None),
     ],
 )
@@ -36,11 +36,17 @@ def test_installed_plugins_give_no_hint():
     assert missing_extra(["hparams_search=vgg19_optuna", "launcher=joblib"], lambda module: True) is None
 
 
+@pytest.mark.unit
+def test_the_old_optuna_sweeper_names_ours():
+    hint = missing_extra(["hydra/sweeper=optuna"], lambda module: True)
+    assert hint.startswith("hydra/sweeper=optuna is hydra-optuna-sweeper (Optuna < 3)") and "vggtrain_optuna" in hint
+
+
 BLOCK = """
 import importlib.abc, runpy, sys
 class Block(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        if name.startswith("hydra_plugins.hydra_optuna"):
+        if name == "optuna" or name.startswith("optuna."):
             raise ModuleNotFoundError(name)
 sys.meta_path.insert(0, Block())
 sys.argv = ["run.py", "-m", "hparams_search=vgg19_optuna"]
@@ -53,6 +59,6 @@ def test_run_py_says_which_extra_to_install(tmp_path):
     result = subprocess.run([sys.executable, "-c", BLOCK], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
-        "error: hparams_search=vgg19_optuna needs the [sweep] extra (hydra_plugins.hydra_optuna_sweeper is not "
-        "installed): pip install 'vggtrain[sweep]' (from a clone: pip install -e '.[sweep]')"
+        "error: hparams_search=vgg19_optuna needs the [sweep] extra (optuna is not installed): "
+        "pip install 'vggtrain[sweep]' (from a clone: pip install -e '.[sweep]')"
     ]

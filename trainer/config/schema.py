@@ -269,6 +269,16 @@ class ExportConfig:
 
 
 @dataclass
+class TrialConfig:
+    """Set by the vggtrain_optuna sweeper for each job of a search (hparams_search=...); null otherwise."""
+
+    number: int | None = None  # the Optuna trial this job is
+    study: str | None = None  # its study's name
+    storage: str | None = None  # the study's storage: a journal file or a database URL
+    pruner: Any = None  # the study's pruner ({_target_: optuna.pruners.MedianPruner, ...}), or null: no pruning
+
+
+@dataclass
 class Config:
     dataset: DatasetConfig = MISSING  # dataset=: the data
     model: ModelConfig = MISSING  # model=: the network
@@ -283,6 +293,7 @@ class Config:
     export: ExportConfig = field(default_factory=ExportConfig)  # mode=export
     callbacks: CallbacksConfig = field(default_factory=CallbacksConfig)  # callbacks=: optional Keras callbacks
     logger: LoggerConfig = field(default_factory=LoggerConfig)  # logger=: trackers besides history.csv
+    trial: TrialConfig = field(default_factory=TrialConfig)  # set by a search's sweeper: the trial a job is
     name: str | None = None  # a readable run name: joins the run folder's name, the log, metrics.json, loggers
     tags: list[str] = field(default_factory=list)  # e.g. [baseline, cifar]: same places as name
     mode: Mode = Mode.train  # train | evaluate | predict | inspect | export

@@ -20,7 +20,7 @@ from trainer.config import schema
 from trainer.errors import ConfigError
 
 # Sections whose schema does not depend on a config group: their keys can be checked before Hydra composes.
-FIXED_SECTIONS = ("trainer", "objective", "evaluate", "predict", "inspect", "finetune", "export")
+FIXED_SECTIONS = ("trainer", "objective", "evaluate", "predict", "inspect", "finetune", "export", "trial")
 
 
 def unknown_key(path: str, known: list[str]) -> ConfigError:
@@ -55,12 +55,38 @@ def check_composed(node: Any, path: str = "") -> None:
         check_composed(node[key], child)
 
 
-def check_arguments(arguments: list[str]) -> None:
-    """The command line's `[+]trainer.KEY=...` (and the other fixed sections') before Hydra composes.
+def check_grammar(arguments: list[str]) -> None:
+    """Each override as Hydra's grammar reads it (`interval(0, 1)`, quotes, lists), before Hydra's seven lines.
 
     Raises:
-        ConfigError: a key its section does not have.
+        ConfigError: an override Hydra cannot read, with Hydra's reason.
     """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    parser = OverridesParser.create()
+    for argument in arguments:
+        if argument.startswith("-"):
+            continue
+        try:
+            parser.parse_overrides([argument])
+        except OverrideParseException as error:
+            lines = str(error).splitlines()[1:]
+            reason = " ".join(line.strip() for line in lines if line.strip() and not line.startswith(("See ", "Set ")))
+            raise ConfigError(
+                f"{argument}: Hydra cannot read this override ({reason or 'bad syntax'}); quote a text value: "
+                f"KEY='...'"
+            ) from None
+
+
+def check_arguments(arguments: list[str]) -> None:
+    """The command line's `[+]trainer.KEY=...` (and the other fixed sections') before Hydra composes, and each
+    override's grammar.
+
+    Raises:
+        ConfigError: a key its section does not have; an override Hydra cannot read.
+    """
+    check_grammar(arguments)
     hints = get_type_hints(schema.Config)
     for argument in arguments:
         if argument.startswith("-") or "=" not in argument:

@@ -28,6 +28,7 @@ from trainer.models.preprocessing import Models
 from trainer.runs.backup import RunBackup, mark_ended
 from trainer.runs.backup import restore as restore_backup
 from trainer.runs.checkpoints import ModelInfo
+from trainer.search.trial import pruned, pruning_callbacks
 from trainer.tasks import parts
 from trainer.tracking.tensorboard import RunLabel, SampleImages
 from trainer.training.callbacks import Preempted, RunFiles, training_callbacks
@@ -133,7 +134,8 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
     backed up, `models.inference` (the same layers) is what the checkpoints hold.
 
     Returns:
-        `completed`, `stopped_early` (an early stop ended training; no later phase starts), `preempted`
+        `completed`, `stopped_early` (an early stop ended training; no later phase starts), `pruned` (the
+        same, by a search's pruner), `preempted`
         (SIGTERM stopped training: the backup is saved and the way to resume logged) or `interrupted` (the same
         after Ctrl-C).
     """
@@ -152,6 +154,7 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
             model.optimizer.finalize_variable_values(model.trainable_variables)  # the EMA, as after fit
         return folder.ended or "completed"
     extra = parts.build_callbacks(settings.callbacks, settings.optimizer.schedule.name)
+    extra += pruning_callbacks(settings.trial, plan.metric, plan.chief)  # a search's trial with a pruner
     loggers_ = _loggers(plan, folder)
     weights = parts.class_weight(settings, plan.data)
     progress = plan.chief and settings.trainer.verbose == 1 and sys.stderr.isatty()
@@ -205,9 +208,10 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
             hint = f"Free space or fix permissions, then continue with: python run.py resume={folder.run_dir}"
             raise DiskError(f"{error}. {hint}") from None
         switched_here = True
-        if parts.stopped_early(extra):
-            mark_ended(folder.backup_dir, "stopped_early")  # a resume after a kill from here only evaluates
-            return "stopped_early"  # no fine-tuning phase after an early stop
+        for outcome, ended in (("pruned", pruned(extra)), ("stopped_early", parts.stopped_early(extra))):
+            if ended:
+                mark_ended(folder.backup_dir, outcome)  # a resume after a kill from here only evaluates
+                return outcome  # no fine-tuning phase after an early stop or a pruning
     return "completed"
 
 

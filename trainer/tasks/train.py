@@ -37,6 +37,7 @@ from trainer.runs.backup import remove_backup
 from trainer.runs.checkpoints import ModelInfo, weights_fingerprint
 from trainer.runs.digest import DigestGate, FileDigests
 from trainer.runs.resume import DATA_FILE, backup_folder, bind_data, prepare_resume, resolve_resume
+from trainer.search.trial import record_outcome
 from trainer.tasks import parts
 from trainer.tasks import phases as fitting
 from trainer.tasks.data import Data, load_data
@@ -220,7 +221,7 @@ def _sweep_folder() -> Path | None:
     if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
         return None
     hydra = HydraConfig.get()
-    return sweep_folder(Path(hydra.runtime.output_dir), hydra.sweep.subdir)
+    return sweep_folder(Path(hydra.runtime.output_dir), hydra.sweep)
 
 
 SWEEP_SYNTAX = ("range(", "choice(", "interval(", "glob(", "shuffle(", "sort(", "tag(")
@@ -304,6 +305,7 @@ def finish(settings: Config, plan: Plan, folder: Folder, model: keras.Model, out
         "best_epoch": best + 1,
         "epochs_completed": epochs,
         "stopped_early": outcome == "stopped_early",
+        "pruned": outcome == "pruned",  # a search's pruner stopped this trial
         "val_accuracy": float(values["val_accuracy"][best]),
         "val_loss": float(values["val_loss"][best]),
         **{f"test_{name}": value for name, value in test.items() if name not in ("checkpoint", "tta")},
@@ -347,6 +349,8 @@ def train(settings: Config) -> float | None:
         outcome = fitting.fit_phases(settings, plan, folder, models, info)
         if outcome not in ("preempted", "interrupted"):
             metrics = finish(settings, plan, folder, models.inference, outcome, time.perf_counter() - started)
+    if outcome not in ("preempted", "interrupted") and plan.chief:
+        record_outcome(settings.trial, metrics)  # a search's trial: the sweep reads its outcome from the study
     if outcome == "interrupted":  # the folder is released: the lock, the invocation's end line
         raise Interrupted(
             f"interrupted (Ctrl-C); the backup is saved. To continue, run: python run.py resume={folder.run_dir}"

@@ -42,10 +42,18 @@ COLUMNS = [
 ]
 
 
-def sweep_folder(job_dir: Path, subdir: str) -> Path:
-    """The sweep folder of a job whose folder is `<sweep dir>/<subdir>`. Not `hydra.sweep.dir` itself: read
-    again, it would re-resolve `${now:...}`."""
-    return job_dir.parents[len(Path(str(subdir)).parts) - 1]
+def sweep_folder(job_dir: Path, sweep: DictConfig) -> Path:
+    """The sweep folder of a job whose folder is `<sweep dir>/<hydra.sweep.subdir>` (`sweep`: `hydra.sweep`). Not
+    `hydra.sweep.dir` itself: read again, it would re-resolve `${now:...}`. A subdir that cannot be resolved
+    here (`${trial.number}`, a key of the job's config) counts by its unresolved text."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import InterpolationResolutionError
+
+    try:
+        subdir = str(sweep.subdir)
+    except InterpolationResolutionError:
+        subdir = str(OmegaConf.to_container(sweep, resolve=False)["subdir"])
+    return job_dir.parents[len(Path(subdir).parts) - 1]
 
 
 FAILURE = "failed.txt"  # in a job's folder: the one-line error that ended the job
@@ -106,7 +114,7 @@ def _rounded(text: str, digits: int = 4) -> str:
 
 def best_table(rows: list[dict[str, str]], mode: str, limit: int = 5) -> str:
     """The best finished jobs by objective, as aligned text."""
-    finished = [row for row in rows if row["status"] == "ok" and row["objective"] not in ("", "nan")]
+    finished = [row for row in rows if row["status"] == "complete" and row["objective"] not in ("", "nan")]
     finished.sort(key=lambda row: float(row["objective"]), reverse=(mode == "max"))
     columns = ["job", "objective", "val_accuracy", "test_accuracy", "overrides"]
     lines = [columns] + [[_rounded(row[name]) for name in columns] for row in finished[:limit]]
@@ -134,14 +142,14 @@ class SweepSummary(Callback):
         error = recorded or ("" if ok else (str(failure).strip().splitlines() or [repr(failure)])[0])
         row = {
             "job": hydra.job.num,
-            "status": "ok" if ok else "failed",
+            "status": ("pruned" if metrics.get("pruned") else "complete") if ok else "failed",
             "objective": "" if objective is None or not math.isfinite(objective) else f"{objective:.6g}",
             "overrides": " ".join(job_return.overrides or []),
             "error": error,
             "run_dir": str(run_dir),
             **{key: metrics.get(key, "") for key in COLUMNS[3:8]},
         }
-        append_row(sweep_folder(run_dir, hydra.sweep.subdir) / self.filename, row)
+        append_row(sweep_folder(run_dir, hydra.sweep) / self.filename, row)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         summary = Path(config.hydra.sweep.dir) / self.filename
@@ -162,7 +170,7 @@ def _swept_values(config: DictConfig, overrides: list[str]) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for override in overrides:
         key, _, raw = override.lstrip("+~").partition("=")
-        if key.startswith("hydra.") or key.startswith("hydra/"):
+        if key.startswith(("hydra.", "hydra/", "trial.")):  # trial.*: which Optuna trial, no hyperparameter
             continue
         value = OmegaConf.select(config, key, default=None) if "/" not in key else None
         if isinstance(value, bool | int | float | str):
@@ -198,7 +206,7 @@ def swept_keys(rows: list[dict[str, str]]) -> dict[str, list[str]]:
     for row in rows:
         for item in row["overrides"].split():
             key, _, value = item.lstrip("+~").partition("=")
-            if key and not key.startswith("hydra"):
+            if key and not key.startswith(("hydra", "trial.")):
                 values.setdefault(key, set()).add(value)
     return {key: sorted(found) for key, found in sorted(values.items()) if len(found) > 1}
 
@@ -230,7 +238,7 @@ def write_hparams_config(log_dir: Path, keys: dict[str, list[str]], metrics: lis
         tf.summary.flush()
 
 
-HPARAMS_METRICS = ("objective", "val_accuracy", "val_loss", "test_accuracy", "test_loss")
+HPARAMS_METRICS = ("objective", "val_accuracy", "val_loss", "test_accuracy", "test_loss", "pruned")  # pruned: 1
 
 
 class SweepHParams(Callback):
@@ -250,7 +258,7 @@ class SweepHParams(Callback):
         finished = {
             name: float(metrics[name])
             for name in HPARAMS_METRICS
-            if isinstance(metrics.get(name), int | float) and math.isfinite(metrics[name])
+            if isinstance(metrics.get(name), int | float | bool) and math.isfinite(metrics[name])
         }
         if not values or not finished:
             return
@@ -272,7 +280,7 @@ class SweepHParams(Callback):
             return
         from trainer.tracking.loggers import finish_parent
 
-        objectives = [float(row["objective"]) for row in rows if row["status"] == "ok" and row["objective"]]
+        objectives = [float(row["objective"]) for row in rows if row["status"] == "complete" and row["objective"]]
         mode = config.get("objective", {}).get("mode", "max")
         best = (max if mode == "max" else min)(objectives) if objectives else None
         try:

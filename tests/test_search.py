@@ -1,0 +1,339 @@
+"""The vggtrain_optuna sweeper (`hparams_search=vgg19_optuna`): its search space, its study (resume, sharing, dead
+sweeps), pruning across jobs, multi-objective, what it writes, and its one-line refusals.
+
+The searches run `python run.py -m ...` in this process (`conftest.run_cli`); a kill needs a real process."""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, SUBPROCESS_ENV, run_cli, tiny_overrides, write_cifar
+
+optuna = pytest.importorskip("optuna", reason='needs the sweep extra: pip install -e ".[sweep]"')
+
+SEARCH = ["hparams_search=vgg19_optuna", "hydra.sweeper.sampler.n_startup_trials=2"]
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _search(tmp_path: Path, *overrides: str):
+    """A search over the three-layer test model on tiny CIFAR-format files; its sweep folder is tmp/sweep."""
+    data = tmp_path / "cifar"
+    if not data.exists():
+        write_cifar(data)
+    arguments = ["-m", *tiny_overrides(data), *SEARCH, f"hydra.sweep.dir={tmp_path / 'sweep'}", *overrides]
+    return run_cli(arguments, cwd=tmp_path)
+
+
+def _study(tmp_path: Path, name: str = "vgg19"):
+    from optuna.storages.journal import JournalFileBackend
+
+    storage = optuna.storages.JournalStorage(JournalFileBackend(str(tmp_path / "sweep" / "study.journal")))
+    return optuna.load_study(study_name=name, storage=storage)
+
+
+# --- the search space ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.unit
+def test_params_become_optuna_distributions_and_fixed_values():
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    from trainer.search.space import parse_space
+
+    params = {
+        "optimizer.lr": "tag(log, interval(0.001, 0.2))",
+        "model.dropout": "interval(0.0, 0.6)",
+        "trainer.epochs": "range(2, 10, 2)",
+        "optimizer": "choice(adam, sgd)",
+        "trainer.verbose": "0",
+    }
+    space = parse_space(params, ["model.dropout=interval(0.1, 0.2)"])  # the command line wins
+    assert space.distributions == {
+        "optimizer.lr": FloatDistribution(0.001, 0.2, log=True),
+        "model.dropout": FloatDistribution(0.1, 0.2),
+        "trainer.epochs": IntDistribution(2, 8, step=2),
+        "optimizer": CategoricalDistribution(["adam", "sgd"]),
+    }
+    assert space.fixed == {"trainer.verbose": "0"}
+    assert space.overrides({"optimizer": "sgd", "trainer.epochs": 4}) == [
+        "optimizer='sgd'",
+        "trainer.epochs=4",
+        "trainer.verbose=0",
+    ]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("uniform(0, 1)", "hydra.sweeper.params.model.dropout: 'uniform(0, 1)' is not interval(LOW, HIGH)"),
+        ("tag(lg, interval(0.1, 0.2))", "hydra.sweeper.params.model.dropout: unknown tag ['lg']"),
+        ("interval(0.5, 0.1)", "hydra.sweeper.params.model.dropout: interval(0.5, 0.1) needs LOW < HIGH"),
+        ("tag(log, interval(0, 1))", "hydra.sweeper.params.model.dropout: interval(0.0, 1.0) needs 0 < LOW < HIGH"),
+        ("range(5, 5)", "hydra.sweeper.params.model.dropout: range(5, 5, 1) is empty"),
+    ],
+)
+def test_a_bad_distribution_is_one_line_naming_the_key(value, message):
+    from trainer.errors import ConfigError
+    from trainer.search.space import parse_space
+
+    with pytest.raises(ConfigError) as caught:
+        parse_space({"model.dropout": value}, [])
+    assert str(caught.value).startswith(message)
+
+
+# --- the study: dead sweeps, sharing ------------------------------------------------------------------------
+
+
+def _journal_study(tmp_path: Path, name: str = "s"):
+    from trainer.search.study import open_storage, open_study
+
+    return open_study(name, open_storage(str(tmp_path / "s.journal")), ["maximize"], None, None)
+
+
+def _dead_pid() -> int:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+@pytest.mark.unit
+def test_a_trial_of_a_dead_sweep_is_failed_and_run_again_up_to_retries(tmp_path):
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import TrialState
+
+    from trainer.search import study as studies
+
+    study = _journal_study(tmp_path)
+    space = {"x": FloatDistribution(0, 1)}
+    dead = study.ask(space)
+    study._storage.set_trial_user_attr(dead._trial_id, studies.OWNER, f"{studies.Owner().host}:{_dead_pid()}:abc")
+    alive = study.ask(space)
+    me = studies.Owner()
+    me.claim(study, alive)
+    log = logging.getLogger("test")
+    studies.fail_dead_trials(study, me, grace_seconds=3600, retries=1, log=log)
+    trials = study.get_trials(deepcopy=False)
+    assert [trial.state for trial in trials] == [TrialState.FAIL, TrialState.RUNNING, TrialState.WAITING]
+    assert trials[0].user_attrs[studies.KILLED] and trials[2].user_attrs[studies.RETRY_OF] == 0
+    assert [trial.number for trial in studies.counted(trials)] == [1, 2], "the retry takes the dead trial's place"
+
+    retry = study.ask(space)  # the enqueued retry: the same parameters
+    assert retry.number == 2 and retry.params == dead.params
+    study._storage.set_trial_user_attr(retry._trial_id, studies.OWNER, f"{me.host}:{_dead_pid()}:def")
+    studies.fail_dead_trials(study, me, grace_seconds=3600, retries=1, log=log)
+    assert len(study.trials) == 3, "retries=1: a trial killed twice is not run a third time"
+    assert study.trials[2].state == TrialState.FAIL
+
+
+@pytest.mark.unit
+def test_a_silent_trial_of_another_machine_is_dead_after_the_grace_period(tmp_path):
+    from optuna.distributions import FloatDistribution
+
+    from trainer.search import study as studies
+
+    study = _journal_study(tmp_path)
+    trial = study.ask({"x": FloatDistribution(0, 1)})
+    study._storage.set_trial_user_attr(trial._trial_id, studies.OWNER, "another-host:1:abc")
+    study._storage.set_trial_user_attr(trial._trial_id, studies.HEARTBEAT, time.time() - 60)
+    frozen = study.get_trials(deepcopy=False)[0]
+    me = studies.Owner()
+    assert not me.is_dead(frozen, grace_seconds=120) and me.is_dead(frozen, grace_seconds=30)
+
+
+@pytest.mark.unit
+def test_trials_asked_past_n_trials_by_sweeps_sharing_the_study_are_surplus(tmp_path):
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import TrialState
+
+    from trainer.search import study as studies
+
+    first, second = _journal_study(tmp_path), _journal_study(tmp_path)  # two sweeps, one study
+    space = {"x": FloatDistribution(0, 1)}
+    mine = [first.ask(space) for _ in range(2)]
+    theirs = [second.ask(space) for _ in range(2)]  # both saw 0 of 3 trials, and asked 2
+    kept = studies.within_budget(first, mine, 3) + studies.within_budget(second, theirs, 3)
+    assert [trial.number for trial in kept] == [0, 1, 2]
+    trials = first.get_trials(deepcopy=False)
+    assert trials[3].state == TrialState.FAIL and trials[3].user_attrs[studies.SURPLUS]
+    assert len(studies.counted(trials)) == 3
+
+
+# --- searches ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.e2e
+def test_a_search_writes_its_study_and_the_same_command_continues_it(tmp_path):
+    result = _search(tmp_path, "hydra.sweeper.n_trials=2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    sweep = tmp_path / "sweep"
+    study = _rows(sweep / "study.csv")
+    assert [row["state"] for row in study] == ["complete", "complete"]
+    assert {"optimizer.lr", "model.dropout", "model.weight_decay", "val_accuracy"} <= set(study[0])
+    for number, row in enumerate(study):  # the value told is the job's return value, its best val_accuracy
+        metrics = json.loads((sweep / str(number) / "metrics.json").read_text())
+        assert float(row["val_accuracy"]) == pytest.approx(metrics["objective"])
+        assert float(row["optimizer.lr"]) == pytest.approx(_study(tmp_path).trials[number].params["optimizer.lr"])
+    for plot in ("optimization_history.png", "parallel_coordinate.png", "param_importances.png"):
+        assert (sweep / plot).stat().st_size > 1000, plot
+    assert len(_rows(sweep / "best.csv")) == 1
+    assert [row["status"] for row in _rows(sweep / "summary.csv")] == ["complete", "complete"]
+
+    again = _search(tmp_path, "hydra.sweeper.n_trials=3")  # the same study, one more trial
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "Study vgg19 in" in again.stdout and "2 of 3 trials already there" in again.stdout
+    study = _study(tmp_path)
+    assert [trial.state.name for trial in study.trials] == ["COMPLETE"] * 3, "no trial ran twice"
+    assert sorted(path.name for path in sweep.iterdir() if path.name.isdigit()) == ["0", "1", "2"]
+    assert len(_rows(sweep / "summary.csv")) == 3
+
+    done = _search(tmp_path, "hydra.sweeper.n_trials=3")
+    assert done.returncode == 0 and len(_study(tmp_path).trials) == 3, "the study has its 3 trials: none runs"
+
+
+@pytest.mark.e2e
+def test_the_pruner_stops_a_trial_after_an_epoch_and_its_folder_is_complete(tmp_path):
+    pruner = "hydra.sweeper.pruner={_target_:optuna.pruners.ThresholdPruner,lower:2.0}"  # accuracy < 2: prune
+    result = _search(tmp_path, "hydra.sweeper.n_trials=1", "trainer.epochs=3", pruner)
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = tmp_path / "sweep" / "0"
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["pruned"] is True and metrics["epochs_completed"] == 1 and "test_accuracy" in metrics
+    assert len(_rows(run / "history.csv")) == 1
+    assert _study(tmp_path).trials[0].state.name == "PRUNED"
+    assert _rows(tmp_path / "sweep" / "study.csv")[0]["state"] == "pruned"
+    assert _rows(tmp_path / "sweep" / "summary.csv")[0]["status"] == "pruned"
+    assert "Pruned after epoch 1" in (run / "run.log").read_text()
+
+
+@pytest.mark.e2e
+def test_a_multi_objective_search_writes_its_pareto_front(tmp_path):
+    objectives = ["hydra.sweeper.direction=[maximize,minimize]", "hydra.sweeper.metrics=[val_accuracy,train_seconds]"]
+    result = _search(tmp_path, "hydra.sweeper.n_trials=2", *objectives)
+    assert result.returncode == 0, result.stderr[-3000:]
+    sweep = tmp_path / "sweep"
+    study = _rows(sweep / "study.csv")
+    for number, row in enumerate(study):
+        metrics = json.loads((sweep / str(number) / "metrics.json").read_text())
+        assert float(row["train_seconds"]) == pytest.approx(metrics["train_seconds"])
+        assert float(row["val_accuracy"]) == pytest.approx(metrics["val_accuracy"])
+    front = _rows(sweep / "best.csv")
+    assert 1 <= len(front) <= 2 and "Pareto front" in result.stdout
+    assert (sweep / "pareto_front.png").is_file()
+
+
+BAD_SPACE = """# @package _global_
+defaults:
+  - vgg19_optuna
+hydra:
+  sweeper:
+    params:
+      model.dropout: uniform(0, 1)
+"""
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["hparams_search=bad_space"], "hydra.sweeper.params.model.dropout: 'uniform(0, 1)' is not interval("),
+        (["hydra.sweeper.params.model.dropout=uniform(0,1)"], "hydra.sweeper.params.model.dropout=uniform(0,1): Hydra"),
+        (["hydra.sweeper.n_jobs=2"], "hydra.sweeper.n_jobs=2: the launcher runs at most 1 jobs at once"),
+        (["hydra.sweeper.storage=sqlite:////no/such/folder/s.db"], "hydra.sweeper.storage: cannot open"),
+        (["hydra.sweeper.direction=[maximize,minimize]"], "hydra.sweeper.metrics must name one metrics.json key"),
+    ],
+)
+def test_a_bad_search_setting_is_one_line_before_any_trial(tmp_path, overrides, message):
+    presets = tmp_path / "conf" / "hparams_search"
+    presets.mkdir(parents=True)
+    (presets / "bad_space.yaml").write_text(BAD_SPACE)
+    result = _search(tmp_path, *overrides, f"hydra.searchpath=[file://{tmp_path / 'conf'}]")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith(f"error: {message}"), result.stderr[-2000:]
+    assert not any(path.name.isdigit() for path in (tmp_path / "sweep").glob("*")), "no trial ran"
+
+
+@pytest.mark.e2e
+def test_a_study_of_another_direction_or_space_is_refused_naming_the_difference(tmp_path):
+    assert _search(tmp_path, "hydra.sweeper.n_trials=1").returncode == 0
+    other_direction = _search(tmp_path, "objective.mode=min", "objective.metric=val_loss")
+    assert other_direction.stderr.strip().splitlines()[-1] == (
+        "error: hydra.sweeper.study_name: study 'vgg19' is stored with direction ['maximize'], and this search has "
+        "['minimize']; give this search another study_name (or storage)"
+    )
+    other_space = _search(tmp_path, "model.dropout=interval(0.1,0.2)")  # a command-line sweep joins the space
+    line = other_space.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: hydra.sweeper.study_name: study 'vgg19' searched model.dropout over"), line
+    assert len(_study(tmp_path).trials) == 1
+
+
+# --- kills and shared studies: real processes -----------------------------------------------------------------
+
+
+def _search_command(tmp_path: Path, *overrides: str) -> list[str]:
+    data = tmp_path / "cifar"
+    if not data.exists():
+        write_cifar(data)
+    sweep = f"hydra.sweep.dir={tmp_path / 'sweep'}"
+    return [sys.executable, str(ROOT / "run.py"), "-m", *tiny_overrides(data), *SEARCH, sweep, *overrides]
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_a_sweep_killed_in_a_trial_goes_on_with_the_same_command(tmp_path):
+    overrides = ["hydra.sweeper.n_trials=3", "trainer.epochs=4"]
+    process = subprocess.Popen(
+        _search_command(tmp_path, *overrides), cwd=tmp_path, env=SUBPROCESS_ENV, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    history = tmp_path / "sweep" / "1" / "history.csv"
+    deadline = time.monotonic() + 300
+    while not (history.is_file() and len(_rows(history)) >= 1):
+        assert process.poll() is None and time.monotonic() < deadline, "the sweep ended before trial 1 trained"
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert [trial.state.name for trial in _study(tmp_path).trials] == ["COMPLETE", "RUNNING"]
+
+    again = _search(tmp_path, *overrides)  # the same command
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "Trial 1 was running when its sweep died: failed, and run again" in again.stdout
+    trials = _study(tmp_path).trials
+    assert [trial.state.name for trial in trials] == ["COMPLETE", "FAIL", "COMPLETE", "COMPLETE"]
+    assert trials[2].params == trials[1].params and trials[2].user_attrs["vggtrain:retry_of"] == 1
+    assert json.loads((tmp_path / "sweep" / "0" / "metrics.json").read_text())["epochs_completed"] == 4
+    study = _rows(tmp_path / "sweep" / "study.csv")
+    assert [row["state"] for row in study] == ["complete", "failed", "complete", "complete"]
+    assert study[1]["killed"] == "True" and study[2]["retry_of"] == "1"
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_two_sweeps_sharing_a_study_run_exactly_n_trials_together(tmp_path):
+    storage = f"hydra.sweeper.storage={tmp_path / 'shared.journal'}"
+    command = _search_command(tmp_path, "hydra.sweeper.n_trials=4", storage, "trainer.threads=1")
+    first, second = (
+        subprocess.Popen(command, cwd=tmp_path, env=SUBPROCESS_ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True)
+        for _ in range(2)
+    )  # fmt: skip
+    outputs = [process.communicate(timeout=600)[0] for process in (first, second)]
+    assert first.returncode == 0 and second.returncode == 0, outputs[0][-2000:] + outputs[1][-2000:]
+    from trainer.search.study import SURPLUS, open_storage
+
+    study = optuna.load_study(study_name="vgg19", storage=open_storage(str(tmp_path / "shared.journal")))
+    counted = [trial for trial in study.trials if not trial.user_attrs.get(SURPLUS)]
+    assert [trial.state.name for trial in counted] == ["COMPLETE"] * 4

@@ -1,0 +1,115 @@
+"""What a search leaves in its sweep folder, rewritten after every batch of trials and at the end:
+
+- `study.csv`: every trial, its state (complete, pruned, failed, running, waiting), values and parameters;
+- `best.csv`: the best trial, or the Pareto front of a multi-objective search;
+- `optimization_history.png`, `param_importances.png`, `parallel_coordinate.png` (and `pareto_front.png` for
+  two objectives), from `optuna.visualization.matplotlib`, once enough trials are complete.
+
+    optuna-dashboard outputs/search/vgg19/study.journal     # the same study, live, in a browser
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import logging
+import warnings
+from pathlib import Path
+from typing import Any
+
+from trainer.runs.atomic import atomic_path
+from trainer.search.study import KILLED, RETRY_OF, SURPLUS
+
+log = logging.getLogger(__name__)
+
+STATES = {"COMPLETE": "complete", "PRUNED": "pruned", "FAIL": "failed", "RUNNING": "running", "WAITING": "waiting"}
+
+
+def state_name(trial: Any) -> str:
+    """A trial's state as the tables show it; a surplus trial (asked past n_trials) is `surplus`."""
+    return "surplus" if trial.user_attrs.get(SURPLUS) else STATES.get(trial.state.name, trial.state.name.lower())
+
+
+def _rows(trials: list[Any], names: list[str]) -> tuple[list[str], list[dict[str, Any]]]:
+    keys = sorted({key for trial in trials for key in trial.params})
+    columns = ["trial", "state", *names, *keys, "epochs_reported", "retry_of", "killed", "seconds"]
+    rows = []
+    for trial in trials:
+        values = trial.values or [None] * len(names)
+        if trial.state.name == "PRUNED" and trial.value is None and trial.intermediate_values:
+            values = [trial.intermediate_values[max(trial.intermediate_values)]]
+        seconds = (trial.datetime_complete - trial.datetime_start).total_seconds() if trial.datetime_complete else None
+        row = {
+            "trial": trial.number,
+            "state": state_name(trial),
+            **dict(zip(names, values, strict=True)),
+            **trial.params,
+        }
+        row.update(
+            epochs_reported=len(trial.intermediate_values) or None,
+            retry_of=trial.user_attrs.get(RETRY_OF),
+            killed=bool(trial.user_attrs.get(KILLED)) or None,
+            seconds=None if seconds is None else round(seconds, 1),
+        )
+        rows.append(row)
+    return columns, rows
+
+
+def _write_csv(path: Path, columns: list[str], rows: list[dict[str, Any]]) -> None:
+    with atomic_path(path) as temporary, open(temporary, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows({key: ("" if value is None else value) for key, value in row.items()} for row in rows)
+
+
+def best_trials(study: Any) -> list[Any]:
+    """The best trial of a single-objective study, the Pareto front of a multi-objective one ([] before any)."""
+    with contextlib.suppress(ValueError):
+        return list(study.best_trials) if len(study.directions) > 1 else [study.best_trial]
+    return []
+
+
+def write_report(study: Any, sweep_dir: Path, names: list[str], plots: bool = True) -> None:
+    """`study.csv` and `best.csv` (`names`: one column per objective), then the plots; a plot that cannot be drawn
+    yet (too few complete trials) is left out with no error."""
+    trials = [trial for trial in study.get_trials(deepcopy=False) if not trial.user_attrs.get(SURPLUS)]
+    columns, rows = _rows(trials, names)
+    _write_csv(sweep_dir / "study.csv", columns, rows)
+    _write_csv(sweep_dir / "best.csv", columns, _rows(best_trials(study), names)[1])
+    if plots:
+        draw_plots(study, sweep_dir, names)
+
+
+def draw_plots(study: Any, sweep_dir: Path, names: list[str]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+    from optuna.visualization import matplotlib as plots
+
+    complete = [trial for trial in study.get_trials(deepcopy=False) if trial.state.name == "COMPLETE"]
+    drawings = {"optimization_history.png": plots.plot_optimization_history, "parallel_coordinate.png": None}
+    if len(names) == 1:
+        drawings["parallel_coordinate.png"] = plots.plot_parallel_coordinate
+        if len(complete) >= 2 and len({key for trial in complete for key in trial.params}) >= 1:
+            drawings["param_importances.png"] = plots.plot_param_importances
+    else:
+        drawings["optimization_history.png"] = None
+        if len(names) in (2, 3):
+            drawings["pareto_front.png"] = plots.plot_pareto_front
+    for file, draw in drawings.items():
+        if draw is None or not complete:
+            continue
+        kwargs = {"target_name": names[0]} if len(names) == 1 else {"target_names": names}
+        if file == "param_importances.png":
+            kwargs = {"target_name": names[0]}
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # ExperimentalWarning: the matplotlib backend is "experimental"
+                axes = draw(study, **kwargs)
+            figure = getattr(axes, "figure", None) or axes.flat[0].figure
+            with atomic_path(sweep_dir / file) as temporary:
+                figure.savefig(temporary, format="png", bbox_inches="tight", dpi=100)
+            plt.close(figure)
+        except Exception as error:  # noqa: BLE001 - a plot is a view: never worth stopping a search for
+            log.debug("%s not drawn: %s", file, error)

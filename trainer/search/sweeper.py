@@ -1,0 +1,224 @@
+"""The `vggtrain_optuna` Hydra sweeper: an Optuna (>= 4) search whose trials are Hydra jobs.
+
+    python run.py -m hparams_search=vgg19_optuna                       # 20 TPE trials, study vgg19
+    python run.py -m hparams_search=vgg19_optuna launcher=joblib hydra.sweeper.n_jobs=2
+    python run.py -m hparams_search=vgg19_optuna hydra.sweeper.pruner._target_=optuna.pruners.MedianPruner
+
+It asks the study for `n_jobs` trials at a time (Optuna's ask-and-tell), launches them
+through the chosen Hydra launcher (basic, joblib, Slurm) and tells the study each job's
+outcome: the float the job returns (`objective.metric`), or the `metrics` of a
+multi-objective search, `pruned` when the job's pruner stopped it, failed when it raised.
+The study lives in a storage (`trainer.search.study`), so the same command run again
+continues it, and several sweeps can share it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from hydra.core.plugins import Plugins
+from hydra.core.utils import JobStatus
+from hydra.plugins.sweeper import Sweeper
+from omegaconf import DictConfig, OmegaConf
+
+from trainer.errors import ConfigError, UserError, one_line
+from trainer.search import study as studies
+from trainer.search.report import best_trials, state_name, write_report
+from trainer.search.space import Space, parse_space
+
+log = logging.getLogger(__name__)
+
+DIRECTIONS = ("maximize", "minimize")
+
+
+def _directions(direction: Any) -> list[str]:
+    values = [direction] if isinstance(direction, str) else list(direction)
+    values = [str(value).lower().removeprefix("direction.") for value in values]
+    if not values or any(value not in DIRECTIONS for value in values):
+        raise ConfigError(f"hydra.sweeper.direction must be maximize, minimize or a list of them; got {direction}")
+    return values
+
+
+def _override_text(value: Any) -> str:
+    """A value (a string, number or nested mapping) as Hydra override text, strings quoted."""
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{key}:{_override_text(item)}" for key, item in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_override_text(item) for item in value) + "]"
+    if isinstance(value, str):
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return "null" if value is None else str(value)
+
+
+def launcher_capacity(launcher: DictConfig) -> tuple[int, str]:
+    """(jobs the configured Hydra launcher runs at once, the key that says so)."""
+    target = str(launcher.get("_target_", "")).lower()
+    if "joblib" in target:
+        jobs = launcher.get("n_jobs") or 1
+        return (os.cpu_count() or 1) if jobs < 0 else jobs, "hydra.launcher.n_jobs"
+    if "submitit" in target:
+        return launcher.get("array_parallelism") or 256, "hydra.launcher.array_parallelism"
+    return 1, "the basic launcher runs one job at a time; launcher=joblib runs several"
+
+
+class OptunaSearch(Sweeper):
+    """Hydra's Sweeper plugin API: `setup` once, then `sweep(arguments)` (see the module docstring)."""
+
+    def __init__(
+        self,
+        direction: Any,
+        study_name: str | None,
+        storage: str | None,
+        n_trials: int,
+        n_jobs: int,
+        sampler: Any,
+        pruner: Any,
+        params: Any,
+        metrics: Any = None,
+        retries: int = 1,
+        heartbeat_seconds: float = 30.0,
+        grace_seconds: float = 120.0,
+        plots: bool = True,
+    ) -> None:
+        self.direction, self.study_name, self.storage = direction, study_name, storage
+        self.n_trials, self.n_jobs, self.sampler, self.pruner = n_trials, n_jobs, sampler, pruner
+        self.params = OmegaConf.to_container(params, resolve=True) if isinstance(params, DictConfig) else params
+        self.metrics = list(metrics) if metrics else None
+        self.retries, self.heartbeat_seconds, self.grace_seconds, self.plots = (
+            retries,
+            heartbeat_seconds,
+            grace_seconds,
+            plots,
+        )
+        self.config: DictConfig | None = None
+        self.launcher = None
+        self.job_idx = 0
+
+    def setup(self, *, hydra_context: Any, task_function: Any, config: DictConfig) -> None:
+        self.config = config
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config
+        )
+        pruner = config.hydra.sweeper.get("pruner")  # its config, for the jobs (self.pruner is the object)
+        self.pruner_config = OmegaConf.to_container(pruner, resolve=True) if pruner else None
+
+    def sweep(self, arguments: list[str]) -> None:
+        try:
+            self._sweep(arguments)
+        except UserError as error:  # one line, as run.py prints a job's bad input
+            raise SystemExit(f"error: {one_line(error)}") from None
+
+    # --- the checks before any trial ---------------------------------------------------------------------
+
+    def _objectives(self) -> tuple[list[str], list[str]]:
+        """(directions, the objective names the tables show)."""
+        directions = _directions(self.direction)
+        if self.n_trials < 1:
+            raise ConfigError(f"hydra.sweeper.n_trials must be >= 1; got {self.n_trials}")
+        if self.n_jobs < 1:
+            raise ConfigError(f"hydra.sweeper.n_jobs must be >= 1; got {self.n_jobs}")
+        capacity, key = launcher_capacity(self.config.hydra.launcher)
+        if self.n_jobs > capacity:
+            raise ConfigError(
+                f"hydra.sweeper.n_jobs={self.n_jobs}: the launcher runs at most {capacity} jobs at once ({key}); "
+                f"lower hydra.sweeper.n_jobs"
+            )
+        if len(directions) > 1:
+            if not self.metrics or len(self.metrics) != len(directions):
+                raise ConfigError(
+                    f"hydra.sweeper.metrics must name one metrics.json key per direction ({len(directions)}), "
+                    f"e.g. [val_accuracy, train_seconds]; got {self.metrics}"
+                )
+            if self.pruner_config:
+                raise ConfigError("hydra.sweeper.pruner: Optuna prunes single-objective studies only; set it to null")
+            return directions, self.metrics
+        if self.metrics and len(self.metrics) != 1:
+            raise ConfigError(f"hydra.sweeper.metrics names {len(self.metrics)} metrics for one direction")
+        return directions, self.metrics or [str(self.config.objective.metric)]
+
+    # --- the search -------------------------------------------------------------------------------------------
+
+    def _sweep(self, arguments: list[str]) -> None:
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)  # its "A new study created" lines: ours say more
+        directions, names = self._objectives()
+        space = parse_space(self.params, arguments)
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        url = studies.storage_url(self.storage, sweep_dir)
+        name = self.study_name or "vggtrain"
+        study = studies.open_study(name, studies.open_storage(url), directions, self.sampler, self.pruner)
+        studies.check_space(study, name, space.distributions)
+        owner = studies.Owner()
+        done = len(studies.counted(study.get_trials(deepcopy=False)))
+        log.info("Study %s in %s: %d of %d trials %s", name, url, min(done, self.n_trials), self.n_trials,
+                 "already there: it goes on" if done else "to run")  # fmt: skip
+        while True:
+            studies.fail_dead_trials(study, owner, self.grace_seconds, self.retries, log)
+            left = self.n_trials - len(studies.counted(study.get_trials(deepcopy=False)))
+            if left <= 0:
+                break
+            asked = [study.ask(space.distributions) for _ in range(min(self.n_jobs, left))]
+            for trial in asked:
+                owner.claim(study, trial)
+            trials = studies.within_budget(study, asked, self.n_trials)
+            if trials:
+                self._run_batch(study, trials, space, url, name, names)
+            write_report(study, sweep_dir, names, self.plots)
+        write_report(study, sweep_dir, names, self.plots)
+        self._log_best(study, names)
+
+    def _run_batch(self, study: Any, trials: list[Any], space: Space, url: str, name: str, names: list[str]) -> None:
+        batch = [self._job_overrides(trial, space, url, name) for trial in trials]
+        with studies.heartbeat(study, trials, self.heartbeat_seconds):
+            returns = self.launcher.launch(batch, initial_job_idx=self.job_idx)
+        self.job_idx += len(returns)
+        for trial, job in zip(trials, returns, strict=True):
+            self._tell(study, trial, job, names)
+
+    def _job_overrides(self, trial: Any, space: Space, url: str, name: str) -> list[str]:
+        told = [f"trial.number={trial.number}", f"trial.study={_override_text(name)}",
+                f"trial.storage={_override_text(url)}"]  # fmt: skip
+        if self.pruner_config:
+            told.append(f"trial.pruner={_override_text(self.pruner_config)}")
+        return [*space.overrides(trial.params), *told]
+
+    def _tell(self, study: Any, trial: Any, job: Any, names: list[str]) -> None:
+        """The job's outcome into the study: complete with its values, pruned, or failed."""
+        from optuna.trial import TrialState
+
+        outcome = study._storage.get_trial(trial._trial_id).user_attrs.get(studies.OUTCOME) or {}
+        values = None
+        if job.status == JobStatus.COMPLETED:
+            if len(names) > 1 or self.metrics:
+                metrics = outcome.get("metrics") or {}
+                values = [metrics.get(metric) for metric in names]
+            else:
+                values = [job.return_value]
+        usable = values is not None and all(
+            isinstance(value, (int, float)) and math.isfinite(value) for value in values
+        )
+        if outcome.get("state") == "pruned":
+            study.tell(trial, state=TrialState.PRUNED)
+        elif usable:
+            study.tell(trial, values=[float(value) for value in values])
+        else:
+            study.tell(trial, state=TrialState.FAIL)
+        shown = " ".join(f"{n}={float(v):.4f}" for n, v in zip(names, values, strict=True)) if usable else ""
+        log.info("Trial %d: %s %s", trial.number, state_name(study._storage.get_trial(trial._trial_id)), shown)
+
+    def _log_best(self, study: Any, names: list[str]) -> None:
+        best = best_trials(study)
+        if not best:
+            log.warning("No trial of study %s completed", study.study_name)
+            return
+        label = "Best trial" if len(best) == 1 else f"Pareto front ({len(best)} trials)"
+        for trial in best:
+            values = " ".join(f"{name}={value:.4f}" for name, value in zip(names, trial.values, strict=True))
+            params = " ".join(f"{key}={value}" for key, value in trial.params.items())
+            log.info("%s %d: %s  %s", label, trial.number, values, params)

@@ -1,0 +1,75 @@
+"""The job's side of a search: the Optuna trial this run is (`trial.*`, set by the vggtrain_optuna sweeper).
+
+    python run.py -m hparams_search=vgg19_optuna hydra.sweeper.pruner._target_=optuna.pruners.MedianPruner
+
+With a pruner, `PruneCallback` reports `objective.metric` to the study at every epoch end
+and stops training after the epoch the pruner condemns; the run folder is complete
+(history up to there, the test evaluation, `pruned: true` in metrics.json). At the end the
+run's outcome and metrics go into the trial (`OUTCOME`), where the sweep reads them: jobs
+on other machines (Slurm) share nothing with the sweep but the study's storage.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import keras
+
+from trainer.config.schema import TrialConfig
+from trainer.search.study import OUTCOME, open_storage
+
+log = logging.getLogger(__name__)
+
+
+def connect(config: TrialConfig) -> Any | None:
+    """The Optuna trial of this job (its study loaded with the sweep's pruner); None outside a search."""
+    if config.number is None:
+        return None
+    import optuna
+    from hydra.utils import instantiate
+
+    pruner = instantiate(config.pruner) if config.pruner else None
+    study = optuna.load_study(study_name=config.study, storage=open_storage(config.storage), pruner=pruner)
+    trial_id = study._storage.get_trial_id_from_study_id_trial_number(study._study_id, config.number)
+    return optuna.Trial(study, trial_id)
+
+
+class PruneCallback(keras.callbacks.Callback):
+    """Reports `metric` to the trial after every epoch; stops training when the study's pruner says so."""
+
+    def __init__(self, trial: Any, metric: str) -> None:
+        super().__init__()
+        self.trial, self.metric, self.pruned_after = trial, metric, None
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        value = (logs or {}).get(self.metric)
+        if value is None:
+            return
+        self.trial.report(float(value), epoch)
+        if self.trial.should_prune():
+            self.pruned_after = epoch + 1
+            self.model.stop_training = True
+            log.info("Pruned after epoch %d: the study's pruner stops this trial (%s %.4f)", epoch + 1, self.metric,
+                     float(value))  # fmt: skip
+
+
+def pruning_callbacks(config: TrialConfig, metric: str, chief: bool) -> list[keras.callbacks.Callback]:
+    """[PruneCallback] when this job is a trial of a search with a pruner (on the chief), else []."""
+    if config.number is None or not config.pruner or not chief:
+        return []
+    return [PruneCallback(connect(config), metric)]
+
+
+def pruned(callbacks: list[keras.callbacks.Callback]) -> bool:
+    return any(isinstance(item, PruneCallback) and item.pruned_after for item in callbacks)
+
+
+def record_outcome(config: TrialConfig, metrics: dict[str, Any]) -> None:
+    """Writes the run's outcome (`pruned` or `complete`) and its metrics into its trial, for the sweep."""
+    trial = connect(config)
+    if trial is None:
+        return
+    shown = {key: value for key, value in metrics.items() if isinstance(value, (int, float, str, bool, type(None)))}
+    state = "pruned" if metrics.get("pruned") else "complete"
+    trial.study._storage.set_trial_user_attr(trial._trial_id, OUTCOME, {"state": state, "metrics": shown})
