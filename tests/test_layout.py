@@ -13,7 +13,7 @@ pytestmark = pytest.mark.unit
 
 # Top to bottom: a package may import itself and the packages after it, never one before it. `config` sits
 # above `models` only to read the models' smallest input sizes (trainer/models/__init__.py, no Keras).
-LAYERS = ("tasks", "training", "serving", "config", "models", "tracking", "data", "runs", "distribute")
+LAYERS = ("tasks", "search", "training", "serving", "config", "models", "tracking", "data", "runs", "distribute")
 FOUNDATION = ("errors", "quiet")  # imported by any layer; they import nothing of trainer's
 ENTRY_POINTS = ("convert",)  # `python -m trainer.convert`: may import anything
 PACKAGE = ROOT / "trainer"
@@ -70,4 +70,6 @@ def test_only_tasks_and_config_read_the_hydra_config():
         text = path.read_text()
         if "omegaconf" in text or "DictConfig" in text or "HydraConfig" in text:
             readers.append(str(path.relative_to(ROOT)))
-    assert readers == ["trainer/tracking/sweep.py"], "only the sweep callbacks, which Hydra itself calls"
+    assert readers == ["trainer/search/sweeper.py", "trainer/tracking/sweep.py"], (
+        "only the sweeper and the sweep callbacks, which Hydra itself calls"
+    )

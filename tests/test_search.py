@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -337,3 +338,20 @@ def test_two_sweeps_sharing_a_study_run_exactly_n_trials_together(tmp_path):
     study = optuna.load_study(study_name="vgg19", storage=open_storage(str(tmp_path / "shared.journal")))
     counted = [trial for trial in study.trials if not trial.user_attrs.get(SURPLUS)]
     assert [trial.state.name for trial in counted] == ["COMPLETE"] * 4
+
+
+@pytest.mark.e2e
+def test_a_batch_of_trials_runs_in_parallel_through_the_joblib_launcher(tmp_path):
+    result = _search(tmp_path, "launcher=joblib", "hydra.sweeper.n_jobs=2", "hydra.sweeper.n_trials=2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    trials = _study(tmp_path).trials
+    assert [trial.state.name for trial in trials] == ["COMPLETE", "COMPLETE"]
+    for trial in trials:  # each job ran in a worker process and wrote its outcome into the study from there
+        metrics = json.loads((tmp_path / "sweep" / str(trial.number) / "metrics.json").read_text())
+        assert trial.user_attrs["vggtrain:outcome"]["metrics"]["weights_sha256"] == metrics["weights_sha256"]
+        assert trial.value == pytest.approx(metrics["objective"])
+        threads = max(1, (os.cpu_count() or 1) // 2)
+        assert (
+            f"TensorFlow threads: {threads} intra-op"
+            in (tmp_path / "sweep" / str(trial.number) / "run.log").read_text()
+        )

@@ -66,7 +66,7 @@ def check_grammar(arguments: list[str]) -> None:
 
     parser = OverridesParser.create()
     for argument in arguments:
-        if argument.startswith("-"):
+        if argument.startswith("-") or "=" not in argument:  # a flag, or a flag's value (--cfg job)
             continue
         try:
             parser.parse_overrides([argument])

@@ -217,7 +217,7 @@ class OptunaSearch(Sweeper):
         if not best:
             log.warning("No trial of study %s completed", study.study_name)
             return
-        label = "Best trial" if len(best) == 1 else f"Pareto front ({len(best)} trials)"
+        label = "Best trial" if len(names) == 1 else f"Pareto front ({len(best)} trials)"
         for trial in best:
             values = " ".join(f"{name}={value:.4f}" for name, value in zip(names, trial.values, strict=True))
             params = " ".join(f"{key}={value}" for key, value in trial.params.items())
