@@ -402,7 +402,7 @@ def test_a_record_corrupted_after_conversion_stops_training_with_its_name(tmp_pa
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("format", ["raw", "jpeg"])
+@pytest.mark.parametrize("format", [pytest.param("raw", marks=pytest.mark.slow), "jpeg"])
 def test_a_converted_folder_is_read_with_its_manifests_size_format_and_resize_mode(tmp_path, format):
     """`convert F OUT --image-size 32 [--format jpeg] --resize crop`, then `dataset=cats_dogs dataset.data_dir=OUT`:
     nothing repeated by hand, and the resize mode reaches the model; a contradicting key is one line naming both."""

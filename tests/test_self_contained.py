@@ -133,7 +133,10 @@ def test_predict_names_classes_as_the_converter_did_and_matches_evaluate(tmp_pat
     assert accuracy == pytest.approx(test_accuracy, abs=1e-9) and count == manifest["splits"]["test"]["count"]
 
 
-@pytest.mark.parametrize("edit", ["unknown_key_and_no_preprocessing", "no_preprocessing_and_no_name"])
+@pytest.mark.parametrize(
+    "edit",
+    ["unknown_key_and_no_preprocessing", pytest.param("no_preprocessing_and_no_name", marks=pytest.mark.slow)],
+)
 def test_a_hand_edited_model_section_is_one_line_in_every_mode(cifar_run, tmp_path, edit):
     from omegaconf import OmegaConf
 
