@@ -19,6 +19,7 @@ class VggtrainOptunaSweeper(sweeper.OptunaSearch):
 @dataclass
 class VggtrainOptunaConf:
     _target_: str = "hydra_plugins.vggtrain_optuna_sweeper.VggtrainOptunaSweeper"
+    _recursive_: bool = False  # the sweeper makes its sampler and pruner: a bad _target_ is one line, not Hydra's
     direction: Any = "maximize"  # maximize | minimize, or a list of them (one per metrics entry)
     study_name: str | None = None  # the study to create or continue (default: vggtrain)
     storage: str | None = None  # null: study.journal in the sweep folder; a journal file path or a database URL

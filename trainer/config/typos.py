@@ -74,8 +74,7 @@ def check_grammar(arguments: list[str]) -> None:
             lines = str(error).splitlines()[1:]
             reason = " ".join(line.strip() for line in lines if line.strip() and not line.startswith(("See ", "Set ")))
             raise ConfigError(
-                f"{argument}: Hydra cannot read this override ({reason or 'bad syntax'}); quote a text value: "
-                f"KEY='...'"
+                f"{argument}: Hydra cannot read this override ({reason or 'bad syntax'}); quote a text value: KEY='...'"
             ) from None
 
 

@@ -59,7 +59,8 @@ def parse_space(params: dict[str, Any], arguments: list[str]) -> Space:
 
     parser = OverridesParser.create()
     distributions, fixed = {}, {}
-    items = [(f"hydra.sweeper.params.{key}", f"{key}={value}") for key, value in (params or {}).items()]
+    texts = {key: str(value).lower() if isinstance(value, bool) else value for key, value in (params or {}).items()}
+    items = [(f"hydra.sweeper.params.{key}", f"{key}={value}") for key, value in texts.items()]
     items += [(argument, argument) for argument in arguments]
     for name, text in items:
         try:

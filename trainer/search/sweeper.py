@@ -23,7 +23,7 @@ from typing import Any
 from hydra.core.plugins import Plugins
 from hydra.core.utils import JobStatus
 from hydra.plugins.sweeper import Sweeper
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from trainer.errors import ConfigError, UserError, one_line
 from trainer.search import study as studies
@@ -52,6 +52,28 @@ def _override_text(value: Any) -> str:
     if isinstance(value, str):
         return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
     return "null" if value is None else str(value)
+
+
+def _plain(value: Any) -> Any:
+    """A config node as plain Python (dicts, lists), resolved; anything else as it is."""
+    return OmegaConf.to_container(value, resolve=True) if isinstance(value, DictConfig | ListConfig) else value
+
+
+def _instantiate(config: Any, key: str) -> Any:
+    """The sampler or pruner a `_target_` mapping names (None for none).
+
+    Raises:
+        ConfigError: it cannot be made (`key` named, with the reason).
+    """
+    if not config:
+        return None
+    from hydra.utils import instantiate
+
+    try:
+        return instantiate(config)
+    except Exception as error:  # an unknown _target_, a wrong argument: Hydra's InstantiationException
+        reason = " ".join(str(error).split("\n")[0].split())[:300]
+        raise ConfigError(f"{key}: cannot make {config.get('_target_')}: {reason}") from None
 
 
 def launcher_capacity(launcher: DictConfig) -> tuple[int, str]:
@@ -85,8 +107,9 @@ class OptunaSearch(Sweeper):
         plots: bool = True,
     ) -> None:
         self.direction, self.study_name, self.storage = direction, study_name, storage
-        self.n_trials, self.n_jobs, self.sampler, self.pruner = n_trials, n_jobs, sampler, pruner
-        self.params = OmegaConf.to_container(params, resolve=True) if isinstance(params, DictConfig) else params
+        self.n_trials, self.n_jobs = n_trials, n_jobs
+        self.sampler_config, self.pruner_config = _plain(sampler), _plain(pruner)  # instantiated in sweep()
+        self.params = _plain(params)
         self.metrics = list(metrics) if metrics else None
         self.retries, self.heartbeat_seconds, self.grace_seconds, self.plots = (
             retries,
@@ -103,8 +126,6 @@ class OptunaSearch(Sweeper):
         self.launcher = Plugins.instance().instantiate_launcher(
             hydra_context=hydra_context, task_function=task_function, config=config
         )
-        pruner = config.hydra.sweeper.get("pruner")  # its config, for the jobs (self.pruner is the object)
-        self.pruner_config = OmegaConf.to_container(pruner, resolve=True) if pruner else None
 
     def sweep(self, arguments: list[str]) -> None:
         try:
@@ -152,7 +173,9 @@ class OptunaSearch(Sweeper):
         sweep_dir.mkdir(parents=True, exist_ok=True)
         url = studies.storage_url(self.storage, sweep_dir)
         name = self.study_name or "vggtrain"
-        study = studies.open_study(name, studies.open_storage(url), directions, self.sampler, self.pruner)
+        sampler = _instantiate(self.sampler_config, "hydra.sweeper.sampler")
+        pruner = _instantiate(self.pruner_config, "hydra.sweeper.pruner")
+        study = studies.open_study(name, studies.open_storage(url), directions, sampler, pruner)
         studies.check_space(study, name, space.distributions)
         owner = studies.Owner()
         done = len(studies.counted(study.get_trials(deepcopy=False)))
