@@ -356,3 +356,18 @@ def test_a_batch_of_trials_runs_in_parallel_through_the_joblib_launcher(tmp_path
             f"TensorFlow threads: {threads} intra-op"
             in (tmp_path / "sweep" / str(trial.number) / "run.log").read_text()
         )
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_the_slurm_path_prunes_across_processes_through_submitits_local_executor(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", SUBPROCESS_ENV["PYTHONPATH"])  # the jobs' processes import run.py's module
+    pruner = "hydra.sweeper.pruner={_target_:optuna.pruners.ThresholdPruner,lower:2.0}"
+    overrides = ["launcher=local", "hydra.sweeper.n_jobs=2", "hydra.sweeper.n_trials=2", "trainer.epochs=2", pruner]
+    result = _search(tmp_path, *overrides)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [trial.state.name for trial in _study(tmp_path).trials] == ["PRUNED", "PRUNED"]
+    for number in (0, 1):
+        metrics = json.loads((tmp_path / "sweep" / str(number) / "metrics.json").read_text())
+        assert metrics["pruned"] and metrics["epochs_completed"] == 1
+    assert list((tmp_path / "sweep" / ".submitit").iterdir()), "the jobs ran through submitit"

@@ -119,7 +119,6 @@ class OptunaSearch(Sweeper):
         )
         self.config: DictConfig | None = None
         self.launcher = None
-        self.job_idx = 0
 
     def setup(self, *, hydra_context: Any, task_function: Any, config: DictConfig) -> None:
         self.config = config
@@ -199,8 +198,12 @@ class OptunaSearch(Sweeper):
     def _run_batch(self, study: Any, trials: list[Any], space: Space, url: str, name: str, names: list[str]) -> None:
         batch = [self._job_overrides(trial, space, url, name) for trial in trials]
         with studies.heartbeat(study, trials, self.heartbeat_seconds):
-            returns = self.launcher.launch(batch, initial_job_idx=self.job_idx)
-        self.job_idx += len(returns)
+            try:
+                returns = self.launcher.launch(batch, initial_job_idx=trials[0].number)
+            except Exception as error:  # noqa: BLE001 - a launcher's own failure (submitit: a job's process died)
+                returns = [None] * len(trials)
+                reason = " ".join(str(error).split())[:300]
+                log.error("error: the launcher lost trials %s: %s", ", ".join(str(t.number) for t in trials), reason)
         for trial, job in zip(trials, returns, strict=True):
             self._tell(study, trial, job, names)
 
@@ -217,7 +220,7 @@ class OptunaSearch(Sweeper):
 
         outcome = study._storage.get_trial(trial._trial_id).user_attrs.get(studies.OUTCOME) or {}
         values = None
-        if job.status == JobStatus.COMPLETED:
+        if job is not None and job.status == JobStatus.COMPLETED:
             if len(names) > 1 or self.metrics:
                 metrics = outcome.get("metrics") or {}
                 values = [metrics.get(metric) for metric in names]
