@@ -218,6 +218,15 @@ def test_the_pruner_stops_a_trial_after_an_epoch_and_its_folder_is_complete(tmp_
     assert _rows(tmp_path / "sweep" / "study.csv")[0]["state"] == "pruned"
     assert _rows(tmp_path / "sweep" / "summary.csv")[0]["status"] == "pruned"
     assert "Pruned after epoch 1" in (run / "run.log").read_text()
+    import tensorflow as tf
+
+    scalars = {}  # TensorBoard HParams: the trial's session shows it pruned
+    for events in (run / "tensorboard").glob("events.out.tfevents.*"):
+        for event in tf.compat.v1.train.summary_iterator(str(events)):
+            for value in event.summary.value:
+                if value.tag.startswith("hparams/"):
+                    scalars[value.tag] = float(tf.make_ndarray(value.tensor))
+    assert scalars["hparams/pruned"] == 1.0
 
 
 @pytest.mark.e2e
@@ -371,3 +380,24 @@ def test_the_slurm_path_prunes_across_processes_through_submitits_local_executor
         metrics = json.loads((tmp_path / "sweep" / str(number) / "metrics.json").read_text())
         assert metrics["pruned"] and metrics["epochs_completed"] == 1
     assert list((tmp_path / "sweep" / ".submitit").iterdir()), "the jobs ran through submitit"
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_mlflow_gets_one_parent_run_for_the_study_across_runs_of_the_command(tmp_path):
+    pytest.importorskip("mlflow")
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracking = ["logger=mlflow", f"logger.tracking_uri={uri}"]
+    assert _search(tmp_path, "hydra.sweeper.n_trials=1", *tracking).returncode == 0
+    again = _search(tmp_path, "hydra.sweeper.n_trials=2", *tracking)  # the study goes on: the same parent
+    assert again.returncode == 0, again.stderr[-3000:]
+    client = MlflowClient(tracking_uri=uri)
+    runs = client.search_runs([client.get_experiment_by_name("vggtrain").experiment_id])
+    parents = [run for run in runs if "mlflow.parentRunId" not in run.data.tags]
+    children = [run for run in runs if "mlflow.parentRunId" in run.data.tags]
+    assert len(parents) == 1 and len(children) == 2
+    assert {run.data.tags["mlflow.parentRunId"] for run in children} == {parents[0].info.run_id}
+    assert parents[0].info.status == "FINISHED" and "best_objective" in parents[0].data.metrics
+    assert sorted(run.info.run_name.split(":")[0] for run in children) == ["0", "1"], "named by trial number"
