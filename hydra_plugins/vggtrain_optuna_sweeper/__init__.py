@@ -29,6 +29,7 @@ class VggtrainOptunaConf:
     pruner: Any = None  # e.g. {_target_: optuna.pruners.MedianPruner, n_warmup_steps: 3}; null: no pruning
     params: Any = None  # {key: interval(...) | tag(log, interval(...)) | range(...) | choice(...) | value}
     metrics: Any = None  # null: the job's return value (objective.metric); a list: metrics.json keys, one per direction
+    folds: int = 0  # >= 2: each trial runs this many jobs, one per fold (dataset.folds), and reports their mean
     retries: int = 1  # a trial whose sweep died is run again this many times
     heartbeat_seconds: float = 30.0  # how often a sweep marks its running trials alive
     grace_seconds: float = 120.0  # a running trial of another machine with no heartbeat for this long is dead

@@ -33,7 +33,15 @@ class DatasetConfig:
     Every key but the pipeline's (`PIPELINE`) goes to the part, with `image_size` as the side stored images are
     resized to (`resize_to`)."""
 
-    PIPELINE: ClassVar[tuple[str, ...]] = ("_target_", "shuffle_buffer", "cache", "standardize", "augment")
+    PIPELINE: ClassVar[tuple[str, ...]] = (
+        "_target_",
+        "shuffle_buffer",
+        "cache",
+        "standardize",
+        "augment",
+        "folds",
+        "fold",
+    )
     OPEN: ClassVar[str | None] = None  # dataset=custom: the field collecting the part's own keys
 
     _target_: str = MISSING  # the dataset part: a class (or function) taking this section's keys
@@ -44,10 +52,16 @@ class DatasetConfig:
     cache: bool = False  # keep the decoded images in memory after the first epoch (small datasets)
     standardize: bool = True  # per-image standardization, a layer of the model (zero mean, unit variance)
     augment: Augmentation = field(default_factory=Augmentation)  # training augmentation: the host's and the model's
+    folds: int = 0  # k-fold cross-validation: train + val are split into this many folds (0: no cross-validation)
+    fold: int = 0  # with folds: this fold is the validation split, the others the training split
 
     def __post_init__(self) -> None:
         require(self.image_size >= 0, "dataset.image_size", ">= 0", self.image_size)
         require(self.shuffle_buffer >= 1, "dataset.shuffle_buffer", ">= 1", self.shuffle_buffer)
+        require(self.folds != 1, "dataset.folds", "0 (no cross-validation) or >= 2 (one fold validates)", self.folds)
+        require(self.folds >= 0, "dataset.folds", "0 (no cross-validation) or >= 2", self.folds)
+        if self.folds:
+            require(0 <= self.fold < self.folds, "dataset.fold", f"in [0, dataset.folds={self.folds})", self.fold)
 
     @property
     def resize_to(self) -> int:

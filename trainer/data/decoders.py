@@ -46,6 +46,11 @@ class BinaryDecoder:
         planes = tf.reshape(raw[:, layout.label_bytes :], [-1, layout.channels, layout.height, layout.width])
         return tf.transpose(planes, [0, 2, 3, 1]), check_labels(labels, self.num_classes)
 
+    def labels(self, records: tf.Tensor) -> tf.Tensor:
+        """The labels of a batch of records alone (k-fold's stratification)."""
+        raw = tf.reshape(tf.io.decode_raw(records, tf.uint8), [-1, self.layout.record_bytes])
+        return check_labels(tf.cast(raw[:, self.layout.label_index], tf.int32), self.num_classes)
+
 
 @dataclass(frozen=True)
 class TFRecordDecoder:
@@ -67,6 +72,12 @@ class TFRecordDecoder:
             return encoded, -tf.ones(tf.shape(encoded), tf.int32)
         # Saturated, not wrapped: a label past int32 must still fail the range check.
         return encoded, tf.cast(tf.clip_by_value(parsed[spec.label_key], -1, LABEL_MAX), tf.int32)
+
+    def labels(self, records: tf.Tensor) -> tf.Tensor:
+        """The labels of a batch of records alone, no image decoded (k-fold's stratification)."""
+        parsed = tf.io.parse_example(records, {self.spec.label_key: tf.io.FixedLenFeature([], tf.int64)})
+        labels = tf.cast(tf.clip_by_value(parsed[self.spec.label_key], -1, LABEL_MAX), tf.int32)
+        return check_labels(labels, self.num_classes)
 
     def __call__(self, records: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         spec = self.spec

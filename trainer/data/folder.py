@@ -108,8 +108,13 @@ class FileDecoder:
     size: int
     resize_mode: str = "resize"
 
+    @staticmethod
+    def labels(records: tf.Tensor) -> tf.Tensor:
+        """The labels of a batch of records alone, no image decoded (k-fold's stratification)."""
+        return tf.strings.to_number(tf.strings.substr(records, 0, LABEL_DIGITS), tf.int32)
+
     def __call__(self, records: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        labels = tf.strings.to_number(tf.strings.substr(records, 0, LABEL_DIGITS), tf.int32)
+        labels = self.labels(records)
         images = decode_images(tf.strings.substr(records, LABEL_DIGITS, _TO_END), self.size, self.resize_mode)
         return images, labels
 

@@ -8,6 +8,8 @@ It asks the study for `n_jobs` trials at a time (Optuna's ask-and-tell), launche
 through the chosen Hydra launcher (basic, joblib, Slurm) and tells the study each job's
 outcome: the float the job returns (`objective.metric`), or the `metrics` of a
 multi-objective search, `pruned` when the job's pruner stopped it, failed when it raised.
+With `folds: K` (hparams_search=vgg19_optuna_cv) each trial is K jobs, one per fold of
+`dataset.folds`, and the study is told their mean.
 The study lives in a storage (`trainer.search.study`), so the same command run again
 continues it, and several sweeps can share it.
 """
@@ -101,6 +103,7 @@ class OptunaSearch(Sweeper):
         pruner: Any,
         params: Any,
         metrics: Any = None,
+        folds: int = 0,
         retries: int = 1,
         heartbeat_seconds: float = 30.0,
         grace_seconds: float = 120.0,
@@ -111,6 +114,7 @@ class OptunaSearch(Sweeper):
         self.sampler_config, self.pruner_config = _plain(sampler), _plain(pruner)  # instantiated in sweep()
         self.params = _plain(params)
         self.metrics = list(metrics) if metrics else None
+        self.folds = folds
         self.retries, self.heartbeat_seconds, self.grace_seconds, self.plots = (
             retries,
             heartbeat_seconds,
@@ -147,6 +151,11 @@ class OptunaSearch(Sweeper):
                 f"hydra.sweeper.n_jobs={self.n_jobs}: the launcher runs at most {capacity} jobs at once ({key}); "
                 f"lower hydra.sweeper.n_jobs"
             )
+        if self.folds == 1 or self.folds < 0:
+            raise ConfigError(f"hydra.sweeper.folds must be 0 (no cross-validation) or >= 2; got {self.folds}")
+        if self.folds and self.pruner_config:
+            raise ConfigError("hydra.sweeper.pruner: a cross-validated trial (hydra.sweeper.folds) is not pruned; "
+                              "set the pruner to null")  # fmt: skip
         if len(directions) > 1:
             if not self.metrics or len(self.metrics) != len(directions):
                 raise ConfigError(
@@ -195,48 +204,65 @@ class OptunaSearch(Sweeper):
         write_report(study, sweep_dir, names, self.plots)
         self._log_best(study, names)
 
+    def _folds(self) -> list[int | None]:
+        """The folds each trial runs: [None] (one job), or 0..K-1 when the search cross-validates."""
+        return list(range(self.folds)) if self.folds else [None]
+
     def _run_batch(self, study: Any, trials: list[Any], space: Space, url: str, name: str, names: list[str]) -> None:
-        batch = [self._job_overrides(trial, space, url, name) for trial in trials]
+        folds = self._folds()
+        batch = [self._job_overrides(trial, space, url, name, fold) for trial in trials for fold in folds]
         with studies.heartbeat(study, trials, self.heartbeat_seconds):
             try:
-                returns = self.launcher.launch(batch, initial_job_idx=trials[0].number)
+                returns = self.launcher.launch(batch, initial_job_idx=trials[0].number * len(folds))
             except Exception as error:  # noqa: BLE001 - a launcher's own failure (submitit: a job's process died)
-                returns = [None] * len(trials)
+                returns = [None] * len(batch)
                 reason = " ".join(str(error).split())[:300]
                 log.error("error: the launcher lost trials %s: %s", ", ".join(str(t.number) for t in trials), reason)
-        for trial, job in zip(trials, returns, strict=True):
-            self._tell(study, trial, job, names)
+        for index, trial in enumerate(trials):
+            self._tell(study, trial, returns[index * len(folds) : (index + 1) * len(folds)], names)
 
-    def _job_overrides(self, trial: Any, space: Space, url: str, name: str) -> list[str]:
+    def _job_overrides(self, trial: Any, space: Space, url: str, name: str, fold: int | None) -> list[str]:
         told = [f"trial.number={trial.number}", f"trial.study={_override_text(name)}",
                 f"trial.storage={_override_text(url)}"]  # fmt: skip
         if self.pruner_config:
             told.append(f"trial.pruner={_override_text(self.pruner_config)}")
+        if fold is not None:
+            told += [f"dataset.folds={self.folds}", f"dataset.fold={fold}"]
         return [*space.overrides(trial.params), *told]
 
-    def _tell(self, study: Any, trial: Any, job: Any, names: list[str]) -> None:
-        """The job's outcome into the study: complete with its values, pruned, or failed."""
+    def _values(self, job: Any, outcome: dict, names: list[str]) -> list[float] | None:
+        """One job's objective values: its return value, or the `metrics` it wrote; None if it gave none."""
+        if job is None or job.status != JobStatus.COMPLETED:
+            return None
+        if len(names) > 1 or self.metrics:
+            metrics = outcome.get("metrics") or {}
+            values = [metrics.get(metric) for metric in names]
+        else:
+            values = [job.return_value]
+        usable = all(isinstance(value, (int, float)) and math.isfinite(value) for value in values)
+        return [float(value) for value in values] if usable else None
+
+    def _tell(self, study: Any, trial: Any, jobs: list[Any], names: list[str]) -> None:
+        """The outcome of a trial's jobs (one, or one per fold: their mean) into the study: complete with its
+        values, pruned, or failed (any of its jobs failed)."""
         from optuna.trial import TrialState
 
-        outcome = study._storage.get_trial(trial._trial_id).user_attrs.get(studies.OUTCOME) or {}
-        values = None
-        if job is not None and job.status == JobStatus.COMPLETED:
-            if len(names) > 1 or self.metrics:
-                metrics = outcome.get("metrics") or {}
-                values = [metrics.get(metric) for metric in names]
-            else:
-                values = [job.return_value]
-        usable = values is not None and all(
-            isinstance(value, (int, float)) and math.isfinite(value) for value in values
-        )
-        if outcome.get("state") == "pruned":
+        from trainer.search.trial import outcome_key
+
+        attributes = study._storage.get_trial(trial._trial_id).user_attrs
+        outcomes = [attributes.get(outcome_key(fold)) or {} for fold in self._folds()]
+        values = [self._values(job, outcome, names) for job, outcome in zip(jobs, outcomes, strict=True)]
+        usable = all(value is not None for value in values)
+        mean = [sum(column) / len(column) for column in zip(*values, strict=True)] if usable else None
+        if any(outcome.get("state") == "pruned" for outcome in outcomes):
             study.tell(trial, state=TrialState.PRUNED)
         elif usable:
-            study.tell(trial, values=[float(value) for value in values])
+            study.tell(trial, values=mean)
         else:
             study.tell(trial, state=TrialState.FAIL)
-        shown = " ".join(f"{n}={float(v):.4f}" for n, v in zip(names, values, strict=True)) if usable else ""
-        log.info("Trial %d: %s %s", trial.number, state_name(study._storage.get_trial(trial._trial_id)), shown)
+        shown = " ".join(f"{n}={v:.4f}" for n, v in zip(names, mean, strict=True)) if usable else ""
+        folds = f" (mean of {len(jobs)} folds)" if self.folds and usable else ""
+        log.info("Trial %d: %s %s%s", trial.number, state_name(study._storage.get_trial(trial._trial_id)), shown, folds)
 
     def _log_best(self, study: Any, names: list[str]) -> None:
         best = best_trials(study)

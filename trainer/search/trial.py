@@ -65,11 +65,17 @@ def pruned(callbacks: list[keras.callbacks.Callback]) -> bool:
     return any(isinstance(item, PruneCallback) and item.pruned_after for item in callbacks)
 
 
-def record_outcome(config: TrialConfig, metrics: dict[str, Any]) -> None:
-    """Writes the run's outcome (`pruned` or `complete`) and its metrics into its trial, for the sweep."""
+def outcome_key(fold: int | None) -> str:
+    """The trial attribute a job's outcome goes to: one per fold when a trial runs several (cross-validation)."""
+    return OUTCOME if fold is None else f"{OUTCOME}:fold{fold}"
+
+
+def record_outcome(config: TrialConfig, metrics: dict[str, Any], fold: int | None = None) -> None:
+    """Writes the run's outcome (`pruned` or `complete`) and its metrics into its trial, for the sweep (`fold`:
+    the fold this job validates on, when the trial is cross-validated)."""
     trial = connect(config)
     if trial is None:
         return
     shown = {key: value for key, value in metrics.items() if isinstance(value, (int, float, str, bool, type(None)))}
     state = "pruned" if metrics.get("pruned") else "complete"
-    trial.study._storage.set_trial_user_attr(trial._trial_id, OUTCOME, {"state": state, "metrics": shown})
+    trial.study._storage.set_trial_user_attr(trial._trial_id, outcome_key(fold), {"state": state, "metrics": shown})

@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 import tensorflow as tf
 
 from trainer.config.groups import DatasetConfig
-from trainer.data import pipeline, shares
+from trainer.data import folds, pipeline, shares
 from trainer.data.augmentation import Augmentation
 from trainer.data.mixing import Mixing
 from trainer.data.parts import DatasetPart, Splits
 from trainer.data.preprocess import Preprocess
 from trainer.data.sources import Source
-from trainer.errors import DataError, op_error_reason
+from trainer.errors import ConfigError, DataError, op_error_reason
 from trainer.models.registry import build_target
 
 log = logging.getLogger(__name__)
@@ -106,6 +106,23 @@ def _worker_input(
     return train_for, plan.steps_per_epoch
 
 
+def _fold(splits: Splits, dataset: DatasetConfig, seed: int, num_workers: int) -> Splits:
+    """Fold `dataset.fold` of `dataset.folds` validates, the others train (`trainer.data.folds`)."""
+    if num_workers > 1:
+        raise ConfigError(
+            "dataset.folds: cross-validation runs on one worker (its folds are chosen record by record); "
+            "use strategy=single or strategy=mirrored"
+        )
+    splits = folds.fold_splits(splits, dataset.folds, dataset.fold, seed)
+    log.info(
+        "Fold %d of %d validates: %d records; the other folds train: %d records (stratified by class, seed %d) "
+        "<dataset.folds=%d dataset.fold=%d>",
+        dataset.fold, dataset.folds, splits.sources["val"].count, splits.sources["train"].count, seed,
+        dataset.folds, dataset.fold,
+    )  # fmt: skip
+    return splits
+
+
 def normalization_for(dataset: DatasetConfig, model_preprocessing: str | None) -> str:
     """What the model expects: `caffe` for ImageNet weights, else per-image standardization if the dataset asks."""
     if model_preprocessing == "caffe":
@@ -165,6 +182,8 @@ def load_data(
         num_workers: The input pipelines of a multi-worker training run, each of which reads its own share.
     """
     splits = build_part(dataset).load(check_val)
+    if dataset.folds:
+        splits = _fold(splits, dataset, seed, num_workers)
     preprocess = Preprocess(image_size=dataset.resize_to, augment=dataset.augment)
     decoder, cache = splits.decoder, dataset.cache
     sources = splits.sources

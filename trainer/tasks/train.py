@@ -350,7 +350,8 @@ def train(settings: Config) -> float | None:
         if outcome not in ("preempted", "interrupted"):
             metrics = finish(settings, plan, folder, models.inference, outcome, time.perf_counter() - started)
     if outcome not in ("preempted", "interrupted") and plan.chief:
-        record_outcome(settings.trial, metrics)  # a search's trial: the sweep reads its outcome from the study
+        fold = settings.dataset.fold if settings.dataset.folds else None
+        record_outcome(settings.trial, metrics, fold)  # a search's trial: the sweep reads its outcome from the study
     if outcome == "interrupted":  # the folder is released: the lock, the invocation's end line
         raise Interrupted(
             f"interrupted (Ctrl-C); the backup is saved. To continue, run: python run.py resume={folder.run_dir}"

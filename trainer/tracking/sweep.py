@@ -18,6 +18,7 @@ import fcntl
 import json
 import logging
 import math
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +123,55 @@ def best_table(rows: list[dict[str, str]], mode: str, limit: int = 5) -> str:
     return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)) for line in lines)
 
 
+FOLD_METRICS = ("objective", "val_accuracy", "val_loss", "test_accuracy", "test_loss")
+
+
+def _is_fold(item: str) -> bool:
+    return item.lstrip("+~").startswith("dataset.fold=")
+
+
+def fold_rows(rows: list[dict[str, str]]) -> list[dict[str, Any]]:
+    """Per configuration (a job's overrides but `dataset.fold=...`) that ran two complete folds or more: the
+    mean and the standard deviation (n - 1) of each metric over its folds."""
+    groups: dict[str, list[dict[str, str]]] = {}
+    for row in rows:
+        items = row["overrides"].split()
+        if row["status"] == "complete" and any(_is_fold(item) for item in items):
+            groups.setdefault(" ".join(item for item in items if not _is_fold(item)), []).append(row)
+    result = []
+    for configuration, members in groups.items():
+        if len(members) < 2:
+            continue
+        row: dict[str, Any] = {"configuration": configuration, "folds": len(members)}
+        for metric in FOLD_METRICS:
+            values = [float(member[metric]) for member in members if member.get(metric) not in ("", None)]
+            if len(values) == len(members):
+                row[f"{metric}_mean"], row[f"{metric}_std"] = statistics.mean(values), statistics.stdev(values)
+        result.append(row)
+    return result
+
+
+def write_fold_summary(sweep_dir: Path, rows: list[dict[str, str]]) -> str | None:
+    """`folds.csv` (mean and std of each metric per configuration) and its table; None without folds."""
+    folds = fold_rows(rows)
+    if not folds:
+        return None
+    columns = ["configuration", "folds"] + [f"{m}_{s}" for m in FOLD_METRICS for s in ("mean", "std")]
+    with open(sweep_dir / "folds.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(folds)
+    lines = [f"Cross-validation: mean +- std over the folds -> {sweep_dir / 'folds.csv'}"]
+    for row in folds:
+        figures = "  ".join(
+            f"{metric} {row[f'{metric}_mean']:.4f} +- {row[f'{metric}_std']:.4f}"
+            for metric in ("val_accuracy", "test_accuracy")
+            if f"{metric}_mean" in row
+        )
+        lines.append(f"{figures}  ({row['folds']} folds)  {row['configuration']}")
+    return "\n".join(lines)
+
+
 class SweepSummary(Callback):
     """Writes `<sweep dir>/summary.csv` as jobs end and prints the best jobs when the sweep ends."""
 
@@ -160,6 +210,8 @@ class SweepSummary(Callback):
         mode = config.get("objective", {}).get("mode", "max")
         print(f"Sweep summary: {len(rows)} jobs, {failed} failed -> {summary}")
         print(best_table(rows, mode, self.top))
+        if folds := write_fold_summary(summary.parent, rows):
+            print(folds)
         OUTCOME.update(jobs=len(rows), failed=failed, summary=str(summary))
 
 
