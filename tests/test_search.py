@@ -401,3 +401,29 @@ def test_mlflow_gets_one_parent_run_for_the_study_across_runs_of_the_command(tmp
     assert {run.data.tags["mlflow.parentRunId"] for run in children} == {parents[0].info.run_id}
     assert parents[0].info.status == "FINISHED" and "best_objective" in parents[0].data.metrics
     assert sorted(run.info.run_name.split(":")[0] for run in children) == ["0", "1"], "named by trial number"
+
+
+@pytest.mark.e2e
+def test_a_cross_validated_trial_is_told_the_mean_of_its_folds(tmp_path):
+    data = write_cifar(tmp_path / "cifar")
+    sweep = tmp_path / "sweep"
+    arguments = [
+        "-m", *tiny_overrides(data), "hparams_search=vgg19_optuna_cv", "hydra.sweeper.folds=2",
+        "hydra.sweeper.n_trials=1", f"hydra.sweep.dir={sweep}",
+    ]  # fmt: skip
+    result = run_cli(arguments, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    folds = [json.loads((sweep / "0" / f"fold{fold}" / "metrics.json").read_text()) for fold in (0, 1)]
+    objectives = [metrics["objective"] for metrics in folds]
+    (trial,) = _study(tmp_path, "vgg19_cv").trials
+    assert trial.value == pytest.approx(sum(objectives) / 2)
+    (row,) = _rows(sweep / "folds.csv")
+    assert int(row["folds"]) == 2 and float(row["objective_mean"]) == pytest.approx(trial.value)
+    assert "mean of 2 folds" in result.stdout
+
+
+@pytest.mark.e2e
+def test_a_cross_validated_search_is_not_pruned(tmp_path):
+    pruner = "hydra.sweeper.pruner={_target_:optuna.pruners.MedianPruner}"
+    result = _search(tmp_path, "hydra.sweeper.folds=2", pruner)
+    assert result.stderr.strip().splitlines()[-1].startswith("error: hydra.sweeper.pruner: a cross-validated trial")
