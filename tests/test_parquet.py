@@ -220,3 +220,17 @@ def test_without_pyarrow_the_part_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "pyarrow", None)  # `import pyarrow` then raises ImportError
     with pytest.raises(ConfigError, match=r'pip install -e "\.\[parquet\]"'):
         ArrowFiles("anywhere", image_size=32)
+
+
+@pytest.mark.integration
+def test_the_folds_of_parquet_rows_partition_train_and_val(tmp_path):
+    root = make_hub(tmp_path / "hub")
+    plain = load_data(_settings(root).dataset, batch_size=4, seed=0)
+    pool = sorted(_images(plain.train_plain, NAMES) + _images(plain.val, NAMES))
+    vals = []
+    for fold in (0, 1):
+        data = load_data(_settings(root, "dataset.folds=2", f"dataset.fold={fold}").dataset, batch_size=4, seed=0)
+        train, val = _images(data.train_plain, NAMES), _images(data.val, NAMES)
+        assert sorted(train + val) == pool and data.class_counts["val"] == {name: 4 for name in NAMES}
+        vals += val
+    assert sorted(vals) == pool, "the validation folds partition train and val"

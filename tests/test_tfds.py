@@ -309,3 +309,24 @@ def test_dataset_tfds_trains_end_to_end_offline(data_dir, tmp_path, no_network):
     run_task(compose(overrides, tmp_path / "run"))
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["num_examples"] == {"train": 12, "val": 4, "test": 4} and not no_network
+
+
+@pytest.mark.integration
+def test_the_folds_of_a_tfds_folder_partition_train_and_val(data_dir):
+    from trainer.data.folds import fold_splits
+
+    splits = TFDSFiles(tfds_name="pets", data_dir=str(data_dir), image_size=32).load()
+
+    def pixels(source) -> list[bytes]:
+        batches = eval_dataset(source, splits.decoder, Preprocess(32), 8)
+        return sorted(image.tobytes() for images, _ in batches for image in images.numpy())
+
+    pool = sorted(pixels(splits.sources["train"]) + pixels(splits.sources["val"]))
+    vals = []
+    for fold in (0, 1):
+        folded = fold_splits(splits, 2, fold, seed=0)
+        assert sorted(pixels(folded.sources["train"]) + pixels(folded.sources["val"])) == pool
+        labels = _labels_follow_colours(eval_dataset(folded.sources["val"], splits.decoder, Preprocess(32), 8), CLASSES)
+        assert sorted(labels) == [0] * 4 + [1] * 4, "stratified: each class halved"
+        vals += pixels(folded.sources["val"])
+    assert sorted(vals) == pool

@@ -12,7 +12,7 @@ split is left alone; so is a validation split that is the test files (`val_sourc
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import tensorflow as tf
@@ -23,15 +23,52 @@ from trainer.data.sources import Source
 from trainer.errors import DataError
 
 
-def pooled(splits: Splits) -> Source:
-    """The records the folds are cut from: train, then val (unless val is the test files or reads otherwise)."""
+@dataclass(frozen=True)
+class FoldSource:
+    """The records of one or more sources read one after another (train, then val), or only those `keep`
+    marks by their place: one fold, or all the others (`trainer.data.sources.Source`'s reading methods)."""
+
+    parts: tuple[Source, ...]
+    keep: np.ndarray | None = field(default=None, compare=False)  # bool per record of the parts, in order
+
+    @property
+    def records(self) -> Records:
+        """Every range the parts read (the fingerprint's and the checksum's files)."""
+        return Records(tuple(item for part in self.parts for item in part.records.ranges), self._total)
+
+    @property
+    def _total(self) -> int:
+        return sum(part.count for part in self.parts)
+
+    @property
+    def count(self) -> int:
+        return self._total if self.keep is None else int(self.keep.sum())
+
+    def _read(self) -> tf.data.Dataset:
+        records = self.parts[0].in_order()
+        for part in self.parts[1:]:
+            records = records.concatenate(part.in_order())
+        if self.keep is None:
+            return records
+        mask = tf.constant(self.keep)
+        chosen = records.enumerate().filter(lambda index, record: tf.gather(mask, index))
+        return chosen.map(lambda index, record: record)
+
+    def in_order(self) -> tf.data.Dataset:
+        return self._read().apply(tf.data.experimental.assert_cardinality(self.count))
+
+    def for_training(self, seed: int) -> tf.data.Dataset:
+        """In file order (a record's place picks it); the pipeline's shuffle buffer mixes them."""
+        return self._read()
+
+
+def pooled(splits: Splits) -> FoldSource:
+    """The records the folds are cut from: train, then val (unless val is the test files)."""
     train, val, test = splits.sources["train"], splits.sources["val"], splits.sources["test"]
-    if val.records == test.records or val.reader != train.reader or val.keep is not None:
-        return train
-    return Source(Records(train.records.ranges + val.records.ranges, train.count + val.count), train.reader)
+    return FoldSource((train,) if val.records == test.records else (train, val))
 
 
-def read_labels(source: Source, decoder) -> np.ndarray:
+def read_labels(source: FoldSource, decoder) -> np.ndarray:
     """Every record's label, in order: the decoder's `labels` where it has one (no image decoded)."""
     labels_of = getattr(decoder, "labels", None) or (lambda records: decoder(records)[1])
     batches = source.in_order().batch(1024).map(labels_of, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)

@@ -11,10 +11,9 @@ read like local ones.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
-import numpy as np
 import tensorflow as tf
 
 from trainer.data.shares import Records
@@ -64,22 +63,14 @@ class TFRecordReader:
 
 @dataclass(frozen=True)
 class Source:
-    """The records of one split, or of one worker's share of it, and how to read them; with `keep`, only the
-    records it marks (k-fold: one fold, or all the others, of the records of `records`)."""
+    """The records of one split, or of one worker's share of it, and how to read them."""
 
     records: Records
     reader: Reader
-    keep: np.ndarray | None = field(default=None, compare=False)  # bool per record of `records`, in order
 
     @property
     def count(self) -> int:
-        return self.records.count if self.keep is None else int(self.keep.sum())
-
-    def _kept(self, records: tf.data.Dataset) -> tf.data.Dataset:
-        """The records `keep` marks, by their position in `records` (read in order)."""
-        mask = tf.constant(self.keep)
-        chosen = records.enumerate().filter(lambda index, record: tf.gather(mask, index))
-        return chosen.map(lambda index, record: record)
+        return self.records.count
 
     @property
     def _whole_files(self) -> bool:
@@ -105,16 +96,12 @@ class Source:
     def in_order(self) -> tf.data.Dataset:
         """Every record once, files in the given order; the count is stated, so Keras can size an epoch."""
         records = self._read(self._ranges(), None)
-        if self.keep is not None:
-            records = self._kept(records)
         return records.apply(tf.data.experimental.assert_cardinality(self.count))
 
     def for_training(self, seed: int) -> tf.data.Dataset:
         """One pass's records in reading order: with a parallel reader, the files in an order seeded anew each
         pass and read several at once (deterministically); else in file order. The pipeline's shuffle
-        buffer mixes them. A k-fold selection (`keep`) reads in file order: a record's place picks it."""
-        if self.keep is not None:
-            return self._kept(self._read(self._ranges(), None))
+        buffer mixes them."""
         if not self.reader.parallel or len(self.records.ranges) < 2:
             return self._read(self._ranges(), None)
         order = self._ranges().shuffle(len(self.records.ranges), seed=seed, reshuffle_each_iteration=True)
