@@ -427,3 +427,14 @@ def test_a_cross_validated_search_is_not_pruned(tmp_path):
     pruner = "hydra.sweeper.pruner={_target_:optuna.pruners.MedianPruner}"
     result = _search(tmp_path, "hydra.sweeper.folds=2", pruner)
     assert result.stderr.strip().splitlines()[-1].startswith("error: hydra.sweeper.pruner: a cross-validated trial")
+
+
+@pytest.mark.e2e
+def test_a_trial_that_fails_is_marked_failed_and_the_search_goes_on(tmp_path):
+    result = _search(tmp_path, "hydra.sweeper.n_trials=2", "model.dropout=choice(1.5)")  # every trial: bad input
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert [trial.state.name for trial in _study(tmp_path).trials] == ["FAIL", "FAIL"], "the second trial ran"
+    assert [row["state"] for row in _rows(tmp_path / "sweep" / "study.csv")] == ["failed", "failed"]
+    rows = _rows(tmp_path / "sweep" / "summary.csv")
+    assert len(rows) == 2 and all("rate=1.5" in row["error"] for row in rows), "each named, in one line"
+    assert result.stderr.strip().splitlines()[-1].startswith("error: 2 of 2 jobs failed")
