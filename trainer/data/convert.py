@@ -27,6 +27,7 @@ import re
 import shutil
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,7 +41,7 @@ from trainer.data.check import check_splits
 from trainer.data.decode import DECODE, RESIZE_MODES
 from trainer.data.decoders import TFRecordDecoder
 from trainer.data.folder import stratified_split
-from trainer.data.images import decode_files, special_file_reason
+from trainer.data.images import Decoded, decode_files, special_file_reason
 from trainer.data.preprocess import Preprocess
 from trainer.data.shares import Records
 from trainer.data.sources import Source, TFRecordReader
@@ -148,9 +149,17 @@ class ShardTask:
     shown: tuple[str, ...]  # the same names as text, for the manifest
 
 
-def write_shard(task: ShardTask, options: ConvertOptions) -> tuple[Counter, list[dict]]:
-    """Decodes the shard's images (`trainer.data.images.decode_files`: the one decode, in tf.data, `workers` at
-    once) and writes its records in order.
+def _per_file(runs: Iterator[Decoded]) -> Iterator[tuple[str | None, np.ndarray | None]]:
+    """`decode_files`' runs as one (reason it gives no image, or None; pixels) per file, in order."""
+    for run in runs:
+        pixels = iter(run.images if run.images is not None else [])
+        for error in run.errors:
+            yield (error, None) if error is not None else (None, next(pixels))
+
+
+def write_shard(task: ShardTask, options: ConvertOptions, decoded: Iterator[tuple]) -> tuple[Counter, list[dict]]:
+    """Writes the shard's records in order, taking its files' images from `decoded` (`_per_file`: one decode
+    pipeline for every shard, so tf.data traces the decode once, not once per shard).
 
     Returns:
         (records per label, skipped files with their reasons).
@@ -159,17 +168,17 @@ def write_shard(task: ShardTask, options: ConvertOptions) -> tuple[Counter, list
     counts, skipped = Counter(), []
     size = options.image_size
     with record_writer.RecordFile(task.path, options.compression) as shard:
-        for run in decode_files(list(task.files), size, options.resize, parallel=options.workers):
-            pixels = iter(run.images if run.images is not None else [])
-            for index, error in enumerate(run.errors, start=run.start):
-                if error is not None:
-                    skipped.append({"file": task.shown[index], "reason": error})
-                    continue
-                data = _encoded(next(pixels), options)
-                label, name = task.labels[index], task.names[index]
-                features = record_writer.example_features(options.format, keys, data, label, name, size, size)
-                shard.write(record_writer.encode_example(features))
-                counts[label] += 1
+        for index in range(len(task.files)):
+            error, pixels = next(decoded)
+            if error is not None:
+                skipped.append({"file": task.shown[index], "reason": error})
+                continue
+            label, name = task.labels[index], task.names[index]
+            features = record_writer.example_features(
+                options.format, keys, _encoded(pixels, options), label, name, size, size
+            )
+            shard.write(record_writer.encode_example(features))
+            counts[label] += 1
     return counts, skipped
 
 
@@ -272,10 +281,12 @@ def convert(input_dir: Path, output_dir: Path, options: ConvertOptions) -> dict:
         "splits": {},
         "skipped": skipped,
     }
+    every_file = [path for _, task in tasks for path in task.files]
+    decoded = _per_file(decode_files(every_file, options.image_size, options.resize, parallel=options.workers))
     with tqdm(total=len(items), unit="img", desc="convert", disable=None) as progress:
         outcomes = []
         for _, task in tasks:
-            outcomes.append(write_shard(task, options))
+            outcomes.append(write_shard(task, options, decoded))
             progress.update(len(task.files))
     written = {}  # per split, the files of its records in record order (the check names them)
     for split in splits:
