@@ -47,7 +47,7 @@ def _folded(overrides: list[str], folds: int, fold: int):
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("source", ["cifar", "folder"])
+@pytest.mark.parametrize("source", ["cifar", pytest.param("folder", marks=pytest.mark.slow)])
 def test_the_folds_partition_train_and_val_and_leave_test_alone(tmp_path, source):
     if source == "cifar":
         overrides = [

@@ -223,6 +223,7 @@ def test_without_pyarrow_the_part_names_the_extra(monkeypatch):
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_the_folds_of_parquet_rows_partition_train_and_val(tmp_path):
     root = make_hub(tmp_path / "hub")
     plain = load_data(_settings(root).dataset, batch_size=4, seed=0)

@@ -351,6 +351,7 @@ def test_two_sweeps_sharing_a_study_run_exactly_n_trials_together(tmp_path):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_a_batch_of_trials_runs_in_parallel_through_the_joblib_launcher(tmp_path):
     result = _search(tmp_path, "launcher=joblib", "hydra.sweeper.n_jobs=2", "hydra.sweeper.n_trials=2")
     assert result.returncode == 0, result.stderr[-3000:]

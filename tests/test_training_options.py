@@ -334,6 +334,7 @@ EVERY_OPTION = [  # but the policy, which each run picks
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # each option trains in the default suite (test_options.py); all at once here
 def test_a_run_with_every_option_trains_and_saves_no_training_layer(tmp_path):
     data = write_cifar(tmp_path / "cifar", records_per_file=16, num_test=16)
     run = tmp_path / "run"
