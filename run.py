@@ -20,7 +20,7 @@ from omegaconf import DictConfig
 
 from trainer.config import register
 from trainer.config.hints import missing_extra
-from trainer.config.typos import check_arguments
+from trainer.config.typos import check_arguments, check_group_keys
 from trainer.errors import DiskError, UserError, one_line
 from trainer.runs.folders import (
     check_resume_argument,
@@ -44,7 +44,10 @@ def _share_cores(cfg: DictConfig) -> None:
         cfg.trainer.threads = max(1, (os.cpu_count() or 1) // jobs)
 
 
-@hydra.main(version_base="1.3", config_path=str(Path(__file__).resolve().parent / "conf"), config_name="config")
+CONFIG_DIR = str(Path(__file__).resolve().parent / "conf")
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")
 def main(cfg: DictConfig) -> float | None:
     from trainer.tasks import run_task
 
@@ -86,10 +89,13 @@ def cli(arguments: list[str] | None = None, exit_hard_on_disk_error: bool = True
         sys.exit(f"error: {hint}")
     try:
         check_arguments(arguments)  # trainer.epoch=2: our one line, not Hydra's seven
+        check_group_keys(arguments, CONFIG_DIR)  # dataset.imag_size=64 too, against the dataset chosen
         check_run_dir_argument(arguments)  # Hydra writes .hydra/ into it before main() runs
         check_resume_argument(arguments)  # ... and makes the run folder from it
         check_writable_output(arguments)
     except UserError as error:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":  # the debug flag: the error with its traceback
+            raise
         sys.exit(f"error: {one_line(error)}")
     saved, sys.argv = sys.argv, [sys.argv[0] if sys.argv else "run.py", *arguments]
     sweep.OUTCOME.clear()

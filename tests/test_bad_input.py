@@ -371,6 +371,36 @@ def test_a_typo_in_a_key_is_our_one_line_with_or_without_plus(tmp_path, argument
     ]
 
 
+@pytest.mark.parametrize(
+    "arguments, expected",
+    [
+        (["dataset.imag_size=64"], "dataset.imag_size is not a key of dataset; did you mean dataset.image_size?"),
+        (  # against the option chosen: cifar has val_size, a folder has val_fraction
+            ["dataset=cifar", "dataset.val_fraction=0.1"],
+            "dataset.val_fraction is not a key of dataset; its keys: _target_, augment, cache,",
+        ),
+        (["model.dropot=0.3"], "model.dropot is not a key of model; did you mean model.dropout?"),
+        (["optimizer=sgd", "+optimizer.nesterv=true"], "optimizer.nesterv is not a key of optimizer; did you mean"),
+        (["dataset.augment.flp=false"], "dataset.augment.flp is not a key of dataset.augment; did you mean"),
+    ],
+)
+def test_a_typo_in_a_group_sections_key_is_one_line_naming_the_nearest(tmp_path, arguments, expected):
+    """`dataset.`, `model.`, `optimizer.` keys depend on the option chosen: checked against the composed section,
+    with `+` or without, before Hydra's seven lines and before anything is written."""
+    result = run_cli([*arguments, f"hydra.run.dir={tmp_path}/r"], cwd=tmp_path)
+    assert result.returncode == 1 and not (tmp_path / "r").exists()
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {expected}"), lines
+
+
+def test_an_open_section_and_a_sweep_over_options_are_left_to_the_config(tmp_path):
+    from run import CONFIG_DIR
+    from trainer.config.typos import check_group_keys
+
+    check_group_keys(["dataset=custom", "dataset._target_=x.Y", "dataset.anything=1"], CONFIG_DIR)  # open schema
+    check_group_keys(["-m", "model=vgg19,custom", "model.dropot=0.3"], CONFIG_DIR)  # each job composes its own
+
+
 def test_tensorflows_function_node_prefix_and_escaped_quotes_leave_the_line(tmp_path, monkeypatch):
     import trainer.tasks
     from trainer.errors import DataError

@@ -2,6 +2,7 @@
 
     python run.py trainer.epoch=2     # error: trainer.epoch is not a key of trainer; did you mean trainer.epochs?
     python run.py +trainer.epoch=2    # the same line (Hydra's `+` would add the key, and nothing would read it)
+    python run.py dataset=cifar dataset.imag_size=64    # the same, against the section dataset=cifar composes
 
 Hydra's own message for the first is seven lines and suggests the second, which OmegaConf then
 dropped without a word. Sections whose schema is open (`dataset=custom`, `model=custom`,
@@ -53,6 +54,65 @@ def check_composed(node: Any, path: str = "") -> None:
         if OmegaConf.is_missing(node, key) or OmegaConf.is_interpolation(node, key):
             continue
         check_composed(node[key], child)
+
+
+GROUP_SECTIONS = ("dataset", "model", "optimizer", "strategy")  # their keys depend on the option chosen
+
+
+def _key(argument: str) -> str:
+    return argument.lstrip("+~").split("=", 1)[0]
+
+
+def check_group_keys(arguments: list[str], config_dir: str) -> None:
+    """`dataset.KEY=...` (and `model.`, `optimizer.`, `strategy.`) against the section this command composes,
+    before Hydra's seven lines: the config is composed once without those arguments, then each key looked up.
+    A command Hydra could not compose, or one sweeping a config group, is left to Hydra.
+
+    Raises:
+        ConfigError: a key the composed section does not have, naming the nearest.
+    """
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    overrides = [item for item in arguments if "=" in item and not item.startswith("-")]
+    checked = [item for item in overrides if "." in _key(item) and _key(item).split(".")[0] in GROUP_SECTIONS]
+    if not checked:
+        return
+    parser = OverridesParser.create()
+    rest = []
+    for item in overrides:
+        if item in checked or _key(item).startswith(("hydra.", "hydra/")):
+            continue
+        if parser.parse_overrides([item])[0].is_sweep_override():
+            if "." not in _key(item):
+                return  # a sweep over a config group: each job composes another section
+            continue
+        rest.append(item)
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=config_dir, version_base="1.3"):
+            config = compose("config", overrides=rest)
+    except Exception:  # noqa: BLE001 - Hydra says what is wrong with the command when it composes it
+        return
+    finally:
+        GlobalHydra.instance().clear()
+    for item in checked:
+        _check_path(config, _key(item))
+
+
+def _check_path(config: DictConfig, path: str) -> None:
+    """Raises the one line for the first name of `path` its composed section lacks (an open schema takes any)."""
+    node: Any = config
+    names = path.split(".")
+    for depth, name in enumerate(names):
+        if not isinstance(node, DictConfig):
+            return
+        if name not in node:
+            if getattr(OmegaConf.get_type(node), "OPEN", None) or not OmegaConf.is_struct(node):
+                return
+            raise unknown_key(".".join(names[: depth + 1]), [str(key) for key in node.keys()])
+        node = node._get_node(name)
 
 
 def check_grammar(arguments: list[str]) -> None:
