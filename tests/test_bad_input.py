@@ -382,6 +382,10 @@ def test_a_typo_in_a_key_is_our_one_line_with_or_without_plus(tmp_path, argument
         (["model.dropot=0.3"], "model.dropot is not a key of model; did you mean model.dropout?"),
         (["optimizer=sgd", "+optimizer.nesterv=true"], "optimizer.nesterv is not a key of optimizer; did you mean"),
         (["dataset.augment.flp=false"], "dataset.augment.flp is not a key of dataset.augment; did you mean"),
+        (
+            ["dataset=folder", "dataset.data_dr=x"],
+            "dataset.data_dr is not a key of dataset; did you mean dataset.data_dir",
+        ),
     ],
 )
 def test_a_typo_in_a_group_sections_key_is_one_line_naming_the_nearest(tmp_path, arguments, expected):
@@ -454,3 +458,10 @@ def test_predict_names_a_bad_image_record_after_record_0_in_its_row(tmp_path):
     assert [item.error for item in items[:15]] == [None] * 15
     reason = "record 7 cannot be decoded: 'img_raw' is not 40x40x3 bytes (dataset.stored_size)"
     assert items[15].error == f"{tmp_path / 'b.tfrecords'}: {reason}"
+
+
+def test_a_key_whose_default_is_missing_is_a_key(tmp_path):
+    from run import CONFIG_DIR
+    from trainer.config.typos import check_group_keys
+
+    check_group_keys(["dataset=folder", "dataset.data_dir=photos"], CONFIG_DIR)  # data_dir: ??? until given

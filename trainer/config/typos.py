@@ -108,7 +108,7 @@ def _check_path(config: DictConfig, path: str) -> None:
     for depth, name in enumerate(names):
         if not isinstance(node, DictConfig):
             return
-        if name not in node:
+        if name not in node.keys():  # `in node` is False for a missing (???) value too
             if getattr(OmegaConf.get_type(node), "OPEN", None) or not OmegaConf.is_struct(node):
                 return
             raise unknown_key(".".join(names[: depth + 1]), [str(key) for key in node.keys()])
