@@ -54,6 +54,7 @@ def _skipped_optimizer_loads(caught) -> list[str]:
     return [str(warning.message) for warning in caught if "Skipping variable loading" in str(warning.message)]
 
 
+@pytest.mark.slow  # mixed float16 trains in the default suite (test_option_trains_to_finite_metrics)
 def test_mixed_float16_checkpoint_and_backup_keep_their_optimizer_state_without_a_warning(tmp_path):
     """Keras wraps Adam in a LossScaleOptimizer at compile; a float32 process loading a checkpoint that held the
     optimizer rebuilt a bare Adam and dropped the saved state with "Skipping variable loading for optimizer

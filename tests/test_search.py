@@ -230,6 +230,7 @@ def test_the_pruner_stops_a_trial_after_an_epoch_and_its_folder_is_complete(tmp_
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_a_multi_objective_search_writes_its_pareto_front(tmp_path):
     objectives = ["hydra.sweeper.direction=[maximize,minimize]", "hydra.sweeper.metrics=[val_accuracy,train_seconds]"]
     result = _search(tmp_path, "hydra.sweeper.n_trials=2", *objectives)
@@ -278,6 +279,7 @@ def test_a_bad_search_setting_is_one_line_before_any_trial(tmp_path, overrides, 
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_a_study_of_another_direction_or_space_is_refused_naming_the_difference(tmp_path):
     assert _search(tmp_path, "hydra.sweeper.n_trials=1").returncode == 0
     other_direction = _search(tmp_path, "objective.mode=min", "objective.metric=val_loss")
