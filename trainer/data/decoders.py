@@ -70,14 +70,16 @@ class TFRecordDecoder:
         encoded = parsed[spec.image_key]
         if not self.labeled:
             return encoded, -tf.ones(tf.shape(encoded), tf.int32)
+        return encoded, self._label(parsed)
+
+    def _label(self, parsed: dict[str, tf.Tensor]) -> tf.Tensor:
         # Saturated, not wrapped: a label past int32 must still fail the range check.
-        return encoded, tf.cast(tf.clip_by_value(parsed[spec.label_key], -1, LABEL_MAX), tf.int32)
+        return tf.cast(tf.clip_by_value(parsed[self.spec.label_key], -1, LABEL_MAX), tf.int32)
 
     def labels(self, records: tf.Tensor) -> tf.Tensor:
         """The labels of a batch of records alone, no image decoded (k-fold's stratification)."""
         parsed = tf.io.parse_example(records, {self.spec.label_key: tf.io.FixedLenFeature([], tf.int64)})
-        labels = tf.cast(tf.clip_by_value(parsed[self.spec.label_key], -1, LABEL_MAX), tf.int32)
-        return check_labels(labels, self.num_classes)
+        return check_labels(self._label(parsed), self.num_classes)
 
     def __call__(self, records: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         spec = self.spec
