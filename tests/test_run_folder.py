@@ -434,7 +434,10 @@ def _tmpfs(mount: Path, options: str):
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
-@pytest.fixture(params=[("3m", 0), pytest.param(("7m", 1), marks=pytest.mark.slow)], ids=["3MiB", "7MiB"])
+@pytest.fixture(
+    params=[pytest.param(("3m", 0), marks=pytest.mark.slow), pytest.param(("7m", 1), marks=pytest.mark.slow)],
+    ids=["3MiB", "7MiB"],
+)
 def small_disk(tmp_path, request):
     """(a tmpfs, the epochs whose backup it holds at least). 7 MiB: room for epoch 1's checkpoints (2 x 1.4 MB:
     the inference model) and backup (a link to last.keras and Adam's state, 2.8 MB), not for all of epoch 2's.

@@ -312,6 +312,7 @@ def test_dataset_tfds_trains_end_to_end_offline(data_dir, tmp_path, no_network):
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_the_folds_of_a_tfds_folder_partition_train_and_val(data_dir):
     from trainer.data.folds import fold_splits
 

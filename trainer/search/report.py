@@ -80,6 +80,22 @@ def write_report(study: Any, sweep_dir: Path, names: list[str], plots: bool = Tr
         draw_plots(study, sweep_dir, names)
 
 
+def _drawings(plots: Any, names: list[str], complete: int) -> list[tuple[str, Any, dict]]:
+    """(file, optuna.visualization.matplotlib function, its arguments) of each plot `names` (the objectives) and
+    `complete` trials allow."""
+    if len(names) > 1:
+        pareto = ("pareto_front.png", plots.plot_pareto_front, {"target_names": names})
+        return [pareto] if len(names) in (2, 3) else []
+    target = {"target_name": names[0]}
+    drawings = [
+        ("optimization_history.png", plots.plot_optimization_history, target),
+        ("parallel_coordinate.png", plots.plot_parallel_coordinate, target),
+    ]
+    if complete >= 2:  # importances compare trials
+        drawings.append(("param_importances.png", plots.plot_param_importances, target))
+    return drawings
+
+
 def draw_plots(study: Any, sweep_dir: Path, names: list[str]) -> None:
     import matplotlib
 
@@ -87,22 +103,10 @@ def draw_plots(study: Any, sweep_dir: Path, names: list[str]) -> None:
     import matplotlib.pyplot as plt
     from optuna.visualization import matplotlib as plots
 
-    complete = [trial for trial in study.get_trials(deepcopy=False) if trial.state.name == "COMPLETE"]
-    drawings = {"optimization_history.png": plots.plot_optimization_history, "parallel_coordinate.png": None}
-    if len(names) == 1:
-        drawings["parallel_coordinate.png"] = plots.plot_parallel_coordinate
-        if len(complete) >= 2 and len({key for trial in complete for key in trial.params}) >= 1:
-            drawings["param_importances.png"] = plots.plot_param_importances
-    else:
-        drawings["optimization_history.png"] = None
-        if len(names) in (2, 3):
-            drawings["pareto_front.png"] = plots.plot_pareto_front
-    for file, draw in drawings.items():
-        if draw is None or not complete:
-            continue
-        kwargs = {"target_name": names[0]} if len(names) == 1 else {"target_names": names}
-        if file == "param_importances.png":
-            kwargs = {"target_name": names[0]}
+    complete = sum(trial.state.name == "COMPLETE" for trial in study.get_trials(deepcopy=False))
+    if not complete:
+        return
+    for file, draw, kwargs in _drawings(plots, names, complete):
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # ExperimentalWarning: the matplotlib backend is "experimental"
