@@ -32,19 +32,20 @@ class Space:
 
     def overrides(self, params: dict[str, Any]) -> list[str]:
         """A trial's Hydra overrides: its sampled `params`, then the fixed values."""
-        return [*(f"{key}={_override_value(value)}" for key, value in params.items()), *self._fixed()]
-
-    def _fixed(self) -> list[str]:
-        return [f"{key}={value}" for key, value in self.fixed.items()]
+        sampled = [f"{key}={override_text(value)}" for key, value in params.items()]
+        return [*sampled, *(f"{key}={value}" for key, value in self.fixed.items())]
 
 
-def _override_value(value: Any) -> str:
-    """A sampled value as override text: strings quoted (a choice of `adam` stays the string `adam`)."""
+def override_text(value: Any) -> str:
+    """A value (a string, number, list or mapping) as Hydra override text, strings quoted (a choice of `adam`
+    stays the string `adam`)."""
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{key}:{override_text(item)}" for key, item in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(override_text(item) for item in value) + "]"
     if isinstance(value, str):
         return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-    if value is None:
-        return "null"
-    return repr(value) if isinstance(value, float) else str(value)
+    return "null" if value is None else str(value)
 
 
 def parse_space(params: dict[str, Any], arguments: list[str]) -> Space:

@@ -30,7 +30,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from trainer.errors import ConfigError, UserError, one_line
 from trainer.search import study as studies
 from trainer.search.report import best_trials, state_name, write_report
-from trainer.search.space import Space, parse_space
+from trainer.search.space import Space, override_text, parse_space
 
 log = logging.getLogger(__name__)
 
@@ -43,17 +43,6 @@ def _directions(direction: Any) -> list[str]:
     if not values or any(value not in DIRECTIONS for value in values):
         raise ConfigError(f"hydra.sweeper.direction must be maximize, minimize or a list of them; got {direction}")
     return values
-
-
-def _override_text(value: Any) -> str:
-    """A value (a string, number or nested mapping) as Hydra override text, strings quoted."""
-    if isinstance(value, dict):
-        return "{" + ",".join(f"{key}:{_override_text(item)}" for key, item in value.items()) + "}"
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(_override_text(item) for item in value) + "]"
-    if isinstance(value, str):
-        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-    return "null" if value is None else str(value)
 
 
 def _plain(value: Any) -> Any:
@@ -222,10 +211,10 @@ class OptunaSearch(Sweeper):
             self._tell(study, trial, returns[index * len(folds) : (index + 1) * len(folds)], names)
 
     def _job_overrides(self, trial: Any, space: Space, url: str, name: str, fold: int | None) -> list[str]:
-        told = [f"trial.number={trial.number}", f"trial.study={_override_text(name)}",
-                f"trial.storage={_override_text(url)}"]  # fmt: skip
+        told = [f"trial.number={trial.number}", f"trial.study={override_text(name)}",
+                f"trial.storage={override_text(url)}"]  # fmt: skip
         if self.pruner_config:
-            told.append(f"trial.pruner={_override_text(self.pruner_config)}")
+            told.append(f"trial.pruner={override_text(self.pruner_config)}")
         if fold is not None:
             told += [f"dataset.folds={self.folds}", f"dataset.fold={fold}"]
         return [*space.overrides(trial.params), *told]
