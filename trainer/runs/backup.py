@@ -22,6 +22,7 @@ import math
 import os
 import secrets
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 
 METADATA = "training_metadata.json"
 PREVIOUS = METADATA + ".bkp"
+ENDINGS = ("stopped_early", "pruned")  # why training ended before trainer.epochs (`mark_ended`)
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,8 @@ class BackupState:
 
 
 def _parse(metadata: Path) -> BackupState | None:
-    """The state one metadata file describes, or None if it is unreadable or a file it names is missing."""
+    """The state one metadata file describes, or None if it is unreadable, names an unknown ending or a
+    missing file."""
     try:
         data = json.loads(metadata.read_text())
         epoch, batch = int(data["epoch"]), int(data.get("batch", 0))
@@ -72,7 +75,8 @@ def _parse(metadata: Path) -> BackupState | None:
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     state = BackupState(epoch, batch, weights, metadata, ended, extra)
-    return state if all((metadata.parent / name).is_file() for name in state.files()) else None
+    complete = all((metadata.parent / name).is_file() for name in state.files())
+    return state if complete and ended in ("", *ENDINGS) else None
 
 
 def read_state(backup_dir: Path) -> BackupState | None:
@@ -218,6 +222,7 @@ class RunBackup(keras.callbacks.Callback):
     model only: `trainer.runs.checkpoints.save`). Without `checkpoint` (the EMA: it holds the averages), or
     when it does not hold this epoch, the backup saves the fitted model's weights and optimizer state itself.
     Every backup keeps the random layers' seed states in the `.state.npz`, which Keras's files leave out.
+    `synchronize(model)` runs after the restore (a multi-worker run: every worker takes the chief's state).
     """
 
     def __init__(
@@ -226,16 +231,19 @@ class RunBackup(keras.callbacks.Callback):
         save_every_steps: int | None = None,
         checkpoint: Path | None = None,
         inference: keras.Model | None = None,
+        synchronize: Callable[[keras.Model], None] | None = None,
     ):
         super().__init__()
         self.backup_dir, self.save_every_steps = Path(backup_dir), save_every_steps
-        self.checkpoint, self.inference = checkpoint, inference
+        self.checkpoint, self.inference, self.synchronize = checkpoint, inference, synchronize
         self.epoch, self.steps_since_save = 0, 0
 
     def on_train_begin(self, logs=None):
         if self.backup_dir.is_dir():
             remove_temporaries(self.backup_dir)
         restore(self.model, self.backup_dir, self.inference)
+        if self.synchronize is not None:
+            self.synchronize(self.model)
 
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch = epoch

@@ -1,14 +1,16 @@
 """Continue a killed or preempted run: find its folder, its backup, and trim its history to what is saved.
 
 python run.py resume=outputs/2026-11-30/12-00-00     # or resume=latest
+
+The backup is `RUN/backup/`. In a multi-worker run only the chief's counts: every other worker's folder
+is a fresh temporary one on each start, and it takes the chief's progress and state
+(`trainer.distribute.agreement`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import tempfile
 from pathlib import Path
 
 from trainer.errors import ConfigError
@@ -37,16 +39,6 @@ def resolve_resume(resume: str | None, output_dir: str) -> str:
     if resume == "latest":
         log.info("resume=latest: continuing %s, the interrupted run whose backup was written last", folder)
     return folder
-
-
-def backup_folder(run_dir: Path, output_dir: str, worker: str | None) -> Path:
-    """Where the backup (trainer.backup) keeps this worker's state: the run folder for the chief (`worker=None`),
-    else a temporary folder named after the run and the worker, so a rerun of that worker (with
-    resume=PATH) finds it and two workers never share one."""
-    if worker is None:
-        return run_dir / "backup"
-    key = hashlib.sha1(str(Path(output_dir).resolve()).encode()).hexdigest()[:12]
-    return Path(tempfile.gettempdir()) / f"vggtrain-backup-{key}-{worker}"
 
 
 def prepare_resume(run_dir: Path, backup_dir: Path, resume: str | None) -> tuple[int, str]:

@@ -27,16 +27,17 @@ from hydra.utils import get_method
 from trainer.config.schema import Config
 from trainer.data.decode import DECODE
 from trainer.distribute import strategies
+from trainer.distribute.agreement import chief_numbers
 from trainer.distribute.failures import collective_errors
 from trainer.errors import ConfigError, Interrupted
 from trainer.models.preprocessing import Models, build_models
 from trainer.models.registry import build_model
 from trainer.runs import history, locks
 from trainer.runs.atomic import remove_temporaries, write_json
-from trainer.runs.backup import remove_backup
+from trainer.runs.backup import ENDINGS, read_state, remove_backup
 from trainer.runs.checkpoints import ModelInfo, weights_fingerprint
 from trainer.runs.digest import DigestGate, FileDigests
-from trainer.runs.resume import DATA_FILE, backup_folder, bind_data, prepare_resume, resolve_resume
+from trainer.runs.resume import DATA_FILE, bind_data, prepare_resume, resolve_resume
 from trainer.search.trial import record_outcome
 from trainer.tasks import parts
 from trainer.tasks import phases as fitting
@@ -261,15 +262,18 @@ def open_run_folder(settings: Config, plan: Plan) -> Iterator[Folder]:
     with (
         run_folder(plan.output_dir, plan.chief) as run_dir,
         locks.hold(run_dir) if plan.chief else contextlib.nullcontext({}) as invocation,  # one writer per folder
-        collective_errors(plan.strategy),
+        collective_errors(plan.strategy, lambda: _resume_hint(run_dir, plan.chief, settings.trainer.epochs)),
         plan.data.named_bad_records(),
         loggers.tracking(plan.trackers, run_dir, run_name, tags, params, _sweep_folder()),
     ):
-        worker = None if plan.chief else strategies.worker_name(plan.strategy)
-        backup_dir = backup_folder(run_dir, plan.output_dir, worker)
+        backup_dir = run_dir / "backup"
         for folder in (run_dir, run_dir / "checkpoints"):
             remove_temporaries(folder)  # left by a killed process; this one holds the folder
-        done, ended = prepare_resume(run_dir, backup_dir, settings.resume)
+        # Another worker's folder is new on each start: what is done is the chief's to say.
+        done, ended = prepare_resume(run_dir, backup_dir, settings.resume) if plan.chief else (0, "")
+        done, ended = agree_on_progress(plan.strategy, done, ended)
+        if settings.resume and not plan.chief:
+            log.info("The chief's backup holds %d finished epoch(s): training goes on from there", done)
         gate = None
         if plan.chief:
             bind_data(run_dir, plan.data.fingerprint, settings.resume, settings.allow_data_change, done)
@@ -279,6 +283,30 @@ def open_run_folder(settings: Config, plan: Plan) -> Iterator[Folder]:
         if done > settings.trainer.epochs:
             raise ConfigError(f"resume={settings.resume}: {done} epochs are done already; raise trainer.epochs")
         yield Folder(run_dir, backup_dir, done, ended, invocation, run_name, tags, gate)
+
+
+def _resume_hint(run_dir: Path, chief: bool, epochs: int) -> str:
+    """What a lost worker leaves saved, and the resume every worker needs (`resume=` the chief's folder)."""
+    try:
+        state = read_state(run_dir / "backup")
+    except ConfigError:
+        state = None
+    done = state.epoch if state else 0
+    saved = (
+        f"all {epochs} epochs are saved" if done >= epochs
+        else f"epoch {done + 1} did not finish, epoch {done} is the last saved" if done
+        else "no epoch was saved yet"
+    )  # fmt: skip
+    folder = run_dir if chief else "RUN (the chief's run folder, named in its log)"
+    return f"{saved}; restart every worker with resume={folder}"
+
+
+def agree_on_progress(strategy: tf.distribute.Strategy, done: int, ended: str) -> tuple[int, str]:
+    """The chief's (epochs done, why training ended) on every worker: only the chief's backup survives a
+    restart (each other worker starts in a fresh temporary folder)."""
+    endings = ("", *ENDINGS)
+    done, ending = chief_numbers(strategy, [done, endings.index(ended)])
+    return done, endings[ending]
 
 
 # --- 4. fit the phases: trainer.tasks.phases ---------------------------------------------------------------

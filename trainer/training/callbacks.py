@@ -13,7 +13,7 @@ import shutil
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -269,6 +269,7 @@ class RunFiles:
     save_every_steps: int | None = None  # also back up every N steps
     title: str = ""  # heads curves.png
     ema: bool = False  # the optimizer keeps an EMA of the weights: validation and checkpoints use it
+    synchronize: Callable[[keras.Model], None] | None = None  # after the restore: every worker takes the chief's
 
 
 def training_callbacks(
@@ -295,7 +296,7 @@ def training_callbacks(
     run_dir, folder = files.run_dir, files.run_dir / "checkpoints"
     folder.mkdir(parents=True, exist_ok=True)
     last = None if files.ema else folder / "last.keras"  # with the EMA, last.keras holds the averages
-    backup = RunBackup(files.backup_dir, files.save_every_steps, last, files.inference)
+    backup = RunBackup(files.backup_dir, files.save_every_steps, last, files.inference, files.synchronize)
     history_csv = run_dir / history.FILE
     best = history.best_value(history_csv, files.monitor, files.mode)
     callbacks = [
