@@ -22,7 +22,7 @@ import pytest
 
 from conftest import ROOT, SUBPROCESS_ENV, run_cli, write_cifar
 from trainer.distribute import cluster
-from trainer.errors import ConfigError
+from trainer.errors import ClusterError, ConfigError
 
 # The three-layer test model (tests/tiny_model.py): the strategies are the point, not the model.
 TINY = ["model=custom", "model._target_=tiny_model.build", "trainer.verbose=0", "trainer.epochs=1"]
@@ -176,6 +176,52 @@ def test_a_killed_worker_run_resumes_on_every_worker_to_the_weights_of_a_run_nev
     assert json.loads((run_dir / "metrics.json").read_text())["weights_sha256"] == reference
 
 
+@pytest.mark.e2e
+@pytest.mark.slow  # ~30 s: two lone workers wait for peers that never come
+def test_a_worker_whose_peer_never_comes_says_whom_it_waits_for_and_stops(tmp_path):
+    data = write_cifar(tmp_path / "cifar")
+    lone = {}
+    for name, timeout in (("timed_out", 13), ("terminated", 600)):
+        (tmp_path / name).mkdir()
+        ports = _free_ports(2)
+        env = {**SUBPROCESS_ENV, "TF_CONFIG": _tf_config(ports, 0), "TMPDIR": str(tmp_path / name)}
+        command = [sys.executable, str(ROOT / "run.py"), *SMALL, f"dataset.data_dir={data}", "strategy=multi_worker"]
+        lone[name] = (
+            subprocess.Popen(
+                [*command, f"strategy.startup_timeout={timeout}"],
+                cwd=tmp_path / name,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            ),
+            ports[1],
+        )
+    process, port = lone["terminated"]
+    lines = list(_lines_until(process, "Waiting for"))
+    assert f"Waiting for worker1 at 127.0.0.1:{port} (" in lines[-1], "".join(lines)[-2000:]
+    process.send_signal(signal.SIGTERM)  # TensorFlow's own handler ignored it there, and Ctrl-C too
+    output = "".join(lines) + process.communicate(timeout=20)[0]
+    assert process.returncode == 1, output[-2000:]
+    assert output.strip().splitlines()[-1] == (
+        f"error: strategy=multi_worker: stopped by SIGTERM while waiting for worker1 at 127.0.0.1:{port}"
+    )
+
+    process, port = lone["timed_out"]
+    output = process.communicate(timeout=120)[0]
+    assert process.returncode == 1, output[-2000:]
+    assert f"Waiting for worker1 at 127.0.0.1:{port} (" in output, "logged every 10 s"
+    assert (
+        output.strip()
+        .splitlines()[-1]
+        .startswith(
+            f"error: strategy=multi_worker: worker1 at 127.0.0.1:{port} did not come up within "
+            "strategy.startup_timeout=13 s"
+        )
+    )
+    assert not list((tmp_path / "timed_out").glob("outputs/*/*")), "a run that never started leaves no folder"
+
+
 def _lines_until(process: subprocess.Popen, text: str, limit: float = 240):
     """The process's output lines up to the first that holds `text` (or `limit` seconds)."""
     started = time.monotonic()
@@ -244,3 +290,22 @@ def test_batch_not_divisible_by_replicas_is_a_startup_error(tmp_path):
     assert result.stderr.strip().splitlines()[-1] == (
         "error: trainer.batch_size=15 must be divisible by the 2 replicas of the strategy"
     )
+
+
+@pytest.mark.unit
+def test_waiting_for_peers_returns_once_they_answer_and_names_the_missing_ones(caplog):
+    from trainer.distribute.startup import wait_for_peers
+
+    own, up, down = _free_ports(3)
+    with socket.create_server(("127.0.0.1", up)):  # a peer waiting the same way, or its TensorFlow server
+        wait_for_peers(f"127.0.0.1:{own}", {"worker1": f"127.0.0.1:{up}"}, timeout=5)
+        with caplog.at_level("INFO"), pytest.raises(ClusterError) as error:
+            wait_for_peers(
+                f"127.0.0.1:{own}", {"worker1": f"127.0.0.1:{up}", "worker2": f"127.0.0.1:{down}"}, 1.5, every=0.5
+            )
+        assert str(error.value).startswith(
+            f"strategy=multi_worker: worker2 at 127.0.0.1:{down} did not come up within strategy.startup_timeout=1.5 s"
+        )
+        assert f"Waiting for worker2 at 127.0.0.1:{down} (" in caplog.text
+        with pytest.raises(ClusterError, match=f"this worker's address 127.0.0.1:{up} cannot be listened on"):
+            wait_for_peers(f"127.0.0.1:{up}", {"worker1": f"127.0.0.1:{down}"}, timeout=5)

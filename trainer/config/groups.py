@@ -520,6 +520,8 @@ class MultiWorkerStrategyConfig(StrategyConfig):
     workers: list[str] | None = None  # host:port of every worker, same order on all of them
     task_index: int | None = None  # this worker's position in `workers`
     timeout_seconds: float = 600.0  # a collective waiting longer (a worker died) fails the run
+    startup_timeout: float = 600.0  # seconds to wait for every worker to come up (logged every 10 s)
 
     def __post_init__(self) -> None:
         require(self.timeout_seconds > 0, "strategy.timeout_seconds", "> 0", self.timeout_seconds)
+        require(self.startup_timeout > 0, "strategy.startup_timeout", "> 0", self.startup_timeout)

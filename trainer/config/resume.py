@@ -27,7 +27,8 @@ log = logging.getLogger(__name__)
 # Keys a resumed run may change: they do not change what is being trained.
 SAFE_KEYS = ("trainer.verbose", "trainer.threads", "trainer.save_every_steps", "dataset.data_dir", "allow_data_change")
 SAFE_PREFIXES = (
-    *("strategy.workers", "strategy.task_index", "strategy.cluster", "strategy.timeout_seconds"),
+    *("strategy.workers", "strategy.task_index", "strategy.cluster"),
+    *("strategy.timeout_seconds", "strategy.startup_timeout"),
     *("name", "tags", "logger"),  # labels and trackers: what is trained stays the same
 )
 # Keys of this invocation, taken from the command line. Unlike evaluate (reuse.INVOCATION_KEYS), a

@@ -66,24 +66,41 @@ def _resolver(source: str, workers: list[str] | None, task_index: int | None):
     return resolvers.TFConfigClusterResolver()  # TF_CONFIG, or a single local worker without it
 
 
+def _addresses(resolver) -> tuple[str | None, dict[str, str]]:
+    """(this task's address, every other training task of the cluster (`worker1`) and its address)."""
+    spec, own = resolver.cluster_spec().as_dict(), (resolver.task_type, resolver.task_id)
+    tasks = {
+        (task_type, index): address
+        for task_type in ("chief", "worker")
+        for index, address in enumerate(spec.get(task_type, []))
+    }
+    address = tasks.pop(own, None)
+    return address, {f"{task_type}{index}": peer for (task_type, index), peer in tasks.items()}
+
+
 def multi_worker(
     cluster: str = "auto",
     workers: list[str] | None = None,
     task_index: int | None = None,
     timeout_seconds: float = 600.0,
+    startup_timeout: float = 600.0,
 ) -> tf.distribute.Strategy:
     """`MultiWorkerMirroredStrategy` over the cluster from TF_CONFIG, `workers` + `task_index`, or Slurm.
 
-    A collective that waits longer than `timeout_seconds` (a worker died) fails instead of hanging.
+    Until every worker is up, this one logs whom it waits for every 10 s and stops after `startup_timeout`
+    seconds, or at once on Ctrl-C or SIGTERM (`trainer.distribute.startup`). Then a collective that waits
+    longer than `timeout_seconds` (a worker died) fails instead of hanging.
     """
     from trainer.distribute import compat
+    from trainer.distribute.startup import wait_for_peers
 
     compat.apply()
     options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=timeout_seconds)
-    return tf.distribute.MultiWorkerMirroredStrategy(
-        cluster_resolver=_resolver(cluster, workers, task_index),
-        communication_options=options,
-    )
+    resolver = _resolver(cluster, workers, task_index)
+    address, peers = _addresses(resolver)
+    if address is not None:
+        wait_for_peers(address, peers, startup_timeout)
+    return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
 
 
 def describe(strategy: tf.distribute.Strategy, name: str) -> None:
