@@ -145,16 +145,18 @@ def _final_sha(output: str) -> str:
 
 
 @pytest.mark.e2e
-@pytest.mark.slow  # ~2 min: three two-worker runs
-def test_a_killed_worker_run_resumes_on_every_worker_to_the_weights_of_a_run_never_killed(tmp_path):
+@pytest.mark.slow  # ~3 min: four two-worker runs
+def test_a_killed_then_preempted_worker_run_resumes_to_the_weights_of_a_run_never_stopped(tmp_path):
     data = write_cifar(tmp_path / "cifar")
     # Dropout and the flip draw from seed states the backup holds; deterministic ops make the sums exact.
-    common = ["trainer.epochs=6", "trainer.deterministic=true", "strategy.timeout_seconds=60"]
-    (tmp_path / "never_killed").mkdir()
-    reference = _final_sha(_finish(_start_workers(tmp_path / "never_killed", data, *common))[0])
+    common = ["trainer.epochs=8", "trainer.steps_per_epoch=40", "trainer.deterministic=true"]
+    common += ["strategy.timeout_seconds=60"]
+    (tmp_path / "never_stopped").mkdir()
+    reference = _final_sha(_finish(_start_workers(tmp_path / "never_stopped", data, *common))[0])
 
+    # 1. SIGKILL worker 1 in epoch 3: the chief stops with one line naming it, the epoch and the resume.
     chief, other = _start_workers(tmp_path, data, *common)
-    lines = [line for line in _lines_until(chief, "Epoch 2/")]
+    lines = list(_lines_until(chief, "Epoch 2/"))
     other.send_signal(signal.SIGKILL)
     other.wait()
     killed = time.monotonic()
@@ -164,15 +166,26 @@ def test_a_killed_worker_run_resumes_on_every_worker_to_the_weights_of_a_run_nev
     run_dir = next((tmp_path / "outputs").glob("*/*"))
     last = output.strip().splitlines()[-1]
     assert re.search(r"error: strategy=multi_worker: worker1 at 127\.0\.0\.1:\d+ stopped answering", last), last
-    assert re.search(rf"epoch (\d+) did not finish, epoch \d+ is the last saved; restart every worker with "
-                     rf"resume={re.escape(str(run_dir))}\.", last), last  # fmt: skip
+    resume = f"restart every worker with resume={run_dir}."
+    assert re.search(r"epoch \d+ did not finish, epoch \d+ is the last saved; ", last) and resume in last, last
 
-    # Before the fix, the other worker trained from epoch 1 while the chief went on from its backup.
-    outputs = _finish(_start_workers(tmp_path, data, *common, f"resume={run_dir}"))
+    # 2. Resumed on both (before the fix, worker 1 trained from epoch 1 while the chief went on from its
+    # backup), then SIGTERM to both at once, as a preemption: both stop at the same step, saved.
+    resumed = _start_workers(tmp_path, data, *common, f"resume={run_dir}")
+    lines = list(_lines_until(resumed[0], "Epoch 4/"))
+    for worker in resumed:
+        worker.send_signal(signal.SIGTERM)
+    outputs = _finish(resumed)
+    stops = [re.findall(r"Stopped by SIGTERM: epoch (\d+) will be redone", output) for output in outputs]
+    assert stops[0] and stops[0] == stops[1], outputs[1][-2000:]
+    assert f"To continue, run on every worker: python run.py resume={run_dir}" in outputs[0]
     assert "The chief's backup holds" in outputs[1]
+
+    # 3. Resumed again: every epoch once, and the weights of the run never stopped.
+    outputs = _finish(_start_workers(tmp_path, data, *common, f"resume={run_dir}"))
     assert _final_sha(outputs[0]) == _final_sha(outputs[1]) == reference
     epochs = [line.split(",")[0] for line in (run_dir / "history.csv").read_text().splitlines()[1:]]
-    assert epochs == [str(epoch) for epoch in range(1, 7)], "every epoch once"
+    assert epochs == [str(epoch) for epoch in range(1, 9)], "every epoch once"
     assert json.loads((run_dir / "metrics.json").read_text())["weights_sha256"] == reference
 
 

@@ -6,14 +6,20 @@ run got, and takes the chief's weights, optimizer state and random layers' seeds
 instead of training other weights than the chief from epoch 1 (the all-reduce would have summed the
 gradients of two different models, silently).
 
-Both run a collective: every worker must call them at the same point, in the same order.
+And a stop that one worker was asked for (SIGTERM, Ctrl-C) is every worker's stop, at the same step:
+each saves at that step's end instead of one waiting in the next step's all-reduce for a peer gone.
+
+Each runs a collective: every worker must call them at the same point, in the same order.
 Outside multi-worker runs they return at once.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
+from dataclasses import dataclass
 
+import keras
 import tensorflow as tf
 
 from trainer.distribute.strategies import in_multi_worker_mode
@@ -60,3 +66,36 @@ def take_chief_variables(strategy: tf.distribute.Strategy, variables: Sequence[t
 
     with strategy.scope():
         tf.function(assign)()
+
+
+@functools.cache
+def _count_fn(strategy: tf.distribute.Strategy):
+    """One traced function per strategy: the sum over replicas of each replica's worker's flag."""
+
+    def count(flag: tf.Tensor) -> tf.Tensor:
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.identity(flag)), axis=None)
+
+    return tf.function(count)
+
+
+def any_worker(strategy: tf.distribute.Strategy, flag: bool) -> bool:
+    """Whether `flag` is true on some worker (this worker's `flag` outside multi-worker runs)."""
+    if not in_multi_worker_mode(strategy):
+        return flag
+    with strategy.scope():
+        return int(_count_fn(strategy)(tf.constant(int(flag), tf.int64))) > 0
+
+
+@dataclass(frozen=True)
+class Workers:
+    """The agreements a run's callbacks make with the other workers (each a no-op outside multi-worker runs)."""
+
+    strategy: tf.distribute.Strategy
+
+    def take_chief_state(self, model: keras.Model) -> None:
+        """The model's weights, optimizer state and random layers' seeds become the chief's."""
+        take_chief_variables(self.strategy, [*model.variables, *model.optimizer.variables])
+
+    def any_stop(self, requested: bool) -> bool:
+        """Whether some worker was asked to stop (all workers answer alike, at the same step)."""
+        return any_worker(self.strategy, requested)

@@ -9,7 +9,6 @@ step "fit the phases" of `trainer.tasks.train`.
 
 from __future__ import annotations
 
-import functools
 import logging
 import signal
 import sys
@@ -23,7 +22,7 @@ import tensorflow as tf
 from trainer.config.schema import Config
 from trainer.distribute import strategies
 from trainer.distribute.accumulation import accumulate_across_replicas
-from trainer.distribute.agreement import take_chief_variables
+from trainer.distribute.agreement import Workers
 from trainer.errors import DiskError
 from trainer.models.finetune import set_trainable
 from trainer.models.preprocessing import Models
@@ -128,15 +127,10 @@ def _run_files(settings: Config, plan: Plan, folder: Folder, models: Models, inf
     title = f"{name}  ·  dataset={settings.dataset.name}  ·  model={settings.model.name}"
     mode, every = settings.objective.mode, settings.trainer.save_every_steps
     ema = settings.optimizer.ema_momentum is not None
-    synchronize = functools.partial(take_chief_state, plan.strategy)
+    workers = Workers(plan.strategy)
     return RunFiles(
-        folder.run_dir, folder.backup_dir, models.inference, info, plan.metric, mode, every, title, ema, synchronize
+        folder.run_dir, folder.backup_dir, models.inference, info, plan.metric, mode, every, title, ema, workers
     )
-
-
-def take_chief_state(strategy: tf.distribute.Strategy, model: keras.Model) -> None:
-    """Every worker's weights, optimizer state and random layers' seeds become the chief's (restored) ones."""
-    take_chief_variables(strategy, [*model.variables, *model.optimizer.variables])
 
 
 def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, info: ModelInfo) -> str:
@@ -161,7 +155,7 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
         with strategy.scope():
             compile_model(model, settings, plan.lr * last.lr_scale, steps, last.end - last.start)
             restore_backup(model, folder.backup_dir, models.inference)  # builds the optimizer: inside the scope
-            take_chief_state(strategy, model)
+            Workers(strategy).take_chief_state(model)
             model.optimizer.finalize_variable_values(model.trainable_variables)  # the EMA, as after fit
         return folder.ended or "completed"
     extra = parts.build_callbacks(settings.callbacks, settings.optimizer.schedule.name)
@@ -205,13 +199,16 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
             )
         except Preempted as stop:
             by = "Ctrl-C" if stop.signum == signal.SIGINT else "SIGTERM"
+            several = strategies.in_multi_worker_mode(strategy)
+            resume = folder.run_dir if plan.chief else "RUN (the chief's run folder, named in its log)"
             log.warning(
-                "Stopped by %s: epoch %d will be redone from the backup in %s. To continue, "
-                "run: python run.py resume=%s",
+                "Stopped by %s: epoch %d will be redone from the backup in %s. To continue, run%s: "
+                "python run.py resume=%s",
                 by,
                 stop.epoch + 1,
-                folder.backup_dir,
-                folder.run_dir,
+                folder.backup_dir if plan.chief else "the chief's run folder",
+                " on every worker" if several else "",
+                resume,
             )
             folder.invocation["outcome"] = "interrupted" if stop.signum == signal.SIGINT else "preempted"
             return folder.invocation["outcome"]

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import keras
 
+from trainer.distribute.agreement import Workers
 from trainer.errors import UserError
 from trainer.runs import checkpoints, history
 from trainer.runs.atomic import write_atomic
@@ -168,13 +169,17 @@ class StopOnSignal(keras.callbacks.Callback):
 
     The backup records the current epoch as not done, so a resumed run redoes
     it from the saved weights and history.csv never holds a partial epoch.
+
+    `any_stop(requested)` says whether some worker of a multi-worker run was asked to stop: then every
+    worker stops at the same step (a worker not signalled stops as for SIGTERM).
     """
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
-    def __init__(self, backup: RunBackup):
+    def __init__(self, backup: RunBackup, any_stop: Callable[[bool], bool] | None = None):
         super().__init__()
         self.backup, self.requested, self.epoch, self.previous = backup, None, 0, {}
+        self.any_stop = any_stop or bool
 
     def on_train_begin(self, logs=None):
         if threading.current_thread() is threading.main_thread():
@@ -191,13 +196,13 @@ class StopOnSignal(keras.callbacks.Callback):
         self.epoch = epoch
 
     def on_train_batch_end(self, batch, logs=None):
-        if self.requested:
+        if self.any_stop(self.requested is not None):
             self.backup.save(self.epoch, batch + 1)  # this epoch is not finished: redo it on resume
-            raise Preempted(self.epoch, self.requested)
+            raise Preempted(self.epoch, self.requested or signal.SIGTERM)
 
     def on_epoch_end(self, epoch, logs=None):
-        if self.requested:  # arrived during validation: the epoch is complete and backed up already
-            raise Preempted(epoch + 1, self.requested)
+        if self.any_stop(self.requested is not None):  # arrived during validation: the epoch is backed up already
+            raise Preempted(epoch + 1, self.requested or signal.SIGTERM)
 
     def on_train_end(self, logs=None):
         for signum, previous in self.previous.items():
@@ -269,7 +274,7 @@ class RunFiles:
     save_every_steps: int | None = None  # also back up every N steps
     title: str = ""  # heads curves.png
     ema: bool = False  # the optimizer keeps an EMA of the weights: validation and checkpoints use it
-    synchronize: Callable[[keras.Model], None] | None = None  # after the restore: every worker takes the chief's
+    workers: Workers | None = None  # a multi-worker run: the state restored and the stops are the chief's / all's
 
 
 def training_callbacks(
@@ -296,7 +301,8 @@ def training_callbacks(
     run_dir, folder = files.run_dir, files.run_dir / "checkpoints"
     folder.mkdir(parents=True, exist_ok=True)
     last = None if files.ema else folder / "last.keras"  # with the EMA, last.keras holds the averages
-    backup = RunBackup(files.backup_dir, files.save_every_steps, last, files.inference, files.synchronize)
+    synchronize = files.workers.take_chief_state if files.workers else None
+    backup = RunBackup(files.backup_dir, files.save_every_steps, last, files.inference, synchronize)
     history_csv = run_dir / history.FILE
     best = history.best_value(history_csv, files.monitor, files.mode)
     callbacks = [
@@ -313,6 +319,6 @@ def training_callbacks(
         *extra,
         backup,
         CommitBest(folder),
-        StopOnSignal(backup),
+        StopOnSignal(backup, files.workers.any_stop if files.workers else None),
     ]
     return callbacks
