@@ -89,11 +89,14 @@ def _tf_config(ports: list[int], index: int) -> str:
     return json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
 
 
-def _start_workers(tmp_path: Path, data: Path, *overrides: str) -> list[subprocess.Popen]:
-    """Two `python run.py strategy=multi_worker` processes on 127.0.0.1, training the three-layer test model."""
-    ports = _free_ports(2)
+def _start_workers(
+    tmp_path: Path, data: Path, *overrides: str, ports: list[int] | None = None, indices: list[int] = (0, 1)
+) -> list[subprocess.Popen]:
+    """Two `python run.py strategy=multi_worker` processes on 127.0.0.1 (or those of `indices`), training the
+    three-layer test model."""
+    ports = ports or _free_ports(2)
     processes = []
-    for index in range(2):
+    for index in indices:
         scratch = tmp_path / f"tmp{index}"
         scratch.mkdir(exist_ok=True)
         env = {**SUBPROCESS_ENV, "TF_CONFIG": _tf_config(ports, index), "TMPDIR": str(scratch)}
@@ -187,6 +190,29 @@ def test_a_killed_then_preempted_worker_run_resumes_to_the_weights_of_a_run_neve
     epochs = [line.split(",")[0] for line in (run_dir / "history.csv").read_text().splitlines()[1:]]
     assert epochs == [str(epoch) for epoch in range(1, 9)], "every epoch once"
     assert json.loads((run_dir / "metrics.json").read_text())["weights_sha256"] == reference
+
+
+@pytest.mark.e2e
+@pytest.mark.slow  # ~40 s
+def test_restarting_only_the_killed_worker_gives_one_line_on_each_not_a_split_run(tmp_path):
+    data = write_cifar(tmp_path / "cifar")
+    common = ["trainer.epochs=200", "trainer.steps_per_epoch=40", "strategy.startup_timeout=15"]
+    ports = _free_ports(2)
+    chief, other = _start_workers(tmp_path, data, *common, ports=ports)
+    lines = list(_lines_until(chief, "Epoch 2/"))
+    other.send_signal(signal.SIGKILL)
+    other.wait()
+    (restarted,) = _start_workers(tmp_path, data, *common, ports=ports, indices=[1])  # the same command again
+    outputs = ["".join(lines) + chief.communicate(timeout=120)[0], restarted.communicate(timeout=120)[0]]
+    assert [chief.returncode, restarted.returncode] == [1, 1], outputs[1][-2000:]
+    assert "error: strategy=multi_worker: worker1 at" in outputs[0].strip().splitlines()[-1]
+    assert (
+        outputs[1]
+        .strip()
+        .splitlines()[-1]
+        .startswith(f"error: strategy=multi_worker: worker0 at 127.0.0.1:{ports[0]} did not come up")
+    )
+    assert "Epoch 1/" not in outputs[1], "the restarted worker must not train alone"
 
 
 @pytest.mark.e2e

@@ -31,6 +31,13 @@ def _lost_task(strategy: tf.distribute.Strategy, message: str) -> str:
     return "a worker"
 
 
+def _cause(error: tf.errors.OpError, message: str) -> str:
+    """TensorFlow's reason without the graph node's Python traceback in front of it or the node after it."""
+    at = message.find("Collective ops is aborted by")
+    text = message[at:] if at >= 0 else op_error_reason(error)
+    return re.sub(r"\s*\[\[.*", "", text)[:200]
+
+
 @contextlib.contextmanager
 def collective_errors(strategy: tf.distribute.Strategy, progress: Callable[[], str] | None = None) -> Iterator[None]:
     """Turns a lost worker or a collective timeout into one clear `ClusterError`, naming the worker lost and
@@ -55,5 +62,5 @@ def collective_errors(strategy: tf.distribute.Strategy, progress: Callable[[], s
         where = progress() if progress is not None else "restart every worker with the same command"
         raise ClusterError(
             f"strategy=multi_worker: {_lost_task(strategy, message)} stopped answering, or a collective waited "
-            f"longer than strategy.timeout_seconds; {where}. Cause: {op_error_reason(error)[:200]}"
+            f"longer than strategy.timeout_seconds; {where}. Cause: {_cause(error, message)}"
         ) from None
