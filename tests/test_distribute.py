@@ -304,9 +304,49 @@ def test_cluster_settings_are_checked(monkeypatch):
         cluster.worker_role("auto", ["a:1", "b:1"], 2)
     with pytest.raises(ConfigError, match="strategy.cluster"):
         cluster.worker_role("mpi", None, None)
+    with pytest.raises(ConfigError, match="strategy.workers: worker0 and worker1 have the same address a:1"):
+        cluster.worker_role("auto", ["a:1", "a:1"], 1)
     monkeypatch.setenv("TF_CONFIG", "{not json")
     with pytest.raises(ConfigError, match="TF_CONFIG"):
         cluster.worker_role("auto", None, None)
+
+
+def _role(cluster_spec: dict, task_type: str, index: int) -> cluster.Role:
+    return cluster._from_tf_config(json.dumps({"cluster": cluster_spec, "task": {"type": task_type, "index": index}}))
+
+
+@pytest.mark.unit
+def test_the_tf_config_of_each_cluster_manager_gives_one_chief_and_bad_ones_one_line():
+    # Kubeflow TFJob: chief + workers (its evaluator is outside the cluster).
+    tfjob = {"chief": ["job-chief-0:2222"], "worker": ["job-worker-0:2222"]}
+    assert _role(tfjob, "chief", 0).is_chief and not _role(tfjob, "worker", 0).is_chief
+    assert _role(tfjob, "worker", 0).num_workers == 2
+    # Ray's TensorflowTrainer: workers only; worker 0 is the chief.
+    ray = {"worker": ["10.0.0.1:3000", "10.0.0.2:3000"]}
+    assert _role(ray, "worker", 0).is_chief and not _role(ray, "worker", 1).is_chief
+
+    with pytest.raises(ConfigError, match=r"'master' is not one TensorFlow knows; name it 'chief'"):
+        _role({"master": ["m:1"], "worker": ["w:1"]}, "master", 0)
+    with pytest.raises(ConfigError, match=r"this task is worker 2, outside the cluster's 2 worker address"):
+        _role(ray, "worker", 2)
+    with pytest.raises(ConfigError, match=r"chief0 and worker0 have the same address h:1"):
+        _role({"chief": ["h:1"], "worker": ["h:1"]}, "worker", 0)
+    with pytest.raises(ConfigError, match=r"'ps' tasks; MultiWorkerMirroredStrategy trains on chief and worker"):
+        _role({"ps": ["p:1"], "worker": ["w:1"]}, "worker", 0)
+    with pytest.raises(ConfigError, match=r"this task's type is 'evaluator'"):
+        _role(tfjob, "evaluator", 0)
+
+
+@pytest.mark.integration
+def test_a_bad_tf_config_is_one_line_before_any_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("TF_CONFIG", '{"cluster": {"master": ["m:1"]}, "task": {"type": "master", "index": 0}}')
+    result = run_cli(["strategy=multi_worker"], cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        "error: TF_CONFIG: the task type 'master' is not one TensorFlow knows; name it 'chief' (in a Kubeflow "
+        "TFJob, the replica type Chief)"
+    ]
+    assert not (tmp_path / "outputs").exists()
 
 
 @pytest.mark.unit

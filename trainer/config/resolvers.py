@@ -16,6 +16,7 @@ from importlib import resources
 from omegaconf import DictConfig, OmegaConf
 
 from trainer.distribute import cluster
+from trainer.errors import ConfigError
 from trainer.runs import folders
 
 
@@ -33,8 +34,12 @@ def worker_dir(path: str, resume: str | None = None, *, _root_: DictConfig) -> s
     """
     strategy = _root_.get("strategy") or {}
     if strategy.get("name") == "multi_worker":
-        role = cluster.worker_role(strategy.get("cluster", "auto"), strategy.get("workers"), strategy.get("task_index"))
-        if not role.is_chief:
+        try:
+            settings = (strategy.get("cluster", "auto"), strategy.get("workers"), strategy.get("task_index"))
+            chief = cluster.worker_role(*settings).is_chief
+        except ConfigError:  # raised here, Hydra would print a traceback: the strategy's build says it in one line
+            chief = False  # and nothing is written to outputs/ meanwhile
+        if not chief:
             return _temporary_folder(path)
     return folders.resume_folder(resume) if resume else folders.claim_new_folder(path)
 

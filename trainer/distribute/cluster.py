@@ -47,16 +47,54 @@ class Role:
         return is_chief_task(self.task_type, self.task_index, self.cluster_has_chief)
 
 
+TRAINING_TASKS = ("chief", "worker")  # the task types MultiWorkerMirroredStrategy trains on
+
+
+def check_cluster(cluster: dict[str, list], task_type: str, index: int, source: str = "TF_CONFIG") -> None:
+    """Refuses, in one line, a cluster TensorFlow would reject late or hang on: a role it does not know (Kubeflow's
+    `master`), a role this trainer does not run (`ps`, `evaluator`), the task outside the cluster, two tasks on
+    one address.
+
+    Raises:
+        ConfigError: naming the task or the address.
+    """
+    for role in cluster:
+        if role == "master":
+            raise ConfigError(
+                f"{source}: the task type 'master' is not one TensorFlow knows; name it 'chief' (in a Kubeflow "
+                f"TFJob, the replica type Chief)"
+            )
+        if role not in TRAINING_TASKS:
+            raise ConfigError(
+                f"{source}: the cluster has '{role}' tasks; MultiWorkerMirroredStrategy trains on "
+                f"{' and '.join(TRAINING_TASKS)} tasks only (no parameter servers, no evaluator task yet)"
+            )
+    if task_type not in TRAINING_TASKS:
+        raise ConfigError(f"{source}: this task's type is {task_type!r}; expected one of {list(TRAINING_TASKS)}")
+    if not 0 <= index < len(cluster.get(task_type, [])):
+        raise ConfigError(
+            f"{source}: this task is {task_type} {index}, outside the cluster's {len(cluster.get(task_type, []))} "
+            f"{task_type} address(es)"
+        )
+    seen: dict[str, str] = {}
+    for role in TRAINING_TASKS:
+        for position, address in enumerate(cluster.get(role, [])):
+            if address in seen:
+                raise ConfigError(f"{source}: {seen[address]} and {role}{position} have the same address {address}")
+            seen[address] = f"{role}{position}"
+
+
 def _from_tf_config(text: str) -> Role:
     try:
         spec = json.loads(text)
         task = spec["task"]
-        cluster = spec["cluster"]
-        chief = cluster.get("chief", [])
-        task_type, index = task["type"], int(task["index"])
-    except (ValueError, KeyError, TypeError) as error:
-        raise ConfigError(f"TF_CONFIG must be JSON with 'cluster' and 'task' (type, index); {error}") from None
-    return Role(task_type, index, count_workers(cluster), "tf_config", bool(chief))
+        cluster = {role: list(addresses) for role, addresses in spec["cluster"].items()}
+        task_type, index = str(task["type"]), int(task["index"])
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        reason = f"missing {error}" if isinstance(error, KeyError) else str(error)
+        raise ConfigError(f"TF_CONFIG must be JSON with 'cluster' and 'task' (type, index); {reason}") from None
+    check_cluster(cluster, task_type, index)
+    return Role(task_type, index, count_workers(cluster), "tf_config", bool(cluster.get("chief")))
 
 
 def worker_role(source: str, workers: list[str] | None, task_index: int | None) -> Role:
@@ -74,6 +112,7 @@ def worker_role(source: str, workers: list[str] | None, task_index: int | None) 
             raise ConfigError(
                 f"strategy.task_index must be in [0, {len(workers)}) with strategy.workers; got {task_index}"
             )
+        check_cluster({"worker": list(workers)}, "worker", task_index, "strategy.workers")
         return Role("worker", task_index, len(workers), "workers")
     if source in ("auto", "slurm") and "SLURM_PROCID" in os.environ:
         return Role("worker", int(os.environ["SLURM_PROCID"]), int(os.environ.get("SLURM_NTASKS", "1")), "slurm")
