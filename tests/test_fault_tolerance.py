@@ -72,15 +72,20 @@ def test_sigkill_then_resume_has_every_epoch_exactly_once(tmp_path):
 
 
 @pytest.mark.e2e
-def test_sigterm_saves_a_backup_and_exits_cleanly(tmp_path):
+@pytest.mark.parametrize(
+    "signum", [signal.SIGTERM, pytest.param(signal.SIGUSR1, marks=pytest.mark.slow)], ids=["sigterm", "slurm-usr1"]
+)
+def test_sigterm_saves_a_backup_and_exits_cleanly(tmp_path, signum):
     data = write_cifar(tmp_path / "cifar", records_per_file=32)
     run_dir = tmp_path / "run"
     process = _start(_command(data, run_dir, f"trainer.epochs={EPOCHS}", "trainer.steps_per_epoch=30"), tmp_path)
     _wait_for_epochs(process, run_dir / "history.csv", 1)
-    process.send_signal(signal.SIGTERM)
+    process.send_signal(signum)  # SIGUSR1: Slurm's warning (sbatch --signal=USR1@120) before --time ends
     output = process.communicate(timeout=120)[0]
     assert process.returncode == 0, output[-3000:]
     assert f"To continue, run: python run.py resume={run_dir}" in output
+    end = json.loads((run_dir / "invocations.jsonl").read_text().splitlines()[-1])
+    assert end["outcome"] == "preempted" and end["stopped"] == signal.Signals(signum).name
     metadata = json.loads((run_dir / "backup" / "training_metadata.json").read_text())
     done = metadata["epoch"]
     assert 1 <= done < EPOCHS and _epochs(run_dir / "history.csv") == list(range(1, done + 1))
@@ -155,3 +160,58 @@ def test_resume_of_a_finished_run_is_refused(tmp_path):
     ]
     after = {path: path.read_bytes() for path in (tmp_path / "run").rglob("*") if path.is_file()}
     assert after == before, "a refused command writes nothing into the run (run.log included)"
+
+
+@pytest.mark.unit
+def test_a_time_budget_reads_as_seconds_and_stops_before_an_epoch_that_would_not_fit():
+    from trainer.config.fields import duration_seconds
+    from trainer.errors import ConfigError
+    from trainer.training.callbacks import TimeBudget
+
+    assert [duration_seconds(text, "k") for text in ("2h30m", "90m", "45s", "1d", 3600, "1.5h")] == [
+        9000,
+        5400,
+        45,
+        86400,
+        3600,
+        5400,
+    ]
+    for bad in ("soon", "2x", "-5", "0"):
+        with pytest.raises(ConfigError, match="trainer.time_budget"):
+            duration_seconds(bad, "trainer.time_budget")
+
+    now = [0.0]
+    budget = TimeBudget(100, started=0.0, steps_per_epoch=10, clock=lambda: now[0])
+    budget.epoch_done(20)  # margin: max(5, 2) = 5
+    now[0] = 74.0
+    assert budget.next_epoch_fits()  # 26 s left >= 20 + 5
+    now[0] = 76.0
+    assert not budget.next_epoch_fits() and not budget.out_of_time_in_epoch()
+    now[0] = 96.0
+    assert budget.out_of_time_in_epoch()
+
+    short = TimeBudget(30, started=0.0, steps_per_epoch=100, clock=lambda: now[0])
+    with pytest.raises(ConfigError, match=r"time_budget=30 s is shorter than one epoch \(about 100 s, measured"):
+        for step in range(5):
+            now[0] = step * 1.0  # 1 s per step after the first
+            short.check_step()
+
+
+@pytest.mark.integration
+def test_a_run_out_of_its_time_budget_stops_saved_and_resumes(tmp_path):
+    data = write_cifar(tmp_path / "cifar", records_per_file=32)
+    run_dir = tmp_path / "run"
+    overrides = [*tiny_overrides(data), f"hydra.run.dir={run_dir}", "trainer.epochs=500", "trainer.steps_per_epoch=30"]
+    result = run_cli([*overrides, "trainer.time_budget=8s"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Stopped by the time budget (trainer.time_budget=8s)" in result.stdout + result.stderr
+    end = json.loads((run_dir / "invocations.jsonl").read_text().splitlines()[-1])
+    assert end["stopped"] == "time budget" and not (run_dir / "metrics.json").exists()
+    done = json.loads((run_dir / "backup" / "training_metadata.json").read_text())["epoch"]
+    assert _epochs(run_dir / "history.csv") == list(range(1, done + 1)) and done < 500
+
+    # The budget may change on resume (it changes when the run stops, not what it trains).
+    resumed = run_cli([f"resume={run_dir}", "trainer.time_budget=8s"], cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    again = json.loads((run_dir / "backup" / "training_metadata.json").read_text())["epoch"]
+    assert again > done and _epochs(run_dir / "history.csv") == list(range(1, again + 1))

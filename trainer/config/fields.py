@@ -5,6 +5,7 @@ python run.py trainer.precision=float64   # -> refused when Hydra composes: expe
 
 from __future__ import annotations
 
+import re
 from enum import Enum
 from typing import Any
 
@@ -48,3 +49,26 @@ def file_list(value: Any, key: str) -> list[str]:
     files = [value] if isinstance(value, str) else list(value or [])
     require(bool(files) and all(isinstance(f, str) and f for f in files), key, "a glob or a non-empty list", value)
     return files
+
+
+_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+
+
+def duration_seconds(value: Any, key: str) -> float | None:
+    """Seconds from `2h30m`, `90m`, `45s`, `1d`, or a plain number of seconds; None stays None.
+
+    Raises:
+        ConfigError: naming `key`, for anything else or a duration that is not positive.
+    """
+    if value is None:
+        return None
+    text = str(value).strip().lower().replace(" ", "")
+    parts = re.fullmatch(r"((\d+(\.\d+)?)[dhms])+|\d+(\.\d+)?", text)
+    if parts is None:
+        raise ConfigError(f"{key} must be a duration such as 2h30m, 90m, 45s or seconds; got {value!r}")
+    if text[-1].isdigit():
+        seconds = float(text)
+    else:
+        seconds = sum(float(number) * _UNITS[unit] for number, unit in re.findall(r"(\d+(?:\.\d+)?)([dhms])", text))
+    require(seconds > 0, key, "> 0", value)
+    return seconds

@@ -25,7 +25,10 @@ log = logging.getLogger(__name__)
 
 
 # Keys a resumed run may change: they do not change what is being trained.
-SAFE_KEYS = ("trainer.verbose", "trainer.threads", "trainer.save_every_steps", "dataset.data_dir", "allow_data_change")
+SAFE_KEYS = (
+    *("trainer.verbose", "trainer.threads", "trainer.save_every_steps", "trainer.time_budget"),
+    *("dataset.data_dir", "allow_data_change"),
+)
 SAFE_PREFIXES = (
     *("strategy.workers", "strategy.task_index", "strategy.cluster"),
     *("strategy.timeout_seconds", "strategy.startup_timeout"),

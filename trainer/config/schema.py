@@ -27,6 +27,7 @@ from trainer.config.fields import (
     Quantize,
     Split,
     WandbMode,
+    duration_seconds,
     require,
 )
 from trainer.config.groups import DatasetConfig, ModelConfig, OptimizerConfig, StrategyConfig
@@ -61,6 +62,7 @@ class TrainerConfig:
     verbose: int = 1  # one line per epoch; 1: plus a progress bar within epochs on a terminal (0, 2: none)
     threads: int = 0  # TensorFlow intra-op threads; 0: TensorFlow's default (all cores)
     save_every_steps: int | None = None  # also back up every N steps, not only at epoch ends
+    time_budget: str | None = None  # e.g. 2h30m: stop, saved, before the next epoch would not fit (Slurm --time)
     deterministic: bool = False  # TensorFlow op determinism: identical weights run to run, slower
     precision: Precision = Precision.float32  # float32 | mixed_float16 | mixed_bfloat16
     jit_compile: str = "auto"  # auto | true | false (XLA; with a strategy, Keras's auto means off)
@@ -92,6 +94,7 @@ class TrainerConfig:
         require(self.grad_accum_steps >= 1, "trainer.grad_accum_steps", ">= 1 (1: off)", self.grad_accum_steps)
         require(0 <= self.label_smoothing < 1, "trainer.label_smoothing", "in [0, 1)", self.label_smoothing)
         self.class_weight = _class_weight_option(self.class_weight)
+        duration_seconds(self.time_budget, "trainer.time_budget")
         require(
             self.save_every_steps is None or self.save_every_steps >= 1,
             "trainer.save_every_steps",

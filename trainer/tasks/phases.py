@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import keras
 import tensorflow as tf
 
+from trainer.config.fields import duration_seconds
 from trainer.config.schema import Config
 from trainer.distribute import strategies
 from trainer.distribute.accumulation import accumulate_across_replicas
@@ -32,7 +33,7 @@ from trainer.runs.checkpoints import ModelInfo
 from trainer.search.trial import pruned, pruning_callbacks
 from trainer.tasks import parts
 from trainer.tracking.tensorboard import RunLabel, SampleImages
-from trainer.training.callbacks import Preempted, RunFiles, training_callbacks
+from trainer.training.callbacks import STOPPED_BY, TIME_BUDGET, Preempted, RunFiles, TimeBudget, training_callbacks
 from trainer.training.losses import build_loss
 from trainer.training.metrics import training_metrics
 from trainer.training.optimizers import build_learning_rate, build_optimizer
@@ -121,7 +122,9 @@ def _loggers(plan: Plan, folder: Folder) -> list[keras.callbacks.Callback]:
     return [*plan.tensorboard, RunLabel(log_dir, folder.run_name, folder.tags), SampleImages(log_dir, samples)]
 
 
-def _run_files(settings: Config, plan: Plan, folder: Folder, models: Models, info: ModelInfo) -> RunFiles:
+def _run_files(
+    settings: Config, plan: Plan, folder: Folder, models: Models, info: ModelInfo, budget: TimeBudget | None
+) -> RunFiles:
     """What the run's own callbacks write; curves.png is titled with the run's name, dataset and model."""
     name = "/".join(Path(plan.output_dir).parts[-2:])
     title = f"{name}  ·  dataset={settings.dataset.name}  ·  model={settings.model.name}"
@@ -129,8 +132,14 @@ def _run_files(settings: Config, plan: Plan, folder: Folder, models: Models, inf
     ema = settings.optimizer.ema_momentum is not None
     workers = Workers(plan.strategy)
     return RunFiles(
-        folder.run_dir, folder.backup_dir, models.inference, info, plan.metric, mode, every, title, ema, workers
+        folder.run_dir, folder.backup_dir, models.inference, info, plan.metric, mode, every, title, ema, workers, budget
     )
+
+
+def time_budget(settings: Config, plan: Plan) -> TimeBudget | None:
+    """trainer.time_budget, counted from the start of the run, for every phase."""
+    seconds = duration_seconds(settings.trainer.time_budget, "trainer.time_budget")
+    return TimeBudget(seconds, plan.started, plan.steps_per_epoch) if seconds else None
 
 
 def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, info: ModelInfo) -> str:
@@ -164,11 +173,12 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
     weights = parts.class_weight(settings, plan.data)
     progress = plan.chief and settings.trainer.verbose == 1 and sys.stderr.isatty()
     switched_here = False  # a phase ended in this process and the next one starts here
+    budget = time_budget(settings, plan)
     for phase in plan.phases:
         if folder.done >= phase.end:
             continue
         _start_phase(settings, plan, model, phase)
-        files = _run_files(settings, plan, folder, models, info)
+        files = _run_files(settings, plan, folder, models, info, budget)
         callbacks = training_callbacks(files, loggers_, [*extra, *plan.trackers], progress)
         if folder.gate is not None:  # first: it checks the data before anything of the epoch is saved
             callbacks.insert(0, folder.gate)
@@ -198,7 +208,9 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
                 class_weight=class_weight,
             )
         except Preempted as stop:
-            by = "Ctrl-C" if stop.signum == signal.SIGINT else "SIGTERM"
+            by = STOPPED_BY[stop.signum]
+            if stop.signum == TIME_BUDGET:
+                by += f" (trainer.time_budget={settings.trainer.time_budget})"
             several = strategies.in_multi_worker_mode(strategy)
             resume = folder.run_dir if plan.chief else "RUN (the chief's run folder, named in its log)"
             log.warning(
@@ -211,6 +223,7 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
                 resume,
             )
             folder.invocation["outcome"] = "interrupted" if stop.signum == signal.SIGINT else "preempted"
+            folder.invocation["stopped"] = STOPPED_BY[stop.signum].split(" (")[0].removeprefix("the ")
             return folder.invocation["outcome"]
         except DiskError as error:
             hint = f"Free space or fix permissions, then continue with: python run.py resume={folder.run_dir}"

@@ -69,6 +69,7 @@ class Plan:
     lr: float  # the peak rate, after linear scaling
     phases: list[fitting.Phase]
     metric: str  # objective.metric
+    started: float = field(default_factory=time.monotonic)  # trainer.time_budget counts from here
 
 
 @dataclass

@@ -20,7 +20,7 @@ from pathlib import Path
 import keras
 
 from trainer.distribute.agreement import Workers
-from trainer.errors import UserError
+from trainer.errors import ConfigError, UserError
 from trainer.runs import checkpoints, history
 from trainer.runs.atomic import write_atomic
 from trainer.runs.backup import RunBackup
@@ -150,13 +150,63 @@ class ProgressBar(keras.callbacks.Callback):
             self.bar = None
 
 
+TIME_BUDGET = 0  # `Preempted.signum` when trainer.time_budget, not a signal, stopped training
+STOPPED_BY = {
+    signal.SIGINT: "Ctrl-C",
+    signal.SIGTERM: "SIGTERM",
+    signal.SIGUSR1: "SIGUSR1 (Slurm's warning before --time ends)",
+    TIME_BUDGET: "the time budget",
+}
+
+
 class Preempted(Exception):
-    """Training stopped on SIGTERM or SIGINT (Ctrl-C) after saving a backup; `epoch` is the (0-based) epoch to
-    redo, `signum` the signal."""
+    """Training stopped on SIGTERM, SIGINT (Ctrl-C), SIGUSR1 or its time budget after saving a backup; `epoch` is
+    the (0-based) epoch to redo, `signum` the signal (`TIME_BUDGET` for the budget)."""
 
     def __init__(self, epoch: int, signum: int = signal.SIGTERM):
-        super().__init__(f"stopped by {signal.Signals(signum).name} during epoch {epoch + 1}")
+        super().__init__(f"stopped by {STOPPED_BY[signum]} during epoch {epoch + 1}")
         self.epoch, self.signum = epoch, signum
+
+
+class TimeBudget:
+    """When a run given `seconds` from `started` (a `time.monotonic()` value) must stop: before an epoch that would
+    not fit (its longest epoch so far, plus a margin for the save: 10% of that epoch, at least 5 s), or within
+    an epoch longer than foreseen once only the margin is left.
+
+    Raises (`check_step`):
+        ConfigError: the budget is shorter than one epoch, as measured from this run's steps.
+    """
+
+    def __init__(self, seconds: float, started: float, steps_per_epoch: int, clock=time.monotonic):
+        self.seconds, self.deadline, self.steps, self.clock = seconds, started + seconds, steps_per_epoch, clock
+        self.longest_epoch, self.steps_seen, self.steps_started = 0.0, 0, 0.0
+
+    def margin(self) -> float:
+        return max(5.0, 0.1 * self.longest_epoch)
+
+    def check_step(self) -> None:
+        """Call at each step end: after the first steps (the first is the trace), refuses a budget under one
+        epoch, measured."""
+        self.steps_seen += 1
+        if self.steps_seen == 2:
+            self.steps_started = self.clock()
+        elif self.steps_seen == 5 and not self.longest_epoch:
+            epoch = (self.clock() - self.steps_started) / 3 * self.steps
+            if epoch + self.margin() > self.seconds:
+                raise ConfigError(
+                    f"trainer.time_budget={self.seconds:g} s is shorter than one epoch (about {epoch:.0f} s, measured "
+                    f"from this run's steps, plus {self.margin():.0f} s to save); raise it or lower "
+                    f"trainer.steps_per_epoch"
+                )
+
+    def epoch_done(self, seconds: float) -> None:
+        self.longest_epoch = max(self.longest_epoch, seconds)
+
+    def out_of_time_in_epoch(self) -> bool:
+        return self.deadline - self.clock() < self.margin()
+
+    def next_epoch_fits(self) -> bool:
+        return self.deadline - self.clock() >= self.longest_epoch + self.margin()
 
 
 class Diverged(UserError):
@@ -164,8 +214,9 @@ class Diverged(UserError):
 
 
 class StopOnSignal(keras.callbacks.Callback):
-    """On SIGTERM (preemption) or SIGINT (Ctrl-C), saves a backup at the next batch end and stops with `Preempted`;
-    a second Ctrl-C stops at once (the backup of the last epoch stays).
+    """On SIGTERM (preemption), SIGUSR1 (Slurm's warning) or SIGINT (Ctrl-C), saves a backup at the next batch end
+    and stops with `Preempted`; a second Ctrl-C stops at once (the backup of the last epoch stays). A `budget`
+    stops it the same way, at an epoch end before an epoch that would not fit (or within a longer one).
 
     The backup records the current epoch as not done, so a resumed run redoes
     it from the saved weights and history.csv never holds a partial epoch.
@@ -174,12 +225,14 @@ class StopOnSignal(keras.callbacks.Callback):
     worker stops at the same step (a worker not signalled stops as for SIGTERM).
     """
 
-    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+    SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
 
-    def __init__(self, backup: RunBackup, any_stop: Callable[[bool], bool] | None = None):
+    def __init__(
+        self, backup: RunBackup, any_stop: Callable[[bool], bool] | None = None, budget: TimeBudget | None = None
+    ):
         super().__init__()
         self.backup, self.requested, self.epoch, self.previous = backup, None, 0, {}
-        self.any_stop = any_stop or bool
+        self.any_stop, self.budget, self.epoch_started = any_stop or bool, budget, 0.0
 
     def on_train_begin(self, logs=None):
         if threading.current_thread() is threading.main_thread():
@@ -189,20 +242,28 @@ class StopOnSignal(keras.callbacks.Callback):
         if self.requested == signal.SIGINT and signum == signal.SIGINT:
             raise KeyboardInterrupt  # the second Ctrl-C
         self.requested = signum
-        name = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
-        log.warning("%s received: saving a backup at the end of this step", name)
+        log.warning("%s received: saving a backup at the end of this step", STOPPED_BY[signum].split(" (")[0])
 
     def on_epoch_begin(self, epoch, logs=None):
-        self.epoch = epoch
+        self.epoch, self.epoch_started = epoch, time.monotonic()
 
     def on_train_batch_end(self, batch, logs=None):
+        if self.budget is not None and self.requested is None:
+            self.budget.check_step()
+            if self.budget.out_of_time_in_epoch():
+                self.requested = TIME_BUDGET
         if self.any_stop(self.requested is not None):
             self.backup.save(self.epoch, batch + 1)  # this epoch is not finished: redo it on resume
-            raise Preempted(self.epoch, self.requested or signal.SIGTERM)
+            raise Preempted(self.epoch, self.requested if self.requested is not None else signal.SIGTERM)
 
     def on_epoch_end(self, epoch, logs=None):
-        if self.any_stop(self.requested is not None):  # arrived during validation: the epoch is backed up already
-            raise Preempted(epoch + 1, self.requested or signal.SIGTERM)
+        last = epoch + 1 >= self.params.get("epochs", 0)
+        if self.budget is not None and self.requested is None:
+            self.budget.epoch_done(time.monotonic() - self.epoch_started)
+            if not last and not self.budget.next_epoch_fits():
+                self.requested = TIME_BUDGET
+        if self.any_stop(self.requested is not None):  # during validation: the epoch is backed up already
+            raise Preempted(epoch + 1, self.requested if self.requested is not None else signal.SIGTERM)
 
     def on_train_end(self, logs=None):
         for signum, previous in self.previous.items():
@@ -275,6 +336,7 @@ class RunFiles:
     title: str = ""  # heads curves.png
     ema: bool = False  # the optimizer keeps an EMA of the weights: validation and checkpoints use it
     workers: Workers | None = None  # a multi-worker run: the state restored and the stops are the chief's / all's
+    budget: TimeBudget | None = None  # trainer.time_budget: stop before an epoch that would not fit
 
 
 def training_callbacks(
@@ -319,6 +381,6 @@ def training_callbacks(
         *extra,
         backup,
         CommitBest(folder),
-        StopOnSignal(backup, files.workers.any_stop if files.workers else None),
+        StopOnSignal(backup, files.workers.any_stop if files.workers else None, files.budget),
     ]
     return callbacks
