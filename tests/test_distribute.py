@@ -7,6 +7,7 @@ the process's own.
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 import signal
@@ -193,6 +194,42 @@ def test_a_killed_then_preempted_worker_run_resumes_to_the_weights_of_a_run_neve
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # ~60 s: three processes
+def test_a_tfjob_with_chief_worker_and_evaluator_trains_and_the_evaluator_watches_the_run(tmp_path):
+    data = write_cifar(tmp_path / "cifar")
+    ports = _free_ports(2)
+    spec = {"chief": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{ports[1]}"]}  # as Kubeflow's TFJob sets it
+    run_dir = tmp_path / "run"
+    command = [sys.executable, str(ROOT / "run.py"), *SMALL, f"dataset.data_dir={data}", "strategy=multi_worker"]
+    command += ["trainer.epochs=3", "trainer.steps_per_epoch=40"]
+    tasks = {
+        "chief": [f"hydra.run.dir={run_dir}"],
+        "worker": [],
+        "evaluator": [f"checkpoint={run_dir}"],  # the same training command, told which run to watch
+    }
+    processes = {}
+    for task_type, extra in tasks.items():
+        scratch = tmp_path / task_type
+        scratch.mkdir()
+        tf_config = json.dumps({"cluster": spec, "task": {"type": task_type, "index": 0}})
+        env = {**SUBPROCESS_ENV, "TF_CONFIG": tf_config, "TMPDIR": str(scratch)}
+        processes[task_type] = subprocess.Popen(
+            [*command, *extra], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+    outputs = {name: process.communicate(timeout=300)[0] for name, process in processes.items()}
+    codes = {name: process.returncode for name, process in processes.items()}
+    assert codes == {"chief": 0, "worker": 0, "evaluator": 0}, outputs["evaluator"][-3000:]
+    assert "Epoch 1/" not in outputs["evaluator"], "the evaluator trains nothing"
+
+    with open(run_dir / "eval" / "eval_history.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [row["split"] for row in rows][-1] == "test" and int(rows[-2]["epoch"]) == 3
+    final = json.loads((run_dir / "metrics.json").read_text())
+    assert float(rows[-1]["accuracy"]) == pytest.approx(final["test_accuracy"], abs=1e-6)
+    assert not list((tmp_path / "evaluator").iterdir()), "the evaluator leaves no temporary folder"
+
+
+@pytest.mark.e2e
 @pytest.mark.slow  # ~40 s
 def test_restarting_only_the_killed_worker_gives_one_line_on_each_not_a_split_run(tmp_path):
     data = write_cifar(tmp_path / "cifar")
@@ -333,8 +370,14 @@ def test_the_tf_config_of_each_cluster_manager_gives_one_chief_and_bad_ones_one_
         _role({"chief": ["h:1"], "worker": ["h:1"]}, "worker", 0)
     with pytest.raises(ConfigError, match=r"'ps' tasks; MultiWorkerMirroredStrategy trains on chief and worker"):
         _role({"ps": ["p:1"], "worker": ["w:1"]}, "worker", 0)
-    with pytest.raises(ConfigError, match=r"this task's type is 'evaluator'"):
-        _role(tfjob, "evaluator", 0)
+    # TFJob's and Vertex AI's evaluator: beside the cluster (listed in it or not), it trains nothing.
+    for spec in (tfjob, {**tfjob, "evaluator": ["job-evaluator-0:2222"]}):
+        evaluator = _role(spec, "evaluator", 0)
+        assert evaluator.is_evaluator and not evaluator.is_chief and evaluator.num_workers == 2
+    with pytest.raises(ConfigError, match=r"this task is evaluator 1; a cluster has one evaluator"):
+        _role(tfjob, "evaluator", 1)
+    with pytest.raises(ConfigError, match=r"this task's type is 'trainer'"):
+        _role(tfjob, "trainer", 0)
 
 
 @pytest.mark.integration

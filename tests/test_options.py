@@ -23,7 +23,7 @@ TINY = [*TINY_MODEL, "trainer.batch_size=16", "trainer.steps_per_epoch=4", "data
 @pytest.mark.parametrize(
     "overrides",
     [
-        ["trainer.precision=mixed_bfloat16", "debug=smoke"],
+        pytest.param(["trainer.precision=mixed_bfloat16", "debug=smoke"], marks=pytest.mark.slow),  # as float16
         ["trainer.precision=mixed_float16", "debug=smoke"],
         ["trainer.jit_compile=true", *TINY],
         ["trainer.steps_per_execution=2", *TINY],

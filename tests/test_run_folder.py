@@ -208,7 +208,7 @@ def test_a_resume_from_the_linked_checkpoint_equals_one_from_the_backups_own_sav
 
 SIGNALS_IN_EPOCH_1 = [
     pytest.param(signal.SIGTERM, id="sigterm"),
-    pytest.param(signal.SIGINT, id="ctrl-c"),
+    pytest.param(signal.SIGINT, id="ctrl-c", marks=pytest.mark.slow),  # the same path as SIGTERM, and 16 s
     pytest.param(signal.SIGKILL, id="sigkill", marks=pytest.mark.slow),
 ]
 
@@ -259,6 +259,7 @@ def test_a_kill_in_the_test_evaluation_is_resumed_into_the_evaluation(tmp_path):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # the kill in the test evaluation of a run that completed covers the path (16 s)
 def test_an_early_stopped_run_killed_in_its_test_evaluation_resumes_into_the_evaluation_only(tmp_path):
     run_dir = tmp_path / "run"
     stop = ["callbacks=early_stopping", "callbacks.early_stopping.patience=1", "callbacks.early_stopping.min_delta=1.0"]

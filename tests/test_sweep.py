@@ -27,7 +27,7 @@ def _sweep(tmp_path: Path, *overrides: str, model: str = "vgg19") -> tuple[CliRe
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("launcher", ["basic", "joblib"])
+@pytest.mark.parametrize("launcher", ["basic", pytest.param("joblib", marks=pytest.mark.slow)])  # joblib: 23 s
 def test_grid_sweep_summarises_every_job(tmp_path, launcher):
     extra = [] if launcher == "basic" else ["launcher=joblib"]
     result, rows = _sweep(tmp_path, "optimizer.lr=0.1,0.01", *extra, model="tiny")

@@ -286,11 +286,12 @@ def _spoil_record(path: Path, index: int) -> None:
 
 AFTER_START_UP = [
     # case, mode, the file spoiled, the one line expected: with a manifest, no file is read whole at start-up
-    (
+    pytest.param(  # the same check as corrupt_evaluate, in training (16 s)
         "corrupt_train",
         "train",
         "train.tfrecords_001",
         r"train.tfrecords_001: corrupted or truncated TFRecord file at record 2",
+        marks=pytest.mark.slow,
     ),
     (
         "corrupt_evaluate",
@@ -304,7 +305,9 @@ AFTER_START_UP = [
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("case, mode, name, message", AFTER_START_UP, ids=[case[0] for case in AFTER_START_UP])
+@pytest.mark.parametrize(
+    "case, mode, name, message", AFTER_START_UP, ids=[getattr(case, "values", case)[0] for case in AFTER_START_UP]
+)
 def test_bad_records_behind_a_manifest_give_one_line_naming_the_file_and_record(tmp_path, case, mode, name, message):
     records = _converted(tmp_path)
     assert (records / "manifest.json").exists()

@@ -216,9 +216,12 @@ class FinetuneConfig:
 class EvaluateConfig:
     split: EvaluateSplit = EvaluateSplit.test  # val | test
     tta: str = "none"  # none | flip: the mean of the probabilities of each image and its mirror image
+    watch: bool = False  # with checkpoint=RUN: evaluate each epoch the run commits, beside it, until it ends
+    watch_timeout: float = 3600.0  # watch: stop after this many seconds without a new epoch
 
     def __post_init__(self) -> None:
         require(self.tta in TTA, "evaluate.tta", "none or flip", self.tta)
+        require(self.watch_timeout > 0, "evaluate.watch_timeout", "> 0 (seconds)", self.watch_timeout)
 
 
 @dataclass

@@ -46,14 +46,19 @@ class Role:
     def is_chief(self) -> bool:
         return is_chief_task(self.task_type, self.task_index, self.cluster_has_chief)
 
+    @property
+    def is_evaluator(self) -> bool:
+        return self.task_type == EVALUATOR
+
 
 TRAINING_TASKS = ("chief", "worker")  # the task types MultiWorkerMirroredStrategy trains on
+EVALUATOR = "evaluator"  # TFJob's and Vertex AI's task beside training: it watches the run (trainer.tasks.watch)
 
 
 def check_cluster(cluster: dict[str, list], task_type: str, index: int, source: str = "TF_CONFIG") -> None:
     """Refuses, in one line, a cluster TensorFlow would reject late or hang on: a role it does not know (Kubeflow's
-    `master`), a role this trainer does not run (`ps`, `evaluator`), the task outside the cluster, two tasks on
-    one address.
+    `master`), a role this trainer does not run (`ps`), the task outside the cluster, two tasks on one address.
+    An `evaluator` task (listed in the cluster or not, as managers differ) trains nothing: it watches the run.
 
     Raises:
         ConfigError: naming the task or the address.
@@ -64,14 +69,19 @@ def check_cluster(cluster: dict[str, list], task_type: str, index: int, source: 
                 f"{source}: the task type 'master' is not one TensorFlow knows; name it 'chief' (in a Kubeflow "
                 f"TFJob, the replica type Chief)"
             )
-        if role not in TRAINING_TASKS:
+        if role not in (*TRAINING_TASKS, EVALUATOR):
             raise ConfigError(
                 f"{source}: the cluster has '{role}' tasks; MultiWorkerMirroredStrategy trains on "
-                f"{' and '.join(TRAINING_TASKS)} tasks only (no parameter servers, no evaluator task yet)"
+                f"{' and '.join(TRAINING_TASKS)} tasks only (no parameter servers), beside one {EVALUATOR}"
             )
-    if task_type not in TRAINING_TASKS:
-        raise ConfigError(f"{source}: this task's type is {task_type!r}; expected one of {list(TRAINING_TASKS)}")
-    if not 0 <= index < len(cluster.get(task_type, [])):
+    if task_type not in (*TRAINING_TASKS, EVALUATOR):
+        raise ConfigError(
+            f"{source}: this task's type is {task_type!r}; expected one of {[*TRAINING_TASKS, EVALUATOR]}"
+        )
+    if task_type == EVALUATOR:
+        if index != 0:
+            raise ConfigError(f"{source}: this task is {EVALUATOR} {index}; a cluster has one {EVALUATOR}, index 0")
+    elif not 0 <= index < len(cluster.get(task_type, [])):
         raise ConfigError(
             f"{source}: this task is {task_type} {index}, outside the cluster's {len(cluster.get(task_type, []))} "
             f"{task_type} address(es)"

@@ -1,6 +1,7 @@
 """`mode=evaluate`: a trained checkpoint on the test or validation split, with its confusion matrix.
 
     python run.py mode=evaluate checkpoint=outputs/2026-11-30/12-00-00 [evaluate.split=val] [evaluate.tta=flip]
+    python run.py mode=evaluate checkpoint=RUN evaluate.watch=true    # beside training: trainer.tasks.watch
 
 Evaluation uses the evaluation pipeline (no augmentation) and dropout off.
 """
@@ -25,6 +26,10 @@ def evaluate(settings: Config) -> float:
     Returns:
         The accuracy, as a plain float.
     """
+    if settings.evaluate.watch:
+        from trainer.tasks.watch import watch
+
+        return watch(settings)
     strategy = setup_strategy(settings)
     split = settings.evaluate.split
     data = load_data(settings.dataset, settings.trainer.batch_size, settings.seed, check_val=split == "val")

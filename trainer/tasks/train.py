@@ -43,6 +43,7 @@ from trainer.tasks import parts
 from trainer.tasks import phases as fitting
 from trainer.tasks.data import Data, load_data
 from trainer.tasks.setup import check_replica_batches, evaluate_checkpoint, run_folder, setup_strategy
+from trainer.tasks.watch import is_evaluator, watch
 from trainer.tracking import loggers
 from trainer.tracking.curves import wait_for_drawings
 from trainer.tracking.reports import run_summary
@@ -371,6 +372,9 @@ def train(settings: Config) -> float | None:
     Returns:
         The best value of `objective.metric` over the epochs, as a plain float (None if preempted).
     """
+    if is_evaluator(settings):  # TF_CONFIG's evaluator task: it watches the run instead of training
+        with run_folder(settings.output_dir, chief=False):  # removes Hydra's temporary folder of this task
+            return watch(settings, evaluator=True)
     plan = plan_run(settings)
     models, info = build_run_model(settings, plan)
     with open_run_folder(settings, plan) as folder:

@@ -1,0 +1,66 @@
+"""`mode=evaluate evaluate.watch=true`: an evaluator beside training, as a user runs it next to `python run.py`."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT, SUBPROCESS_ENV, run_cli, tiny_overrides, write_cifar
+
+
+@pytest.mark.e2e
+def test_a_watcher_beside_training_evaluates_each_committed_epoch_as_mode_evaluate_does(tmp_path):
+    data = write_cifar(tmp_path / "cifar", records_per_file=32)
+    run_dir = tmp_path / "run"
+    command = [sys.executable, str(ROOT / "run.py"), *tiny_overrides(data), f"hydra.run.dir={run_dir}"]
+    training = subprocess.Popen(
+        [*command, "trainer.epochs=4", "trainer.steps_per_epoch=30"],
+        cwd=tmp_path,
+        env=SUBPROCESS_ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        for _ in range(600):  # the run's saved config is there before TensorFlow is imported
+            if (run_dir / ".hydra" / "config.yaml").is_file():
+                break
+            time.sleep(0.1)
+        watcher = tmp_path / "watcher"
+        arguments = ["mode=evaluate", f"checkpoint={run_dir}", "evaluate.watch=true", "evaluate.watch_timeout=300"]
+        watched = run_cli([*arguments, f"hydra.run.dir={watcher}"], cwd=tmp_path)
+    finally:
+        output = training.communicate(timeout=300)[0]
+    assert training.returncode == 0, output[-3000:]
+    assert watched.returncode == 0, watched.stderr[-3000:]
+    assert not (run_dir / "eval_history.csv").exists(), "the watcher only reads the run folder"
+
+    with open(watcher / "eval_history.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    val = [row for row in rows if row["split"] == "val"]
+    epochs = [int(row["epoch"]) for row in val]
+    assert epochs == sorted(set(epochs)) and epochs[-1] == 4, "each epoch at most once, the last one always"
+    assert [row["split"] for row in rows][-1] == "test"
+
+    # The last epoch's figures are mode=evaluate's of last.keras; the test row is the run's own test figure.
+    last = f"checkpoint={run_dir}/checkpoints/last.keras"
+    again = run_cli(["mode=evaluate", last, "evaluate.split=val", f"dataset.data_dir={data}"], cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    alone = json.loads(next((tmp_path / "outputs").glob("*/*/metrics.json")).read_text())
+    assert float(val[-1]["accuracy"]) == pytest.approx(alone["accuracy"], abs=1e-6)
+    assert float(val[-1]["loss"]) == pytest.approx(alone["loss"], rel=1e-5)
+    final = json.loads((run_dir / "metrics.json").read_text())
+    assert float(rows[-1]["accuracy"]) == pytest.approx(final["test_accuracy"], abs=1e-6)
+    assert (watcher / "tensorboard" / "eval").is_dir()
+
+
+@pytest.mark.integration
+def test_a_watcher_needs_a_run_folder(tmp_path):
+    result = run_cli(["mode=evaluate", f"checkpoint={tmp_path}", "evaluate.watch=true"], cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1].startswith("error: ")

@@ -1,0 +1,151 @@
+"""`mode=evaluate evaluate.watch=true`: an evaluator beside training, evaluating each epoch the run commits.
+
+    python run.py mode=evaluate checkpoint=outputs/2026-12-03/09-00-00 evaluate.watch=true
+
+What TF Model Garden's `continuous_eval` and Keras 2's `SidecarEvaluator` did. It watches the run's
+`checkpoints/last.keras` and evaluates it on the validation split once the run has committed its epoch
+(the backup holds it), so it never sees an epoch a kill would redo. An epoch it was too slow for is
+skipped. It writes `eval_history.csv` (a row per evaluation) and TensorBoard scalars under
+`tensorboard/eval/` in its own folder, and only reads the run folder: it may run on any machine that
+sees it, and never takes the run's lock. When the run writes `metrics.json`, it evaluates the last epoch
+if it has not yet, then `best.keras` on the test split, and ends; without a new epoch for
+`evaluate.watch_timeout` seconds, it ends too.
+
+An `evaluator` task in TF_CONFIG (Kubeflow's TFJob, Vertex AI) runs this loop instead of training, on the
+training command itself: it watches `checkpoint=RUN`, or the run folder every task was given with
+`hydra.run.dir=`, waiting for the chief to create it, and writes into `RUN/eval/`.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import time
+from pathlib import Path
+
+import tensorflow as tf
+
+from trainer.config.schema import Config
+from trainer.distribute import cluster
+from trainer.distribute.failures import collective_errors
+from trainer.errors import ConfigError
+from trainer.runs import checkpoints, history
+from trainer.runs.backup import read_state
+from trainer.tasks.data import Data, load_data
+from trainer.tasks.setup import evaluate_checkpoint, setup_strategy
+
+log = logging.getLogger(__name__)
+
+POLL_SECONDS = 2.0
+FILE = "eval_history.csv"
+FIELDS = ("epoch", "split", "accuracy", "loss", "num_examples", "checkpoint")
+
+
+def is_evaluator(settings: Config) -> bool:
+    """Whether this process is the `evaluator` task of a multi-worker cluster (TF_CONFIG)."""
+    options = settings.strategy
+    if options.name != "multi_worker":
+        return False
+    return cluster.worker_role(options.cluster, options.workers, options.task_index).is_evaluator
+
+
+def _wait_for_run(run: Path, timeout: float) -> None:
+    """Waits (up to `timeout` s) for the chief to start the run: cluster managers start every task at once."""
+    started = time.monotonic()
+    while not (run / history.FILE).is_file() and not (run / "backup").is_dir():
+        if time.monotonic() - started > timeout:
+            return
+        time.sleep(POLL_SECONDS)
+
+
+def _folders(settings: Config, evaluator: bool) -> tuple[Path, Path]:
+    """(the run folder to watch, the watcher's own folder).
+
+    Raises:
+        ConfigError: no run folder to watch (`checkpoint=` names a `.keras` file, or nothing).
+    """
+    output = Path(settings.output_dir)
+    shared = evaluator and not output.name.startswith(cluster.WORKER_PREFIX)  # hydra.run.dir=RUN on every task
+    run = Path(settings.checkpoint) if settings.checkpoint else output if shared else None
+    if evaluator and run is not None:
+        _wait_for_run(run, settings.evaluate.watch_timeout)
+    if run is None or not (run / ".hydra").is_dir():
+        how = "give it checkpoint=RUN, or every task the same hydra.run.dir=RUN" if evaluator else "checkpoint=RUN"
+        what = "TF_CONFIG's evaluator task" if evaluator else "evaluate.watch=true"
+        raise ConfigError(f"{what} needs the folder of a training run to watch: {how}; got {settings.checkpoint}")
+    return run, run / "eval" if evaluator else output  # the evaluator is a task of the run's job
+
+
+def committed_epochs(run: Path) -> int:
+    """Epochs the run has committed: its backup's while it trains, every row of history.csv once it ended."""
+    if (run / "metrics.json").is_file():
+        return len(history.read_rows(run / history.FILE))
+    try:
+        state = read_state(run / "backup")
+    except ConfigError:  # being replaced: the next poll reads it
+        return 0
+    return state.epoch if state else 0
+
+
+class EvalLog:
+    """eval_history.csv and the TensorBoard scalars under tensorboard/eval/, in the watcher's own folder."""
+
+    def __init__(self, folder: Path):
+        self.path = folder / FILE
+        self.writer = tf.summary.create_file_writer(str(folder / "tensorboard" / "eval"))
+
+    def add(self, epoch: int, split: str, metrics: dict) -> None:
+        new = not self.path.is_file()
+        with open(self.path, "a", newline="") as handle:
+            rows = csv.DictWriter(handle, FIELDS, extrasaction="ignore")
+            if new:
+                rows.writeheader()
+            rows.writerow({"epoch": epoch, "split": split, **metrics})
+        with self.writer.as_default(step=epoch):
+            for name in ("accuracy", "loss"):
+                tf.summary.scalar(f"{split}_{name}" if split != "val" else f"epoch_{name}", metrics[name])
+        self.writer.flush()
+
+
+def _evaluate(settings: Config, strategy, data: Data, file: Path, split: str, out: Path) -> dict:
+    with collective_errors(strategy), data.named_bad_records():
+        return evaluate_checkpoint(strategy, file, data, split, out, settings.evaluate.tta)
+
+
+def watch(settings: Config, evaluator: bool = False) -> float:
+    """Evaluates each committed epoch of the run until it ends (see the module's docstring); `evaluator`: as the
+    evaluator task of a cluster, on this machine alone.
+
+    Returns:
+        The last validation accuracy (NaN if no epoch was evaluated).
+    """
+    run, out = _folders(settings, evaluator)
+    strategy = tf.distribute.get_strategy() if evaluator else setup_strategy(settings)
+    data = load_data(settings.dataset, settings.trainer.batch_size, settings.seed, check_val=True)
+    out.mkdir(parents=True, exist_ok=True)
+    evals, last_done, accuracy = EvalLog(out), 0, float("nan")
+    idle_since, timeout = time.monotonic(), settings.evaluate.watch_timeout
+    log.info("Watching %s: each epoch it commits is evaluated on the val split into %s", run, evals.path)
+    while True:
+        ended = (run / "metrics.json").is_file()
+        done = committed_epochs(run)
+        last = run / "checkpoints" / "last.keras"
+        info = checkpoints.read_info(last) if last.is_file() else None
+        if info is not None and last_done < info.epoch <= done:
+            if info.epoch > last_done + 1:
+                log.info("Epochs %d-%d went by while evaluating: evaluating epoch %d", last_done + 1, done, done)
+            metrics = _evaluate(settings, strategy, data, last, "val", out)
+            evals.add(info.epoch, "val", metrics)
+            last_done, accuracy, idle_since = info.epoch, metrics["accuracy"], time.monotonic()
+            continue  # the next epoch may be committed already
+        if ended:
+            best = run / "checkpoints" / "best.keras"
+            best_info = checkpoints.read_info(best)
+            test = _evaluate(settings, strategy, data, best, "test", out)
+            evals.add(best_info.epoch if best_info else done, "test", test)
+            log.info("The run ended (metrics.json): evaluated %d epoch(s) and best.keras on test", last_done)
+            return accuracy
+        if time.monotonic() - idle_since > timeout:
+            log.info("No new epoch for %g s <evaluate.watch_timeout=%g>: stopping", timeout, timeout)
+            return accuracy
+        time.sleep(POLL_SECONDS)
