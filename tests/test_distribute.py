@@ -116,6 +116,7 @@ def _start_workers(
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # 27 s; the slow tier's kill, preemption, Slurm and TFJob runs train two workers as well
 def test_two_workers_train_identical_weights_and_only_the_chief_writes(tmp_path):
     data = write_cifar(tmp_path / "cifar")
     # The test model has no batch norm, whose moving statistics would be each worker's own.
@@ -227,6 +228,53 @@ def test_a_tfjob_with_chief_worker_and_evaluator_trains_and_the_evaluator_watche
     final = json.loads((run_dir / "metrics.json").read_text())
     assert float(rows[-1]["accuracy"]) == pytest.approx(final["test_accuracy"], abs=1e-6)
     assert not list((tmp_path / "evaluator").iterdir()), "the evaluator leaves no temporary folder"
+
+
+def _free_consecutive_ports(count: int) -> int:
+    """The first of `count` consecutive free ports on 127.0.0.1."""
+    for _ in range(50):
+        base = _free_ports(1)[0]
+        try:
+            sockets = [socket.create_server(("127.0.0.1", base + offset)) for offset in range(count)]
+        except OSError:
+            continue
+        for sock in sockets:
+            sock.close()
+        return base
+    raise AssertionError("no consecutive free ports")
+
+
+@pytest.mark.e2e
+@pytest.mark.slow  # ~30 s
+def test_a_two_task_slurm_job_trains_on_slurms_variables_alone(tmp_path):
+    data = write_cifar(tmp_path / "cifar")
+    base = _free_consecutive_ports(2)
+    processes = []
+    for rank in range(2):  # what `srun` sets for a 2-task step on one node (CPU only: no nvidia-smi)
+        slurm = {
+            "SLURM_PROCID": str(rank),
+            "SLURM_NTASKS": "2",
+            "SLURM_STEP_NUM_TASKS": "2",
+            "SLURM_STEP_NODELIST": "127.0.0.1",
+            "SLURM_STEP_TASKS_PER_NODE": "2(x1)",
+        }
+        env = {key: value for key, value in SUBPROCESS_ENV.items() if key != "TF_CONFIG"}
+        (tmp_path / f"tmp{rank}").mkdir()
+        command = [sys.executable, str(ROOT / "run.py"), *SMALL, f"dataset.data_dir={data}", "strategy=multi_worker"]
+        processes.append(
+            subprocess.Popen(
+                [*command, "strategy.cluster=slurm", f"strategy.slurm_port_base={base}"],
+                cwd=tmp_path,
+                env={**env, **slurm, "TMPDIR": str(tmp_path / f"tmp{rank}")},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    outputs = _finish(processes)
+    assert _final_sha(outputs[0]) == _final_sha(outputs[1])
+    assert "Strategy MultiWorkerMirroredStrategy with 2 replica(s)" in outputs[0]
+    assert len(list((tmp_path / "outputs").glob("*/*"))) == 1, "only rank 0, the chief, writes a run folder"
 
 
 @pytest.mark.e2e
@@ -431,3 +479,30 @@ def test_waiting_for_peers_returns_once_they_answer_and_names_the_missing_ones(c
         assert f"Waiting for worker2 at 127.0.0.1:{down} (" in caplog.text
         with pytest.raises(ClusterError, match=f"this worker's address 127.0.0.1:{up} cannot be listened on"):
             wait_for_peers(f"127.0.0.1:{up}", {"worker1": f"127.0.0.1:{down}"}, timeout=5)
+
+
+@pytest.mark.unit
+def test_the_tfjob_of_the_docs_gives_each_replica_its_role(monkeypatch):
+    """The TFJob of docs/distributed.md, with each replica's TF_CONFIG written as Kubeflow's training operator
+    writes it (the cluster of chief and workers; the evaluator beside it), and each replica's own overrides."""
+    import yaml
+
+    text = (ROOT / "docs" / "distributed.md").read_text()
+    manifest = yaml.safe_load(text.split("```yaml\n", 1)[1].split("```", 1)[0])
+    replicas = manifest["spec"]["tfReplicaSpecs"]
+    name = manifest["metadata"]["name"]
+    spec = {
+        role.lower(): [f"{name}-{role.lower()}-{index}:2222" for index in range(replicas[role]["replicas"])]
+        for role in ("Chief", "Worker")
+    }
+    roles = {}
+    for role, replica in replicas.items():
+        tf_config = json.dumps({"cluster": spec, "task": {"type": role.lower(), "index": 0}})
+        monkeypatch.setenv("TF_CONFIG", tf_config)
+        roles[role] = cluster.worker_role("auto", None, None)
+        command = replica["template"]["spec"]["containers"][0]["command"]
+        assert command[:3] == ["python", "run.py", "strategy=multi_worker"]
+        if role == "Evaluator":
+            assert any(argument.startswith("checkpoint=") for argument in command), "the evaluator's run folder"
+    assert roles["Chief"].is_chief and roles["Chief"].num_workers == 2
+    assert not roles["Worker"].is_chief and roles["Evaluator"].is_evaluator

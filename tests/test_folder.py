@@ -60,7 +60,11 @@ def _labels_follow_colours(dataset: tf.data.Dataset, class_names: list[str]) -> 
 
 @pytest.mark.integration
 @pytest.mark.parametrize(
-    "layout, extra", [("tree", ["dataset.val_fraction=0.25", "dataset.test_fraction=0.25"]), ("splits", [])]
+    "layout, extra",
+    [
+        ("tree", ["dataset.val_fraction=0.25", "dataset.test_fraction=0.25"]),
+        pytest.param("splits", [], marks=pytest.mark.slow),  # 15 s; the split folders are read as the tree's are
+    ],
 )
 def test_a_folder_gives_every_split_with_the_labels_of_its_class_folders(tmp_path, layout, extra):
     root = make_folder(tmp_path / "photos", layout, per_class=8 if layout == "tree" else 6)

@@ -207,7 +207,7 @@ def test_a_resume_from_the_linked_checkpoint_equals_one_from_the_backups_own_sav
 
 
 SIGNALS_IN_EPOCH_1 = [
-    pytest.param(signal.SIGTERM, id="sigterm"),
+    pytest.param(signal.SIGTERM, id="sigterm", marks=pytest.mark.slow),  # test_fault_tolerance's SIGTERM case
     pytest.param(signal.SIGINT, id="ctrl-c", marks=pytest.mark.slow),  # the same path as SIGTERM, and 16 s
     pytest.param(signal.SIGKILL, id="sigkill", marks=pytest.mark.slow),
 ]

@@ -176,6 +176,7 @@ def test_an_export_that_fails_its_check_is_one_line_and_writes_nothing(trained_r
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # 16 s
 def test_a_bare_checkpoint_without_its_data_is_checked_on_random_pixels_but_not_calibrated(trained_run, tmp_path):
     _, run_dir = trained_run
     bare = tmp_path / "model.keras"

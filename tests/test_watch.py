@@ -14,6 +14,7 @@ from conftest import ROOT, SUBPROCESS_ENV, run_cli, tiny_overrides, write_cifar
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # 19 s; the slow TFJob test runs its evaluator task too
 def test_a_watcher_beside_training_evaluates_each_committed_epoch_as_mode_evaluate_does(tmp_path):
     data = write_cifar(tmp_path / "cifar", records_per_file=32)
     run_dir = tmp_path / "run"

@@ -521,6 +521,7 @@ class MultiWorkerStrategyConfig(StrategyConfig):
     task_index: int | None = None  # this worker's position in `workers`
     timeout_seconds: float = 600.0  # a collective waiting longer (a worker died) fails the run
     startup_timeout: float = 600.0  # seconds to wait for every worker to come up (logged every 10 s)
+    slurm_port_base: int = 8888  # cluster=slurm: the port of a node's first task (the next tasks count up)
 
     def __post_init__(self) -> None:
         require(self.timeout_seconds > 0, "strategy.timeout_seconds", "> 0", self.timeout_seconds)

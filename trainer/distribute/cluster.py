@@ -125,7 +125,8 @@ def worker_role(source: str, workers: list[str] | None, task_index: int | None) 
         check_cluster({"worker": list(workers)}, "worker", task_index, "strategy.workers")
         return Role("worker", task_index, len(workers), "workers")
     if source in ("auto", "slurm") and "SLURM_PROCID" in os.environ:
-        return Role("worker", int(os.environ["SLURM_PROCID"]), int(os.environ.get("SLURM_NTASKS", "1")), "slurm")
+        tasks = os.environ.get("SLURM_STEP_NUM_TASKS") or os.environ.get("SLURM_NTASKS", "1")
+        return Role("worker", int(os.environ["SLURM_PROCID"]), int(tasks), "slurm")
     if source == "auto":
         return Role("worker", 0, 1, "local")  # a cluster of one: this process is the chief
     raise ConfigError(f"strategy.cluster={source} but its settings are missing (TF_CONFIG, workers or Slurm)")

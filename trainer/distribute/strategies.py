@@ -55,14 +55,20 @@ def mirrored(devices: list[str] | None = None, cpu_devices: int = 0) -> tf.distr
     return tf.distribute.MirroredStrategy(devices=list(devices) if devices else None)
 
 
-def _resolver(source: str, workers: list[str] | None, task_index: int | None):
+def _resolver(source: str, workers: list[str] | None, task_index: int | None, slurm_port_base: int = 8888):
     role = roles.worker_role(source, workers, task_index)  # validates the settings first
     resolvers = tf.distribute.cluster_resolver
     if role.source == "workers":
         spec = tf.train.ClusterSpec({"worker": list(workers)})
         return resolvers.SimpleClusterResolver(spec, task_type="worker", task_id=task_index, rpc_layer="grpc")
     if role.source == "slurm":
-        return resolvers.SlurmClusterResolver()
+        # TensorFlow counts a node's GPUs with nvidia-smi, which a CPU node lacks (FileNotFoundError), and divides by
+        # the GPUs per task, 0 there (ValueError). Its GPU split only feeds CUDA_VISIBLE_DEVICES, set too late here
+        # anyway: each task sees every GPU of its node, so run one task per node (MirroredStrategy within it).
+        gpus = len(tf.config.list_physical_devices("GPU"))
+        return resolvers.SlurmClusterResolver(
+            port_base=slurm_port_base, gpus_per_node=max(gpus, 1024), gpus_per_task=1, auto_set_gpu=False
+        )
     return resolvers.TFConfigClusterResolver()  # TF_CONFIG, or a single local worker without it
 
 
@@ -84,6 +90,7 @@ def multi_worker(
     task_index: int | None = None,
     timeout_seconds: float = 600.0,
     startup_timeout: float = 600.0,
+    slurm_port_base: int = 8888,
 ) -> tf.distribute.Strategy:
     """`MultiWorkerMirroredStrategy` over the cluster from TF_CONFIG, `workers` + `task_index`, or Slurm.
 
@@ -96,7 +103,7 @@ def multi_worker(
 
     compat.apply()
     options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=timeout_seconds)
-    resolver = _resolver(cluster, workers, task_index)
+    resolver = _resolver(cluster, workers, task_index, slurm_port_base)
     address, peers = _addresses(resolver)
     if address is not None:
         wait_for_peers(address, peers, startup_timeout)
