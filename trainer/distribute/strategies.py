@@ -132,14 +132,6 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
     return roles.is_chief_task(resolver.task_type, resolver.task_id or 0, "chief" in spec)
 
 
-def worker_name(strategy: tf.distribute.Strategy) -> str:
-    """This process's task in the cluster, e.g. `worker1` (`worker0` outside multi-worker runs)."""
-    resolver = getattr(strategy, "cluster_resolver", None)
-    if resolver is None or not resolver.task_type:
-        return "worker0"
-    return f"{resolver.task_type}{resolver.task_id}"
-
-
 def num_input_pipelines(strategy: tf.distribute.Strategy) -> int:
     """The input pipelines `distribute_datasets_from_function` builds: one per worker process under
     multi-worker training, else 1 (one pipeline feeds every replica of this machine)."""

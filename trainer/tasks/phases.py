@@ -30,6 +30,7 @@ from trainer.models.preprocessing import Models
 from trainer.runs.backup import RunBackup, mark_ended
 from trainer.runs.backup import restore as restore_backup
 from trainer.runs.checkpoints import ModelInfo
+from trainer.runs.resume import CHIEF_RUN
 from trainer.search.trial import pruned, pruning_callbacks
 from trainer.tasks import parts
 from trainer.tracking.tensorboard import RunLabel, SampleImages
@@ -210,9 +211,9 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
         except Preempted as stop:
             by = STOPPED_BY[stop.signum]
             if stop.signum == TIME_BUDGET:
-                by += f" (trainer.time_budget={settings.trainer.time_budget})"
+                by = f"the time budget (trainer.time_budget={settings.trainer.time_budget})"
             several = strategies.in_multi_worker_mode(strategy)
-            resume = folder.run_dir if plan.chief else "RUN (the chief's run folder, named in its log)"
+            resume = folder.run_dir if plan.chief else CHIEF_RUN
             log.warning(
                 "Stopped by %s: epoch %d will be redone from the backup in %s. To continue, run%s: "
                 "python run.py resume=%s",
@@ -223,7 +224,7 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
                 resume,
             )
             folder.invocation["outcome"] = "interrupted" if stop.signum == signal.SIGINT else "preempted"
-            folder.invocation["stopped"] = STOPPED_BY[stop.signum].split(" (")[0].removeprefix("the ")
+            folder.invocation["stopped"] = STOPPED_BY[stop.signum]
             return folder.invocation["outcome"]
         except DiskError as error:
             hint = f"Free space or fix permissions, then continue with: python run.py resume={folder.run_dir}"

@@ -37,7 +37,7 @@ from trainer.runs.atomic import remove_temporaries, write_json
 from trainer.runs.backup import ENDINGS, read_state, remove_backup
 from trainer.runs.checkpoints import ModelInfo, weights_fingerprint
 from trainer.runs.digest import DigestGate, FileDigests
-from trainer.runs.resume import DATA_FILE, bind_data, prepare_resume, resolve_resume
+from trainer.runs.resume import CHIEF_RUN, DATA_FILE, bind_data, prepare_resume, resolve_resume
 from trainer.search.trial import record_outcome
 from trainer.tasks import parts
 from trainer.tasks import phases as fitting
@@ -299,7 +299,7 @@ def _resume_hint(run_dir: Path, chief: bool, epochs: int) -> str:
         else f"epoch {done + 1} did not finish, epoch {done} is the last saved" if done
         else "no epoch was saved yet"
     )  # fmt: skip
-    folder = run_dir if chief else "RUN (the chief's run folder, named in its log)"
+    folder = run_dir if chief else CHIEF_RUN
     return f"{saved}; restart every worker with resume={folder}"
 
 

@@ -151,12 +151,8 @@ class ProgressBar(keras.callbacks.Callback):
 
 
 TIME_BUDGET = 0  # `Preempted.signum` when trainer.time_budget, not a signal, stopped training
-STOPPED_BY = {
-    signal.SIGINT: "Ctrl-C",
-    signal.SIGTERM: "SIGTERM",
-    signal.SIGUSR1: "SIGUSR1 (Slurm's warning before --time ends)",
-    TIME_BUDGET: "the time budget",
-}
+# What stopped a run, as invocations.jsonl records it. SIGUSR1: Slurm's warning before --time ends.
+STOPPED_BY = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM", signal.SIGUSR1: "SIGUSR1", TIME_BUDGET: "time budget"}
 
 
 class Preempted(Exception):
@@ -242,7 +238,7 @@ class StopOnSignal(keras.callbacks.Callback):
         if self.requested == signal.SIGINT and signum == signal.SIGINT:
             raise KeyboardInterrupt  # the second Ctrl-C
         self.requested = signum
-        log.warning("%s received: saving a backup at the end of this step", STOPPED_BY[signum].split(" (")[0])
+        log.warning("%s received: saving a backup at the end of this step", STOPPED_BY[signum])
 
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch, self.epoch_started = epoch, time.monotonic()
