@@ -131,7 +131,7 @@ def _run_files(
     title = f"{name}  ·  dataset={settings.dataset.name}  ·  model={settings.model.name}"
     mode, every = settings.objective.mode, settings.trainer.save_every_steps
     ema = settings.optimizer.ema_momentum is not None
-    workers = Workers(plan.strategy)
+    workers = Workers(plan.strategy) if strategies.in_multi_worker_mode(plan.strategy) else None  # no per-step cost
     return RunFiles(
         folder.run_dir, folder.backup_dir, models.inference, info, plan.metric, mode, every, title, ema, workers, budget
     )
