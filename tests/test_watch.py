@@ -65,3 +65,24 @@ def test_a_watcher_needs_a_run_folder(tmp_path):
     result = run_cli(["mode=evaluate", f"checkpoint={tmp_path}", "evaluate.watch=true"], cwd=tmp_path)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1].startswith("error: ")
+
+
+@pytest.mark.integration
+def test_training_without_validation_leaves_it_to_an_evaluator(tmp_path):
+    data = write_cifar(tmp_path / "cifar")
+    run_dir = tmp_path / "run"
+    overrides = [*tiny_overrides(data), f"hydra.run.dir={run_dir}", "trainer.epochs=2", "trainer.validate=false"]
+    refused = run_cli(overrides, cwd=tmp_path)
+    assert refused.returncode == 1
+    assert (
+        refused.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            "error: trainer.validate=false leaves no val_accuracy for objective.metric: choose objective.metric=accuracy"
+        )
+    )
+    result = run_cli([*overrides, "objective.metric=accuracy"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    header = (run_dir / "history.csv").read_text().splitlines()[0].split(",")
+    assert "accuracy" in header and not [name for name in header if name.startswith("val_")]
+    assert "test_accuracy" in json.loads((run_dir / "metrics.json").read_text())

@@ -63,6 +63,7 @@ class TrainerConfig:
     threads: int = 0  # TensorFlow intra-op threads; 0: TensorFlow's default (all cores)
     save_every_steps: int | None = None  # also back up every N steps, not only at epoch ends
     time_budget: str | None = None  # e.g. 2h30m: stop, saved, before the next epoch would not fit (Slurm --time)
+    validate: bool = True  # false: no validation in fit (an evaluator beside training does it); objective on train
     deterministic: bool = False  # TensorFlow op determinism: identical weights run to run, slower
     precision: Precision = Precision.float32  # float32 | mixed_float16 | mixed_bfloat16
     jit_compile: str = "auto"  # auto | true | false (XLA; with a strategy, Keras's auto means off)

@@ -202,7 +202,7 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
                 initial_epoch=first,
                 epochs=phase.end,
                 steps_per_epoch=steps,
-                validation_data=plan.data.val,
+                validation_data=plan.data.val if settings.trainer.validate else None,  # an evaluator may do it
                 verbose=0,  # EpochLog prints the one line per epoch (and ProgressBar the bar)
                 callbacks=callbacks,
                 shuffle=False,  # the pipeline shuffles, seeded

@@ -92,6 +92,12 @@ def _objective_metric(settings: Config) -> str:
     names = [*METRICS, *(f"val_{name}" for name in METRICS)]
     if metric not in names:
         raise ConfigError(f"objective.metric must be one of {names}; got {metric!r}")
+    if not settings.trainer.validate and metric.startswith("val_"):
+        raise ConfigError(
+            f"trainer.validate=false leaves no {metric} for objective.metric: choose objective.metric="
+            f"{metric.removeprefix('val_')} (best.keras then follows it), and validate with an evaluator beside "
+            f"training (mode=evaluate checkpoint=RUN evaluate.watch=true)"
+        )
     return metric
 
 
@@ -336,8 +342,8 @@ def finish(settings: Config, plan: Plan, folder: Folder, model: keras.Model, out
         "epochs_completed": epochs,
         "stopped_early": outcome == "stopped_early",
         "pruned": outcome == "pruned",  # a search's pruner stopped this trial
-        "val_accuracy": float(values["val_accuracy"][best]),
-        "val_loss": float(values["val_loss"][best]),
+        # trainer.validate=false: none (an evaluator beside training has them)
+        **{name: float(values[name][best]) for name in ("val_accuracy", "val_loss") if name in values},
         **{f"test_{name}": value for name, value in test.items() if name not in ("checkpoint", "tta")},
         **({"test_tta": tta} if tta != "none" else {}),
         "train_seconds": round(seconds, 2),

@@ -77,10 +77,11 @@ RUN_FILES = (
 def run_summary(run_dir: Path, metrics: dict[str, Any]) -> str:
     """The end-of-run summary: the folder, the best epoch, val and test accuracy, and the files to open."""
     files = [name for name in RUN_FILES if (run_dir / name).exists()]
+    val = f"val_accuracy {metrics['val_accuracy']:.4f}, " if "val_accuracy" in metrics else ""  # trainer.validate
     lines = [
         f"Run finished: {run_dir.resolve()}",
         f"  best epoch {metrics['best_epoch']} of {metrics['epochs_completed']} by {metrics['objective_metric']}: "
-        f"val_accuracy {metrics['val_accuracy']:.4f}, test_accuracy {metrics['test_accuracy']:.4f} "
+        f"{val}test_accuracy {metrics['test_accuracy']:.4f} "
         f"(test_loss {metrics['test_loss']:.4f}), {metrics['train_seconds']:.0f} s of training",
         f"  open: {', '.join(files)}",
     ]
