@@ -406,6 +406,15 @@ def test_the_tf_config_of_each_cluster_manager_gives_one_chief_and_bad_ones_one_
     tfjob = {"chief": ["job-chief-0:2222"], "worker": ["job-worker-0:2222"]}
     assert _role(tfjob, "chief", 0).is_chief and not _role(tfjob, "worker", 0).is_chief
     assert _role(tfjob, "worker", 0).num_workers == 2
+    # Vertex AI's CustomJob: worker pool 0 is the chief, pool 1 the workers; extra keys beside cluster and task.
+    vertex = {
+        "cluster": {"chief": ["workerpool0-0:2222"], "worker": ["workerpool1-0:2222", "workerpool1-1:2222"]},
+        "environment": "cloud",
+        "task": {"type": "worker", "index": 1, "trial": ""},
+        "job": json.dumps({"python_module": "", "package_uris": []}),
+    }
+    role = cluster._from_tf_config(json.dumps(vertex))
+    assert not role.is_chief and role.num_workers == 3 and role.task_index == 1
     # Ray's TensorflowTrainer: workers only; worker 0 is the chief.
     ray = {"worker": ["10.0.0.1:3000", "10.0.0.2:3000"]}
     assert _role(ray, "worker", 0).is_chief and not _role(ray, "worker", 1).is_chief

@@ -78,7 +78,8 @@ def test_training_without_validation_leaves_it_to_an_evaluator(tmp_path):
         refused.stderr.strip()
         .splitlines()[-1]
         .startswith(
-            "error: trainer.validate=false leaves no val_accuracy for objective.metric: choose objective.metric=accuracy"
+            "error: trainer.validate=false leaves no val_accuracy for objective.metric: "
+            "choose objective.metric=accuracy"
         )
     )
     result = run_cli([*overrides, "objective.metric=accuracy"], cwd=tmp_path)
