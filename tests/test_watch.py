@@ -87,3 +87,18 @@ def test_training_without_validation_leaves_it_to_an_evaluator(tmp_path):
     header = (run_dir / "history.csv").read_text().splitlines()[0].split(",")
     assert "accuracy" in header and not [name for name in header if name.startswith("val_")]
     assert "test_accuracy" in json.loads((run_dir / "metrics.json").read_text())
+
+
+@pytest.mark.integration
+def test_watching_a_run_that_has_ended_evaluates_what_is_there_and_stops(tmp_path):
+    data = write_cifar(tmp_path / "cifar")
+    run_dir, watcher = tmp_path / "run", tmp_path / "watcher"
+    trained = run_cli([*tiny_overrides(data), f"hydra.run.dir={run_dir}", "trainer.epochs=2"], cwd=tmp_path)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    arguments = ["mode=evaluate", f"checkpoint={run_dir}", "evaluate.watch=true", f"hydra.run.dir={watcher}"]
+    watched = run_cli(arguments, cwd=tmp_path)
+    assert watched.returncode == 0, watched.stderr[-3000:]
+    with open(watcher / "eval_history.csv", newline="") as handle:
+        rows = [(row["epoch"], row["split"]) for row in csv.DictReader(handle)]
+    best = json.loads((run_dir / "metrics.json").read_text())["best_epoch"]
+    assert rows == [("2", "val"), (str(best), "test")]
