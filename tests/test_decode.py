@@ -23,7 +23,7 @@ from trainer.data.decode import decode_image, decode_rgb, exif_orientation
 from trainer.data.images import decode_files
 from trainer.data.preprocess import Preprocess
 from trainer.runs.checkpoints import ModelInfo
-from trainer.serving.saved_model import bytes_function
+from trainer.serving.saved_model import bytes_pixels
 from trainer.tasks import run_task
 from trainer.tasks.data import load_data
 
@@ -183,10 +183,9 @@ def test_one_photo_gives_the_same_pixels_and_probabilities_on_every_path(tmp_pat
         batches.append(images.numpy())
     record_images = np.concatenate(batches)
     from_records = np.stack([record_images[order.index(name)] for name in names])
-    # 4. serve_bytes, through an identity "model": the pixels the exported graph hands the network.
+    # 4. serve_bytes: the pixels the exported graph hands the network.
     info = ModelInfo(("a", "b"), 32, 32, "none", resize_mode="resize")
-    serving = bytes_function(lambda images, training: images, info)
-    served = serving(tf.constant([path.read_bytes() for path in files]))["probabilities"].numpy()
+    served = bytes_pixels(info)(tf.constant([path.read_bytes() for path in files])).numpy()
     for path_name, pixels in (("predict on files", predicted), ("converter", converted),
                               ("predict on records", from_records), ("serve_bytes", served)):  # fmt: skip
         assert np.abs(pixels.astype(int) - training.astype(int)).max() == 0, path_name

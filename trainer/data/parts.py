@@ -36,7 +36,7 @@ class Splits:
     fingerprint: dict | None = None  # what a resume checks; None: file names, sizes and sampled checksums
     skipped: list[dict] = field(default_factory=list)  # files left out, each {"file", "reason"}
     resize_mode: str = "resize"  # how encoded images are made square (`trainer.data.decode.RESIZE_MODES`)
-    files: list[str] | None = None  # every file read, for the whole-file checksum; None: the sources' files
+    files: list[str] | None = None  # every file read, for the whole-file checksum ([]: none); None: the sources'
 
 
 class DatasetPart(Protocol):

@@ -48,21 +48,31 @@ def serving_function(model: keras.Model, info: ModelInfo):
 
 def bytes_function(model: keras.Model, info: ModelInfo, max_pixels: int = MAX_PIXELS):
     """string [batch] of encoded JPEG, PNG, GIF (the first frame), BMP or WebP images -> {"probabilities"}:
-    each decoded as training and `mode=predict` decode it (`trainer.data.decode.decode_images`: the accurate
-    DCT, the EXIF orientation, the model's resize mode and resize), then centre-cropped as `serve` does. A
-    string that is no image fails the call with its index in the batch."""
-    preprocess = Preprocess.for_evaluation(info.resize_to, info.image_size)
-    mode = info.resize_mode
+    the pixels of `bytes_pixels`, then the model."""
+    pixels = bytes_pixels(info, max_pixels)
 
     def serve_bytes(image_bytes: tf.Tensor) -> dict[str, tf.Tensor]:
+        return _probabilities(model, pixels(image_bytes))
+
+    return serve_bytes
+
+
+def bytes_pixels(info: ModelInfo, max_pixels: int = MAX_PIXELS):
+    """string [batch] of encoded images -> the uint8 pixels `serve_bytes` hands the model: each decoded as
+    training and `mode=predict` decode it (`trainer.data.decode.decode_images`: the accurate DCT, the EXIF
+    orientation, the model's resize mode and resize), then centre-cropped as `serve` does. A string that is
+    no image fails the call with its index in the batch."""
+    preprocess = Preprocess.for_evaluation(info.resize_to, info.image_size)
+
+    def pixels(image_bytes: tf.Tensor) -> tf.Tensor:
         kinds = image_format(image_bytes)
         first_bad = tf.argmin(tf.concat([kinds, [0]], 0))  # -1 (no image) sorts first; an empty batch passes
         message = tf.strings.format("image_bytes[{}] is not a JPEG, PNG, GIF, BMP or WebP image", first_bad)
         with tf.control_dependencies([tf.debugging.Assert(tf.reduce_all(kinds >= 0), [message])]):
-            images = decode_images(image_bytes, preprocess.image_size, mode, max_pixels, name="image_bytes")
-        return _probabilities(model, prepare_images(images, preprocess))
+            images = decode_images(image_bytes, preprocess.image_size, info.resize_mode, max_pixels, name="image_bytes")
+        return prepare_images(images, preprocess)
 
-    return serve_bytes
+    return pixels
 
 
 SIGNATURES = {

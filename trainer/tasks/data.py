@@ -144,6 +144,13 @@ def _sampled_sha256(path: str, size: int) -> str:
     return digest.hexdigest()[:16]
 
 
+def _read_files(splits: Splits, sources: dict[str, Source]) -> list[str]:
+    """The files the whole-file checksum reads: the part's own list (`[]`: none to read), else the sources'."""
+    if splits.files is not None:
+        return splits.files
+    return list(dict.fromkeys(path for source in sources.values() for path in source.records.files))
+
+
 def fingerprint(sources: dict[str, Source]) -> dict:
     """What identifies each split's data: its record count and, per file range, the file's name (not its folder:
     a moved copy is the same data), its size, a sampled checksum and the records read from it."""
@@ -223,5 +230,5 @@ def load_data(
         find_bad_record=splits.find_bad_record,
         fingerprint=splits.fingerprint or fingerprint(sources),
         skipped=splits.skipped,
-        files=splits.files or list(dict.fromkeys(path for source in sources.values() for path in source.records.files)),
+        files=_read_files(splits, sources),
     )

@@ -285,6 +285,7 @@ def open_run_folder(settings: Config, plan: Plan) -> Iterator[Folder]:
         gate = None
         if plan.chief:
             bind_data(run_dir, plan.data.fingerprint, settings.resume, settings.allow_data_change, done)
+        if plan.chief and plan.data.files:  # a part of no files (records made in memory) has none to hash
             gate = DigestGate(
                 FileDigests(plan.data.files), run_dir / DATA_FILE, settings.resume, settings.allow_data_change
             )
