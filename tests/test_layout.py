@@ -13,7 +13,19 @@ pytestmark = pytest.mark.unit
 
 # Top to bottom: a package may import itself and the packages after it, never one before it. `config` sits
 # above `models` only to read the models' smallest input sizes (trainer/models/__init__.py, no Keras).
-LAYERS = ("tasks", "search", "training", "serving", "config", "models", "tracking", "data", "runs", "distribute")
+LAYERS = (
+    "tasks",
+    "search",
+    "training",
+    "serving",
+    "evaluation",
+    "config",
+    "models",
+    "tracking",
+    "data",
+    "runs",
+    "distribute",
+)
 FOUNDATION = ("errors", "quiet")  # imported by any layer; they import nothing of trainer's
 ENTRY_POINTS = ("convert",)  # `python -m trainer.convert`: may import anything
 PACKAGE = ROOT / "trainer"

@@ -219,9 +219,15 @@ class EvaluateConfig:
     tta: str = "none"  # none | flip: the mean of the probabilities of each image and its mirror image
     watch: bool = False  # with checkpoint=RUN: evaluate each epoch the run commits, beside it, until it ends
     watch_timeout: float = 3600.0  # watch: stop after this many seconds without a new epoch
+    report: bool = True  # report/ in the run folder: per-class figures, mistakes with Grad-CAM, calibration
+    report_images: int = 16  # report: tiles on the mistakes and borderline sheets
+    cam_layer: str | None = None  # report: the 4-D layer Grad-CAM reads; null: the last convolution block's
 
     def __post_init__(self) -> None:
         require(self.tta in TTA, "evaluate.tta", "none or flip", self.tta)
+        require(
+            self.report_images >= 1, "evaluate.report_images", ">= 1 (or evaluate.report=false)", self.report_images
+        )
         require(self.watch_timeout > 0, "evaluate.watch_timeout", "> 0 (seconds)", self.watch_timeout)
 
 

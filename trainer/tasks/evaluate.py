@@ -15,7 +15,13 @@ from trainer.distribute import strategies
 from trainer.distribute.failures import collective_errors
 from trainer.runs.atomic import write_json
 from trainer.tasks.data import load_data
-from trainer.tasks.setup import check_replica_batches, evaluate_checkpoint, run_folder, setup_strategy
+from trainer.tasks.setup import (
+    check_replica_batches,
+    evaluate_checkpoint,
+    report_options,
+    run_folder,
+    setup_strategy,
+)
 
 log = logging.getLogger(__name__)
 
@@ -32,16 +38,19 @@ def evaluate(settings: Config) -> float:
         return watch(settings)
     strategy = setup_strategy(settings)
     split = settings.evaluate.split
-    data = load_data(settings.dataset, settings.trainer.batch_size, settings.seed, check_val=split == "val")
+    report = report_options(settings, strategies.is_chief(strategy))
+    check_val = split == "val" or report is not None  # the report fits its temperature on the validation split
+    data = load_data(settings.dataset, settings.trainer.batch_size, settings.seed, check_val=check_val)
     check_replica_batches(settings.trainer.batch_size, strategy.num_replicas_in_sync, {split: data.num_examples[split]})
     with run_folder(settings.output_dir, strategies.is_chief(strategy)) as run_dir:
         with collective_errors(strategy), data.named_bad_records():
-            metrics = evaluate_checkpoint(strategy, settings.checkpoint, data, split, run_dir, settings.evaluate.tta)
+            tta = settings.evaluate.tta
+            metrics = evaluate_checkpoint(strategy, settings.checkpoint, data, split, run_dir, tta, report)
         metrics["split"] = split
         write_json(run_dir / "metrics.json", metrics)
     log.info("%s accuracy %.4f, loss %.4f", split, metrics["accuracy"], metrics["loss"])
     written = [
         name for name in sorted(path.name for path in run_dir.iterdir()) if name.endswith((".json", ".csv", ".png"))
-    ]
+    ] + (["report/"] if (run_dir / "report").is_dir() else [])
     log.info("Wrote %s to %s", ", ".join(written), run_dir.resolve())
     return metrics["accuracy"]

@@ -19,6 +19,7 @@ from trainer.config.schema import Config
 from trainer.distribute import strategies
 from trainer.distribute.cluster import WORKER_PREFIX
 from trainer.errors import ConfigError
+from trainer.evaluation.report import ReportOptions, write_report
 from trainer.models.registry import build_target
 from trainer.models.tta import with_tta
 from trainer.runs import checkpoints
@@ -79,6 +80,13 @@ def setup_strategy(settings: Config) -> tf.distribute.Strategy:
     return strategy
 
 
+def report_options(settings: Config, chief: bool) -> ReportOptions | None:
+    """The evaluation report's options (`evaluate.report`); None where none is written (off, or not the chief)."""
+    if not (settings.evaluate.report and chief):
+        return None
+    return ReportOptions(settings.evaluate.report_images, settings.evaluate.cam_layer)
+
+
 def check_replica_batches(batch: int, replicas: int, counts: dict[str, int]) -> None:
     """Refuses a global batch that leaves a replica no example in some step: smaller than the replicas, or a
     split whose last, partial batch holds fewer records than there are replicas (the model is not defined on
@@ -125,12 +133,15 @@ def evaluate_checkpoint(
     split: str,
     run_dir: Path,
     tta: str = "none",
+    report: ReportOptions | None = None,
 ) -> dict:
     """Loads a checkpoint, checks that `data` fits it, evaluates it on `split` in one pass (with test-time
-    augmentation `tta`: none or flip) and writes the confusion matrix as CSV and PNG.
+    augmentation `tta`: none or flip) and writes the confusion matrix as CSV and PNG; with `report`, also
+    the evaluation report (`trainer.evaluation.report`), its temperature fitted on the validation split.
 
     Returns:
-        The metrics of `trainer.training.metrics.evaluate`, plus the checkpoint's path and the `tta`.
+        The metrics of `trainer.training.metrics.evaluate`, plus the checkpoint's path, the `tta` and with
+        `report` its calibration figures.
 
     Raises:
         DataError: the data's class names or image size differ from the model's.
@@ -139,7 +150,7 @@ def evaluate_checkpoint(
     with strategy.scope():
         model, info = checkpoints.load(checkpoint)
         checkpoints.check_data(checkpoints.resolve(checkpoint), info, class_names, data.input_shape[0], "the dataset")
-        model = with_tta(model, tta)
+        plain, model = model, with_tta(model, tta)
         metrics.compile_for_evaluation(model, len(class_names))
     build_step_state(model, next(iter(data.test.take(1))))  # never a cached split: its cache would be cut short
     results, matrix = metrics.evaluate(model, getattr(data, split), class_names)
@@ -150,6 +161,11 @@ def evaluate_checkpoint(
         class_names,
         f"{split} split: accuracy {results['accuracy']:.4f}",
     )
+    if report is not None:
+        calibrate_on = data.val if split != "val" and data.num_examples.get("val") else None
+        results.update(
+            write_report(run_dir, model, plain, getattr(data, split), class_names, split, report, calibrate_on)
+        )
     results["checkpoint"] = str(checkpoints.resolve(checkpoint))
     results["tta"] = tta
     log.info(

@@ -42,7 +42,13 @@ from trainer.search.trial import record_outcome
 from trainer.tasks import parts
 from trainer.tasks import phases as fitting
 from trainer.tasks.data import Data, load_data
-from trainer.tasks.setup import check_replica_batches, evaluate_checkpoint, run_folder, setup_strategy
+from trainer.tasks.setup import (
+    check_replica_batches,
+    evaluate_checkpoint,
+    report_options,
+    run_folder,
+    setup_strategy,
+)
 from trainer.tasks.watch import is_evaluator, watch
 from trainer.tracking import loggers
 from trainer.tracking.curves import wait_for_drawings
@@ -332,7 +338,8 @@ def finish(settings: Config, plan: Plan, folder: Folder, model: keras.Model, out
     best = history.best_index(values[plan.metric], settings.objective.mode)
     log.info("Training done (%s): evaluating the best checkpoint on the test split", outcome.replace("_", " "))
     best_keras, tta = run_dir / "checkpoints" / "best.keras", settings.evaluate.tta
-    test = evaluate_checkpoint(plan.strategy, best_keras, plan.data, "test", run_dir, tta)
+    report = report_options(settings, plan.chief)
+    test = evaluate_checkpoint(plan.strategy, best_keras, plan.data, "test", run_dir, tta, report)
     batch, epochs = settings.trainer.batch_size, len(values[plan.metric])
     metrics = {
         "name": folder.run_name,

@@ -18,6 +18,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from trainer.evaluation import classes
 from trainer.training.losses import targets
 
 
@@ -107,35 +108,22 @@ def compile_for_evaluation(model: keras.Model, num_classes: int) -> None:
     model.compile(loss="sparse_categorical_crossentropy", metrics=metrics)
 
 
-def per_class(matrix: np.ndarray, class_names: list[str]) -> dict[str, dict[str, float]]:
-    """Precision, recall, F1 and support of each class, from a confusion matrix (rows = true class)."""
-    matrix = np.asarray(matrix, dtype=np.float64)
-    true_positive = np.diag(matrix)
-    predicted = matrix.sum(axis=0)
-    support = matrix.sum(axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        precision = np.where(predicted > 0, true_positive / predicted, 0.0)
-        recall = np.where(support > 0, true_positive / support, 0.0)
-        f1 = np.where(precision + recall > 0, 2 * precision * recall / (precision + recall), 0.0)
-    return {
-        name: {"precision": float(p), "recall": float(r), "f1": float(f), "support": int(s)}
-        for name, p, r, f, s in zip(class_names, precision, recall, f1, support, strict=True)
-    }
-
-
 def evaluate(model: keras.Model, dataset, class_names: list[str], verbose: int = 0) -> tuple[dict, np.ndarray]:
     """Evaluates a model compiled by `compile_for_evaluation` on a dataset of (image, label) batches.
 
     Returns:
         (metrics, confusion matrix): metrics holds loss (the cross-entropy), regularization_loss (the L2
         penalty Keras adds to it), accuracy, top-k accuracy
-        (more than 2 classes), macro F1 and `per_class` precision/recall/F1/support.
+        (more than 2 classes), balanced accuracy, macro F1 and `per_class` precision/recall/F1/support.
     """
     logs = honest_loss(model.evaluate(dataset, verbose=verbose, return_dict=True))
     matrix = np.asarray(logs.pop("confusion_matrix"), dtype=np.int64)
-    classes = per_class(matrix, class_names)
     metrics = {name: float(value) for name, value in logs.items()}
-    metrics["macro_f1"] = float(np.mean([values["f1"] for values in classes.values()]))
+    figures = classes.summary(matrix)
+    metrics["balanced_accuracy"], metrics["macro_f1"] = figures["balanced_accuracy"], figures["macro_f1"]
     metrics["num_examples"] = int(matrix.sum())
-    metrics["per_class"] = classes
+    metrics["per_class"] = {
+        row["class"]: {key: row[key] for key in ("precision", "recall", "f1", "support")}
+        for row in classes.class_rows(matrix, class_names)
+    }
     return metrics, matrix

@@ -1,0 +1,172 @@
+"""The evaluation report: why a model is wrong, in `report/` of the run folder.
+
+    python run.py                                        # at the end of training, for the test split
+    python run.py mode=evaluate checkpoint=RUN evaluate.split=val [evaluate.tta=flip]
+    python run.py ... evaluate.report=false              # none
+
+`report/` holds `report.html` (self-contained: open it offline), `per_class.csv`, `mistakes.png` (the
+most confident wrong predictions, each beside its Grad-CAM), `borderline.png` (the least confident
+right ones), `calibration.png` (the reliability diagram) and `confusion_matrix.png`. It is written
+to a temporary folder beside it, then renamed: never half-written.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from trainer.errors import DataError
+from trainer.evaluation import calibration, classes, html
+from trainer.evaluation.gradcam import GradCam, overlay
+from trainer.evaluation.predictions import Predictions, predict_split
+from trainer.tracking.reports import plot_confusion_png
+from trainer.tracking.sheets import contact_sheet, note_image, save_png
+
+log = logging.getLogger(__name__)
+
+FOLDER = "report"
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    images: int = 16  # tiles on each sheet (evaluate.report_images)
+    cam_layer: str | None = None  # the Grad-CAM layer (evaluate.cam_layer); None: the last convolution block's
+
+
+def _check_classes(predictions: Predictions, class_names: list[str], split: str) -> None:
+    present = np.unique(predictions.labels)
+    if len(present) < 2:
+        raise DataError(
+            f"evaluate.report: the {split} split holds one class ({class_names[int(present[0])]}); per-class "
+            f"figures and calibration need two or more (evaluate.report=false evaluates without the report)"
+        )
+
+
+def _sheet(kept, predictions: Predictions, cam: GradCam | None, class_names: list[str], empty: str):
+    """The contact sheet of `kept` (index, image): each image beside its Grad-CAM of the predicted class."""
+    if not kept:
+        return note_image(empty)
+    indices = np.array([index for index, _ in kept])
+    images = np.stack([image for _, image in kept]).astype(np.uint8)
+    predicted = predictions.predicted[indices]
+    tiles = images
+    if cam is not None:
+        heat = cam(images, predicted)
+        tiles = np.concatenate([images, np.stack([overlay(i, h) for i, h in zip(images, heat, strict=True)])], 2)
+    captions = [
+        f"{class_names[predictions.labels[i]]}->{class_names[p]} {predictions.probabilities[i, p]:.2f}"
+        for i, p in zip(indices, predicted, strict=True)
+    ]
+    return contact_sheet(tiles, captions)
+
+
+def _fit_temperature(model: keras.Model, calibrate_on: tf.data.Dataset | None) -> float | None:
+    if calibrate_on is None:
+        return None
+    held_out = predict_split(model, calibrate_on, 0)
+    return calibration.fit_temperature(held_out.probabilities, held_out.labels)
+
+
+def write_report(
+    run_dir: Path,
+    model: keras.Model,
+    cam_model: keras.Model,
+    dataset: tf.data.Dataset,
+    class_names: list[str],
+    split: str,
+    options: ReportOptions,
+    calibrate_on: tf.data.Dataset | None = None,
+) -> dict:
+    """Writes `run_dir/report/` for `model` on `dataset` (the `split`); `cam_model` is the same model without
+    test-time augmentation; `calibrate_on` (the validation split) fits the temperature.
+
+    Returns:
+        The figures for metrics.json: ece, and temperature and ece_scaled when fitted.
+
+    Raises:
+        DataError: the split holds one class.
+        ConfigError: `options.cam_layer` names no 4-D layer.
+    """
+    cam = GradCam.build(cam_model, options.cam_layer)
+    if cam is None:
+        log.warning("Grad-CAM skipped: the model has no 4-D (convolution) layer; the sheets show the images alone")
+    predictions = predict_split(model, dataset, options.images)
+    _check_classes(predictions, class_names, split)
+    matrix = classes.confusion(predictions.labels, predictions.predicted, len(class_names))
+    rows = classes.class_rows(matrix, class_names)
+    before = calibration.reliability(predictions.probabilities, predictions.labels)
+    temperature = _fit_temperature(model, calibrate_on)
+    after = None
+    if temperature is not None:
+        after = calibration.reliability(calibration.scale(predictions.probabilities, temperature), predictions.labels)
+    figures = {"ece": before.ece, **({"temperature": temperature, "ece_scaled": after.ece} if after else {})}
+    summary = classes.summary(matrix)
+    folder = Path(tempfile.mkdtemp(prefix=f".{FOLDER}-", dir=run_dir))
+    try:
+        classes.write_class_csv(folder / "per_class.csv", rows)
+        empty = f"no wrong prediction in the {split} split"
+        save_png(_sheet(predictions.mistakes, predictions, cam, class_names, empty), folder / "mistakes.png")
+        empty = f"no right prediction in the {split} split"
+        save_png(_sheet(predictions.borderline, predictions, cam, class_names, empty), folder / "borderline.png")
+        title = f"{split} split, {calibration.BINS} bins"
+        calibration.plot_reliability(folder / "calibration.png", before, after, title)
+        plot_confusion_png(folder / "confusion_matrix.png", matrix, class_names, f"{split} split")
+        page = _page(split, len(predictions.labels), summary, figures, rows, folder, cam)
+        (folder / "report.html").write_text(page, encoding="utf-8")
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    _replace(folder, run_dir / FOLDER)
+    log.info("Wrote the evaluation report: %s", (run_dir / FOLDER / "report.html").resolve())
+    return figures
+
+
+def _replace(folder: Path, final: Path) -> None:
+    """Renames the finished `folder` to `final`, replacing an earlier report (a resumed run's)."""
+    old = final.with_name(f".{final.name}-old")
+    shutil.rmtree(old, ignore_errors=True)
+    if final.exists():
+        final.rename(old)
+    folder.rename(final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _page(split, count, summary, figures, rows, folder: Path, cam: GradCam | None) -> str:
+    headline = [
+        ("split", split),
+        ("examples", str(count)),
+        ("accuracy", f"{summary['accuracy']:.4f}"),
+        ("balanced accuracy", f"{summary['balanced_accuracy']:.4f}"),
+        ("macro F1", f"{summary['macro_f1']:.4f}"),
+        ("ECE", f"{figures['ece']:.4f}"),
+    ]
+    if "temperature" in figures:
+        headline += [("temperature", f"{figures['temperature']:.3f}"), ("ECE scaled", f"{figures['ece_scaled']:.4f}")]
+    table = (
+        ["class", "precision", "recall", "F1", "support", "confused with"],
+        [[row["class"], *(f"{row[key]:.4f}" for key in ("precision", "recall", "f1")), str(row["support"]),
+          classes.confused_text(row["confused_with"])] for row in rows],
+    )  # fmt: skip
+    looked = f" Beside each: where the model looked (Grad-CAM at {cam.layer})." if cam else ""
+    calibrated = (
+        f" The temperature {figures['temperature']:.3f} (fitted on the validation split) brings it to "
+        f"{figures['ece_scaled']:.4f} (export.temperature=auto bakes it in)."
+        if "temperature" in figures
+        else " No validation split to fit a temperature on."
+    )
+    sections = [
+        ("The worst mistakes", f"The most confident wrong predictions: true -> predicted, probability.{looked}",
+         folder / "mistakes.png"),
+        ("Borderline", f"The least confident right predictions.{looked}", folder / "borderline.png"),
+        ("Calibration", f"Expected calibration error over {calibration.BINS} bins: {figures['ece']:.4f}.{calibrated}",
+         folder / "calibration.png"),
+        ("Confusion matrix", "Rows: the true class; columns: the predicted class.", folder / "confusion_matrix.png"),
+    ]  # fmt: skip
+    return html.render(f"Evaluation report: {split} split", headline, sections, table)
