@@ -25,7 +25,8 @@ from trainer.tasks.train import train
 mlflow = pytest.importorskip("mlflow")
 from mlflow import MlflowClient  # noqa: E402
 
-ARTIFACTS = {"metrics.json", "curves.png", "confusion_matrix_test.png", "checkpoints/best.keras"}
+ARTIFACTS = {"metrics.json", "curves.png", "confusion_matrix_test.png", "checkpoints/best.keras",
+             "report/report.html", "report/mistakes.png", "report/per_class.csv"}  # fmt: skip
 
 
 def _free_port() -> int:
@@ -56,6 +57,8 @@ def _check_run(client: MlflowClient, metrics: dict) -> None:
     for name in ("loss", "accuracy", "val_loss", "val_accuracy", "learning_rate"):
         assert [entry.step for entry in client.get_metric_history(run.info.run_id, name)] == [1, 2], name
     assert run.data.metrics["final/test_accuracy"] == pytest.approx(metrics["test_accuracy"])
+    assert run.data.metrics["final/test_ece"] == pytest.approx(metrics["test_ece"]), "the report's calibration"
+    assert run.data.metrics["final/test_f1/cat"] == pytest.approx(metrics["test_per_class"]["cat"]["f1"])
     assert ARTIFACTS <= _artifacts(client, run.info.run_id)
 
 

@@ -110,16 +110,21 @@ def test_training_draws_curves_logs_the_learning_rate_and_sample_images(tmp_path
             tags.update(value.tag for value in event.summary.value)
     assert "input_images" in tags
     assert any("learning_rate" in tag for tag in tags)
-    scalars = {}  # (run, tag) -> {step: value}
+    scalars, images = {}, set()  # (run, tag) -> {step: value}; the report's sheets
     for run in ("validation", "test"):
         for event_file in (run_dir / "tensorboard" / run).glob("events.*"):
             for event in tf.compat.v1.train.summary_iterator(str(event_file)):
                 for value in event.summary.value:
+                    if value.tag.startswith("report/"):
+                        images.add(value.tag)
+                        continue
                     scalars.setdefault((run, value.tag), {})[event.step] = float(tf.make_ndarray(value.tensor))
+    assert images == {"report/mistakes", "report/borderline", "report/calibration", "report/confusion_matrix"}
     assert sorted(scalars["validation", "epoch_accuracy"]) == [1, 2], "epochs from 1, as history.csv numbers them"
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert scalars["test", "epoch_accuracy"] == {metrics["best_epoch"]: pytest.approx(metrics["test_accuracy"])}
     assert scalars["test", "epoch_loss"] == {metrics["best_epoch"]: pytest.approx(metrics["test_loss"])}
+    assert scalars["test", "epoch_ece"] == {metrics["best_epoch"]: pytest.approx(metrics["test_ece"])}
 
 
 @pytest.mark.integration

@@ -32,6 +32,7 @@ from trainer.tracking.sheets import contact_sheet, note_image, save_png
 log = logging.getLogger(__name__)
 
 FOLDER = "report"
+FILES = ("report.html", "per_class.csv", "mistakes.png", "borderline.png", "calibration.png", "confusion_matrix.png")
 
 
 @dataclass(frozen=True)

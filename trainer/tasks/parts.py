@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import keras
 from trainer.config.schema import CallbacksConfig, Config, LoggerConfig
 from trainer.data.mixing import with_class_weights
 from trainer.errors import ConfigError
+from trainer.evaluation.report import FILES as REPORT_FILES
 from trainer.models.registry import build_target
 from trainer.tasks.data import Data
 from trainer.tracking.loggers import Tracker
@@ -37,7 +39,13 @@ ARTIFACTS = (
     "config_tree.txt",
     ".hydra/config.yaml",
     "checkpoints/best.keras",
+    *(f"report/{name}" for name in REPORT_FILES),  # evaluate.report
 )
+
+
+def class_figures(per_class: dict[str, dict]) -> dict[str, float]:
+    """Each class's test F1 as a tracker metric, `test_f1/NAME` (a name's characters MLflow refuses as `_`)."""
+    return {f"test_f1/{re.sub(r'[^A-Za-z0-9_. -]', '_', name)}": row["f1"] for name, row in per_class.items()}
 
 
 def _entries(section: Any) -> dict[str, dict[str, Any]]:

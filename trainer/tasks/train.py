@@ -370,11 +370,13 @@ def finish(settings: Config, plan: Plan, folder: Folder, model: keras.Model, out
         metrics["test_loss"],
         metrics["weights_sha256"],
     )
+    sheets = [run_dir / name for name in parts.ARTIFACTS if name.startswith("report/") and name.endswith(".png")]
     if plan.tensorboard:
-        write_test_metrics(run_dir / "tensorboard", metrics, metrics["best_epoch"])
+        write_test_metrics(run_dir / "tensorboard", metrics, metrics["best_epoch"], sheets)
     wait_for_drawings()  # curves.png, drawn in the background while the test evaluation ran
+    tracked = {**metrics, **parts.class_figures(metrics.get("test_per_class", {}))}
     for tracker in plan.trackers:
-        tracker.finish(metrics, [run_dir / artifact for artifact in parts.ARTIFACTS], run_dir)
+        tracker.finish(tracked, [run_dir / artifact for artifact in parts.ARTIFACTS], run_dir)
     if plan.chief:
         log.info("%s", run_summary(run_dir, metrics))
     return metrics

@@ -68,6 +68,7 @@ RUN_FILES = (
     "curves.png",
     "confusion_matrix_test.png",
     "metrics.json",
+    "report/report.html",
     "history.csv",
     "run.log",
     "checkpoints/best.keras",

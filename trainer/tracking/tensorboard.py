@@ -18,14 +18,22 @@ class TensorBoard(keras.callbacks.TensorBoard):
         super().on_epoch_end(epoch + 1, logs)
 
 
-def write_test_metrics(log_dir: Path, metrics: dict, step: int) -> None:
+def write_test_metrics(log_dir: Path, metrics: dict, step: int, sheets: list[Path] = ()) -> None:
     """The best checkpoint's test figures, as a `test` run beside Keras's `train` and `validation` ones (same
-    tags, at the best epoch), so every run shows them, not only sweeps through HParams."""
+    tags, at the best epoch), so every run shows them, not only sweeps through HParams; and the PNG `sheets`
+    (those that exist) as images."""
     import tensorflow as tf
 
     with tf.summary.create_file_writer(str(log_dir / "test")).as_default():
         for name in ("accuracy", "loss"):
             tf.summary.scalar(f"epoch_{name}", metrics[f"test_{name}"], step=step)
+        for name in ("ece", "balanced_accuracy", "macro_f1"):
+            if f"test_{name}" in metrics:
+                tf.summary.scalar(f"epoch_{name}", metrics[f"test_{name}"], step=step)
+        for sheet in sheets:  # the evaluation report's pictures (Images tab)
+            if sheet.is_file():
+                image = tf.io.decode_png(tf.io.read_file(str(sheet)), channels=3)
+                tf.summary.image(f"report/{sheet.stem}", image[None], step=step)
         tf.summary.flush()
 
 
