@@ -230,3 +230,35 @@ def test_serve_bytes_refuses_an_image_over_max_pixels_naming_its_index(tmp_path)
     message = r"image_bytes\[1\]: decompression bomb: an image of 40 x 40 pixels, over the limit of 1000"
     with pytest.raises(tf.errors.InvalidArgumentError, match=message):
         encoded(np.array([small, large], dtype=object))
+
+
+@pytest.mark.integration
+def test_export_temperature_auto_bakes_the_validation_fitted_temperature_into_every_format(trained_run, tmp_path):
+    from conftest import compose
+    from trainer.evaluation import calibration
+    from trainer.tasks import run_task
+
+    data_dir, run_dir = trained_run
+    export_dir = tmp_path / "serving"
+    typed = ["mode=export", f"checkpoint={run_dir}", f"export.dir={export_dir}", "export.format=onnx",
+             "export.temperature=auto", "export.check_images=8"]  # fmt: skip
+    run_task(compose(typed, tmp_path / "e"), overrides=typed)
+    info = json.loads((export_dir / bundle.INFO_FILE).read_text())
+    temperature = info["output"]["temperature"]
+    reported = json.loads((run_dir / "metrics.json").read_text())["test_temperature"]
+    assert temperature == pytest.approx(reported, rel=1e-6), "the report's temperature: the same val split, same fit"
+    model = keras.saving.load_model(run_dir / "checkpoints" / "best.keras")
+    images = _test_images(data_dir, 8)
+    scaled = calibration.scale(model.predict(images, verbose=0), temperature)
+    got = load_runner("onnx", export_dir / "model.onnx")(images)
+    np.testing.assert_allclose(got, scaled, atol=bundle.FLOAT_TOLERANCE)
+    assert not np.allclose(got, model.predict(images, verbose=0), atol=1e-3), "the temperature changed them"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("value", [0, -1, "warm", True])
+def test_export_temperature_is_null_auto_or_positive(value):
+    from trainer.config.schema import ExportConfig
+
+    with pytest.raises(ConfigError, match=r"^export.temperature must be null, auto or a number > 0"):
+        ExportConfig(dir="x", temperature=value)

@@ -268,8 +268,12 @@ class ExportConfig:
     check_images: int = 256  # test images the export is checked on against Keras's predict
     calibration_images: int = 300  # training images that calibrate export.quantize=int8
     max_pixels: int = 89_478_485  # serve_bytes refuses an image larger than this (Pillow's decompression-bomb limit)
+    temperature: Any = None  # null: the model's probabilities; auto: fitted on the val split (lowest NLL); or a T > 0
 
     def __post_init__(self) -> None:
+        value = self.temperature
+        number = isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+        require(value is None or value == "auto" or number, "export.temperature", "null, auto or a number > 0", value)
         require(self.check_images >= 1, "export.check_images", ">= 1", self.check_images)
         require(self.max_pixels >= 1, "export.max_pixels", ">= 1", self.max_pixels)
         require(self.calibration_images >= 1, "export.calibration_images", ">= 1", self.calibration_images)

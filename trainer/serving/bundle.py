@@ -144,9 +144,10 @@ def write_export(
     quantize: str = "none",
     calibration: np.ndarray | None = None,
     max_pixels: int = MAX_PIXELS,
+    temperature: float | None = None,
 ) -> dict:
     """Writes `formats` of the inference `model` into the new folder `export_dir`, each checked, with
-    serving_info.json. Returns serving_info.json's content.
+    serving_info.json (which records the `temperature` baked into `model`, if any). Returns its content.
 
     Raises:
         DataError: `export_dir` exists already (nothing is overwritten), or a float format fails its check.
@@ -172,6 +173,7 @@ def write_export(
         if "litert" in formats:
             files["litert"] = _litert(model, info, temporary, prepared, expected, quantize, calibration)
         serving_info = _serving_info(info, files, check, _accuracy(expected, check.labels))
+        serving_info["output"]["temperature"] = temperature  # softmax(log(p) / T) inside the model; null: none
         (temporary / INFO_FILE).write_text(json.dumps(serving_info, indent=2) + "\n")
         os.replace(temporary, export_dir)
     finally:

@@ -20,6 +20,9 @@ import numpy as np
 from trainer.config.schema import Config
 from trainer.data.decode import check_decode
 from trainer.errors import DataError
+from trainer.evaluation import calibration
+from trainer.evaluation.predictions import predict_split
+from trainer.models.temperature import with_temperature
 from trainer.runs import checkpoints
 from trainer.serving import portable
 from trainer.serving.bundle import FORMATS, CheckImages, write_export
@@ -47,7 +50,8 @@ def _first(dataset, count: int) -> tuple[np.ndarray, np.ndarray]:
 def _fitting_data(settings: Config, info: checkpoints.ModelInfo) -> Data | str:
     """The dataset of the run (or of the command line), when it can be read and fits the model; else why not."""
     try:
-        data = load_data(settings.dataset, settings.trainer.batch_size, settings.seed, check_val=False)
+        check_val = settings.export.temperature == "auto"  # fitted on the validation split
+        data = load_data(settings.dataset, settings.trainer.batch_size, settings.seed, check_val=check_val)
         file = checkpoints.resolve(settings.checkpoint)
         checkpoints.check_data(file, info, data.class_names, data.input_shape[0], f"dataset={settings.dataset.name}")
     except DataError as error:
@@ -74,6 +78,27 @@ def _calibration(settings: Config, data: Data | str) -> np.ndarray | None:
     images, _ = _first(data.train_plain, settings.export.calibration_images)
     log.info("Calibrating int8 on %d training images <export.calibration_images>", len(images))
     return images
+
+
+def _temperature(settings: Config, model, data: Data | str) -> float | None:
+    """export.temperature: a number, or `auto`: the one of lowest NLL on the run's validation split."""
+    chosen = settings.export.temperature
+    if chosen != "auto":
+        return None if chosen is None else float(chosen)
+    if not isinstance(data, Data):
+        raise DataError(f"export.temperature=auto fits on the validation split of the run's dataset: {data}")
+    if not data.num_examples.get("val"):
+        raise DataError("export.temperature=auto fits on the validation split: the run's dataset has none")
+    held_out = predict_split(model, data.val, 0)
+    fitted = calibration.fit_temperature(held_out.probabilities, held_out.labels)
+    log.info(
+        "Temperature %.4f fitted on %d validation images (NLL %.4f -> %.4f) <export.temperature=auto>",
+        fitted,
+        len(held_out.labels),
+        calibration.nll(held_out.probabilities, held_out.labels),
+        calibration.nll(held_out.probabilities, held_out.labels, fitted),
+    )
+    return fitted
 
 
 def _log_report(serving_info: dict, folder: Path) -> None:
@@ -105,10 +130,12 @@ def export(settings: Config) -> None:
     check_decode(info.decode, f"checkpoint={settings.checkpoint}")  # serve_bytes decodes as this version does
     data = _fitting_data(settings, info)
     check = _check_images(settings, info, data)
-    calibration = _calibration(settings, data)
+    quantized_on = _calibration(settings, data)
+    temperature = _temperature(settings, model, data)
+    model = with_temperature(model, temperature)
     export = settings.export
     serving_info = write_export(
-        model, info, export.dir, formats, check, str(export.quantize), calibration, export.max_pixels
+        model, info, export.dir, formats, check, str(export.quantize), quantized_on, export.max_pixels, temperature
     )
     log.info(
         "Exported %s to %s as %s (classes %s)",
