@@ -166,6 +166,29 @@ def test_predict_on_records_keeps_input_order(trained, tmp_path):
     assert predicted == expected.argmax(axis=1).tolist()
 
 
+def test_predict_top_k_gives_the_k_most_probable_classes_in_order_and_evaluate_top_k_its_accuracy(trained, tmp_path):
+    data, run_dir = trained
+    output = tmp_path / "top.csv"
+    typed = [*cifar_overrides(data), "mode=predict", f"checkpoint={run_dir}", f"predict.input={data}/test_batch.bin"]
+    _task([*typed, f"predict.output={output}", "predict.top_k=3"], tmp_path / "p")
+    rows = _read_csv(output)
+    header = list(rows[0])
+    assert header[header.index("prob_truck") + 1 : header.index("true_index")] == [
+        "top1_class", "top1_prob", "top2_class", "top2_prob", "top3_class", "top3_prob"
+    ]  # fmt: skip
+    for row in rows:
+        probabilities = {name[len("prob_") :]: float(row[name]) for name in header if name.startswith("prob_")}
+        ranked = sorted(probabilities, key=lambda name: -probabilities[name])[:3]
+        assert [row[f"top{rank}_class"] for rank in (1, 2, 3)] == ranked
+        assert row["top1_class"] == row["predicted_class"]
+        assert float(row["top2_prob"]) == probabilities[ranked[1]]
+    with pytest.raises(ConfigError, match=r"^predict.top_k=11: the model has 10 classes"):
+        _task([*typed, f"predict.output={tmp_path / 'x.csv'}", "predict.top_k=11"], tmp_path / "q")
+    three = _evaluate(data, run_dir, tmp_path / "e", "evaluate.top_k=3", "evaluate.report=false")
+    assert "top3_accuracy" in three and "top5_accuracy" not in three
+    assert three["accuracy"] <= three["top3_accuracy"] <= 1.0
+
+
 def test_predict_gives_a_record_whose_label_is_no_class_its_row(trained, tmp_path):
     data, run_dir = trained
     records = np.frombuffer((data / "test_batch.bin").read_bytes(), np.uint8).reshape(24, 3073)[:6].copy()

@@ -219,12 +219,14 @@ class EvaluateConfig:
     tta: str = "none"  # none | flip: the mean of the probabilities of each image and its mirror image
     watch: bool = False  # with checkpoint=RUN: evaluate each epoch the run commits, beside it, until it ends
     watch_timeout: float = 3600.0  # watch: stop after this many seconds without a new epoch
+    top_k: int = 5  # top-k accuracy with k = min(top_k, classes - 1), above 2 classes; 0: none
     report: bool = True  # report/ in the run folder: per-class figures, mistakes with Grad-CAM, calibration
     report_images: int = 16  # report: tiles on the mistakes and borderline sheets
     cam_layer: str | None = None  # report: the 4-D layer Grad-CAM reads; null: the last convolution block's
 
     def __post_init__(self) -> None:
         require(self.tta in TTA, "evaluate.tta", "none or flip", self.tta)
+        require(self.top_k >= 0, "evaluate.top_k", ">= 0 (0: no top-k accuracy)", self.top_k)
         require(
             self.report_images >= 1, "evaluate.report_images", ">= 1 (or evaluate.report=false)", self.report_images
         )
@@ -238,9 +240,11 @@ class PredictConfig:
     output: str | None = None  # the CSV; default: predictions.csv in the run folder
     workers: int = 0  # image files decoded at once (tf.data); 0: one per core
     tta: str = "none"  # none | flip: the mean of the probabilities of each image and its mirror image
+    top_k: int = 0  # also the k most probable classes and their probabilities, in order (top1_class, top1_prob, ...)
 
     def __post_init__(self) -> None:
         require(self.tta in TTA, "predict.tta", "none or flip", self.tta)
+        require(self.top_k >= 0, "predict.top_k", ">= 0 (0: none)", self.top_k)
         formats = ("auto", "images", "records", "tfrecord")
         require(self.format in formats, "predict.format", "auto, images, records or tfrecord", self.format)
         require(self.workers >= 0, "predict.workers", ">= 0 (0: one per core)", self.workers)

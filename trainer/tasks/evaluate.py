@@ -16,9 +16,9 @@ from trainer.distribute.failures import collective_errors
 from trainer.runs.atomic import write_json
 from trainer.tasks.data import load_data
 from trainer.tasks.setup import (
+    Evaluation,
     check_replica_batches,
     evaluate_checkpoint,
-    report_options,
     run_folder,
     setup_strategy,
 )
@@ -38,14 +38,13 @@ def evaluate(settings: Config) -> float:
         return watch(settings)
     strategy = setup_strategy(settings)
     split = settings.evaluate.split
-    report = report_options(settings, strategies.is_chief(strategy))
-    check_val = split == "val" or report is not None  # the report fits its temperature on the validation split
+    how = Evaluation.of(settings, report=strategies.is_chief(strategy))
+    check_val = split == "val" or how.report is not None  # the report fits its temperature on the validation split
     data = load_data(settings.dataset, settings.trainer.batch_size, settings.seed, check_val=check_val)
     check_replica_batches(settings.trainer.batch_size, strategy.num_replicas_in_sync, {split: data.num_examples[split]})
     with run_folder(settings.output_dir, strategies.is_chief(strategy)) as run_dir:
         with collective_errors(strategy), data.named_bad_records():
-            tta = settings.evaluate.tta
-            metrics = evaluate_checkpoint(strategy, settings.checkpoint, data, split, run_dir, tta, report)
+            metrics = evaluate_checkpoint(strategy, settings.checkpoint, data, split, run_dir, how)
         metrics["split"] = split
         write_json(run_dir / "metrics.json", metrics)
     log.info("%s accuracy %.4f, loss %.4f", split, metrics["accuracy"], metrics["loss"])

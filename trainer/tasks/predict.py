@@ -95,16 +95,22 @@ def predict(settings: Config) -> float | None:
         " and flip TTA <predict.tta=flip>" if settings.predict.tta == "flip" else "",
     )
 
+    top_k = settings.predict.top_k
+    if top_k > len(class_names):
+        raise ConfigError(f"predict.top_k={top_k}: the model has {len(class_names)} classes; choose at most that")
+    ranked = [column for rank in range(1, top_k + 1) for column in (f"top{rank}_class", f"top{rank}_prob")]
     header = [
         "id",
         "file",
         "predicted_index",
         "predicted_class",
         *(f"prob_{name}" for name in class_names),
+        *ranked,
         "true_index",
         "true_class",
         "error",
     ]
+    scores = 4 + len(class_names) + len(ranked)  # the columns a prediction fills
     counts = {"rows": 0, "skipped": 0, "labeled": 0, "correct": 0}
     started = last_log = time.monotonic()
     with atomic_path(output) as temporary, open(temporary, "w", newline="", encoding="utf-8") as handle:
@@ -113,11 +119,13 @@ def predict(settings: Config) -> float | None:
         for items, images in _chunks(settings, info, kind, files, root):
             probabilities = iter(np.asarray(model.predict_on_batch(images)) if images is not None else [])
             for item in items:
-                row = [_text(item.id), _text(item.file), "", "", *([""] * len(class_names)), "", "", item.error or ""]
+                row = [_text(item.id), _text(item.file), *([""] * (scores - 2)), "", "", item.error or ""]
                 if item.error is None:
                     probs = next(probabilities)
                     predicted = int(np.argmax(probs))
-                    row[2 : 4 + len(class_names)] = [predicted, class_names[predicted], *(f"{p:.8g}" for p in probs)]
+                    best = np.argsort(-probs, kind="stable")[:top_k]
+                    row[2:scores] = [predicted, class_names[predicted], *(f"{p:.8g}" for p in probs),
+                                     *(cell for i in best for cell in (class_names[i], f"{probs[i]:.8g}"))]  # fmt: skip
                     if item.label is not None:
                         counts["labeled"] += 1
                         counts["correct"] += int(predicted == item.label)

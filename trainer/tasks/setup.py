@@ -10,6 +10,7 @@ import logging
 import shutil
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import tensorflow as tf
@@ -80,11 +81,20 @@ def setup_strategy(settings: Config) -> tf.distribute.Strategy:
     return strategy
 
 
-def report_options(settings: Config, chief: bool) -> ReportOptions | None:
-    """The evaluation report's options (`evaluate.report`); None where none is written (off, or not the chief)."""
-    if not (settings.evaluate.report and chief):
-        return None
-    return ReportOptions(settings.evaluate.report_images, settings.evaluate.cam_layer)
+@dataclass(frozen=True)
+class Evaluation:
+    """How `evaluate_checkpoint` evaluates: the test-time augmentation, the k of top-k accuracy, the report."""
+
+    tta: str = "none"  # none | flip
+    top_k: int = 5  # top-k accuracy with k = min(top_k, classes - 1) above 2 classes; 0: none
+    report: ReportOptions | None = None  # None: no report
+
+    @classmethod
+    def of(cls, settings: Config, report: bool) -> Evaluation:
+        """The `evaluate` section's choices; the report only where `report` (the chief's evaluation) and asked."""
+        chosen = settings.evaluate
+        options = ReportOptions(chosen.report_images, chosen.cam_layer) if report and chosen.report else None
+        return cls(chosen.tta, chosen.top_k, options)
 
 
 def check_replica_batches(batch: int, replicas: int, counts: dict[str, int]) -> None:
@@ -132,16 +142,15 @@ def evaluate_checkpoint(
     data: Data,
     split: str,
     run_dir: Path,
-    tta: str = "none",
-    report: ReportOptions | None = None,
+    how: Evaluation = Evaluation(),
 ) -> dict:
     """Loads a checkpoint, checks that `data` fits it, evaluates it on `split` in one pass (with test-time
-    augmentation `tta`: none or flip) and writes the confusion matrix as CSV and PNG; with `report`, also
-    the evaluation report (`trainer.evaluation.report`), its temperature fitted on the validation split.
+    augmentation `how.tta`: none or flip) and writes the confusion matrix as CSV and PNG; with `how.report`,
+    also the evaluation report (`trainer.evaluation.report`), its temperature fitted on the validation split.
 
     Returns:
-        The metrics of `trainer.training.metrics.evaluate`, plus the checkpoint's path, the `tta` and with
-        `report` its calibration figures.
+        The metrics of `trainer.training.metrics.evaluate`, plus the checkpoint's path, the `tta` and with a
+        report its calibration figures.
 
     Raises:
         DataError: the data's class names or image size differ from the model's.
@@ -150,8 +159,9 @@ def evaluate_checkpoint(
     with strategy.scope():
         model, info = checkpoints.load(checkpoint)
         checkpoints.check_data(checkpoints.resolve(checkpoint), info, class_names, data.input_shape[0], "the dataset")
+        tta = how.tta
         plain, model = model, with_tta(model, tta)
-        metrics.compile_for_evaluation(model, len(class_names))
+        metrics.compile_for_evaluation(model, len(class_names), how.top_k)
     build_step_state(model, next(iter(data.test.take(1))))  # never a cached split: its cache would be cut short
     results, matrix = metrics.evaluate(model, getattr(data, split), class_names)
     write_confusion_csv(run_dir / f"confusion_matrix_{split}.csv", matrix, class_names)
@@ -161,11 +171,10 @@ def evaluate_checkpoint(
         class_names,
         f"{split} split: accuracy {results['accuracy']:.4f}",
     )
-    if report is not None:
+    if how.report is not None:
         calibrate_on = data.val if split != "val" and data.num_examples.get("val") else None
-        results.update(
-            write_report(run_dir, model, plain, getattr(data, split), class_names, split, report, calibrate_on)
-        )
+        dataset = getattr(data, split)
+        results.update(write_report(run_dir, model, plain, dataset, class_names, split, how.report, calibrate_on))
     results["checkpoint"] = str(checkpoints.resolve(checkpoint))
     results["tta"] = tta
     log.info(

@@ -43,9 +43,9 @@ from trainer.tasks import parts
 from trainer.tasks import phases as fitting
 from trainer.tasks.data import Data, load_data
 from trainer.tasks.setup import (
+    Evaluation,
     check_replica_batches,
     evaluate_checkpoint,
-    report_options,
     run_folder,
     setup_strategy,
 )
@@ -338,8 +338,8 @@ def finish(settings: Config, plan: Plan, folder: Folder, model: keras.Model, out
     best = history.best_index(values[plan.metric], settings.objective.mode)
     log.info("Training done (%s): evaluating the best checkpoint on the test split", outcome.replace("_", " "))
     best_keras, tta = run_dir / "checkpoints" / "best.keras", settings.evaluate.tta
-    report = report_options(settings, plan.chief)
-    test = evaluate_checkpoint(plan.strategy, best_keras, plan.data, "test", run_dir, tta, report)
+    how = Evaluation.of(settings, report=plan.chief)
+    test = evaluate_checkpoint(plan.strategy, best_keras, plan.data, "test", run_dir, how)
     batch, epochs = settings.trainer.batch_size, len(values[plan.metric])
     metrics = {
         "name": folder.run_name,

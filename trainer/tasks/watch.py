@@ -32,7 +32,7 @@ from trainer.errors import ConfigError
 from trainer.runs import checkpoints, history
 from trainer.runs.backup import read_state
 from trainer.tasks.data import Data, load_data
-from trainer.tasks.setup import evaluate_checkpoint, setup_strategy
+from trainer.tasks.setup import Evaluation, evaluate_checkpoint, setup_strategy
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class EvalLog:
 
 def _evaluate(settings: Config, strategy, data: Data, file: Path, split: str, out: Path) -> dict:
     with collective_errors(strategy), data.named_bad_records():
-        return evaluate_checkpoint(strategy, file, data, split, out, settings.evaluate.tta)
+        return evaluate_checkpoint(strategy, file, data, split, out, Evaluation.of(settings, report=False))
 
 
 def watch(settings: Config, evaluator: bool = False) -> float:

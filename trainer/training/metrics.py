@@ -46,9 +46,9 @@ class ConfusionMatrix(keras.metrics.Metric):
         return {**super().get_config(), "num_classes": self.num_classes}
 
 
-def top_k(num_classes: int) -> int:
-    """The k reported as top-k accuracy: 5, or fewer for small label sets (none for 2 classes)."""
-    return min(5, num_classes - 1) if num_classes > 2 else 0
+def top_k(num_classes: int, k: int = 5) -> int:
+    """The k reported as top-k accuracy: `k`, or fewer for small label sets (none for 2 classes, or k=0)."""
+    return min(k, num_classes - 1) if num_classes > 2 and k > 0 else 0
 
 
 CROSS_ENTROPY = "cross_entropy"  # the data loss, a compiled metric: Keras's `loss` includes the L2 penalty
@@ -98,10 +98,11 @@ def honest_loss(logs: dict, penalty: float | None = None) -> dict:
     return logs
 
 
-def compile_for_evaluation(model: keras.Model, num_classes: int) -> None:
-    """Recompiles a (loaded) model with the evaluation metrics; call inside the strategy scope."""
+def compile_for_evaluation(model: keras.Model, num_classes: int, k: int = 5) -> None:
+    """Recompiles a (loaded) model with the evaluation metrics (top-`k` accuracy, see `top_k`); call inside
+    the strategy scope."""
     metrics = ["accuracy", cross_entropy()]
-    k = top_k(num_classes)
+    k = top_k(num_classes, k)
     if k:
         metrics.append(keras.metrics.SparseTopKCategoricalAccuracy(k, name=f"top{k}_accuracy"))
     metrics.append(ConfusionMatrix(num_classes))
