@@ -76,7 +76,7 @@ def _score_source(network: keras.Model) -> tuple[keras.KerasTensor, keras.layers
     return network.output, None
 
 
-@dataclass(eq=False)  # hashable: its tf.function is cached per instance
+@dataclass(eq=False)
 class GradCam:
     """Builds once, then maps uint8 images and classes to [0, 1] heat maps of the images' size."""
 
@@ -114,12 +114,12 @@ class GradCam:
         return cls(keras.Model(inputs, outputs), dense, source is not network.output, layer.name)
 
     def __call__(self, images: np.ndarray, classes: np.ndarray) -> np.ndarray:
-        """Heat maps [n, height, width] in [0, 1] of class `classes[i]` for image `i`."""
+        """Heat maps [n, height, width] in [0, 1] of class `classes[i]` for image `i`. Eager: for the few
+        images of a report, tracing the gradient graph would cost more than running it."""
         maps = self._maps(tf.convert_to_tensor(images), tf.convert_to_tensor(classes, tf.int32)).numpy()
         peak = maps.reshape(len(maps), -1).max(axis=1)
         return maps / np.where(peak > 0, peak, 1.0)[:, None, None]
 
-    @tf.function(reduce_retracing=True)
     def _maps(self, images: tf.Tensor, classes: tf.Tensor) -> tf.Tensor:
         with tf.GradientTape() as tape:
             features, source = self.model(images, training=False)

@@ -45,10 +45,16 @@ class _Kept:
         return [(index, image) for _, index, image in self.rows]
 
 
-def predict_split(model: keras.Model, dataset: tf.data.Dataset, keep: int) -> Predictions:
-    """Runs `model` (dropout off) over (image, label) batches. Keeps the images of the `keep` most confident
-    wrong predictions and of the `keep` least confident right ones."""
-    step = tf.function(lambda images: model(images, training=False), reduce_retracing=True)
+def forward(model: keras.Model):
+    """`model(images, training=False)` as one graph for batches of any size (traced once)."""
+    spec = tf.TensorSpec([None, *model.input_shape[1:]], model.inputs[0].dtype)
+    return tf.function(lambda images: model(images, training=False), input_signature=[spec])
+
+
+def predict_split(model: keras.Model, dataset: tf.data.Dataset, keep: int, step=None) -> Predictions:
+    """Runs `model` (dropout off; or `step`, its `forward`) over (image, label) batches. Keeps the images of
+    the `keep` most confident wrong predictions and of the `keep` least confident right ones."""
+    step = step or forward(model)
     probabilities, labels = [], []
     mistakes, borderline = _Kept(keep), _Kept(keep)
     seen = 0

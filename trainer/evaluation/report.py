@@ -25,7 +25,7 @@ import tensorflow as tf
 from trainer.errors import DataError
 from trainer.evaluation import calibration, classes, html
 from trainer.evaluation.gradcam import GradCam, overlay
-from trainer.evaluation.predictions import Predictions, predict_split
+from trainer.evaluation.predictions import Predictions, forward, predict_split
 from trainer.tracking.reports import plot_confusion_png
 from trainer.tracking.sheets import contact_sheet, note_image, save_png
 
@@ -50,28 +50,37 @@ def _check_classes(predictions: Predictions, class_names: list[str], split: str)
         )
 
 
-def _sheet(kept, predictions: Predictions, cam: GradCam | None, class_names: list[str], empty: str):
-    """The contact sheet of `kept` (index, image): each image beside its Grad-CAM of the predicted class."""
-    if not kept:
-        return note_image(empty)
-    indices = np.array([index for index, _ in kept])
-    images = np.stack([image for _, image in kept]).astype(np.uint8)
-    predicted = predictions.predicted[indices]
+def _sheets(predictions: Predictions, cam: GradCam | None, class_names: list[str], split: str) -> list:
+    """The mistakes and borderline contact sheets: each image beside its Grad-CAM of the predicted class (one
+    Grad-CAM pass for both), or a note where a sheet has nothing to show."""
+    groups = [(predictions.mistakes, f"no wrong prediction in the {split} split"),
+              (predictions.borderline, f"no right prediction in the {split} split")]  # fmt: skip
+    kept = [item for items, _ in groups for item in items]
+    indices = np.array([index for index, _ in kept], np.int64)
+    images = np.stack([image for _, image in kept]).astype(np.uint8) if kept else None
     tiles = images
-    if cam is not None:
-        heat = cam(images, predicted)
+    if cam is not None and kept:
+        heat = cam(images, predictions.predicted[indices])
         tiles = np.concatenate([images, np.stack([overlay(i, h) for i, h in zip(images, heat, strict=True)])], 2)
-    captions = [
-        f"{class_names[predictions.labels[i]]}->{class_names[p]} {predictions.probabilities[i, p]:.2f}"
-        for i, p in zip(indices, predicted, strict=True)
-    ]
-    return contact_sheet(tiles, captions)
+    sheets, start = [], 0
+    for items, empty in groups:
+        if not items:
+            sheets.append(note_image(empty))
+            continue
+        chosen = indices[start : start + len(items)]
+        captions = [
+            f"{class_names[predictions.labels[i]]}->{class_names[p]} {predictions.probabilities[i, p]:.2f}"
+            for i, p in zip(chosen, predictions.predicted[chosen], strict=True)
+        ]
+        sheets.append(contact_sheet(tiles[start : start + len(items)], captions))
+        start += len(items)
+    return sheets
 
 
-def _fit_temperature(model: keras.Model, calibrate_on: tf.data.Dataset | None) -> float | None:
+def _fit_temperature(model: keras.Model, calibrate_on: tf.data.Dataset | None, step) -> float | None:
     if calibrate_on is None:
         return None
-    held_out = predict_split(model, calibrate_on, 0)
+    held_out = predict_split(model, calibrate_on, 0, step)
     return calibration.fit_temperature(held_out.probabilities, held_out.labels)
 
 
@@ -98,12 +107,13 @@ def write_report(
     cam = GradCam.build(cam_model, options.cam_layer)
     if cam is None:
         log.warning("Grad-CAM skipped: the model has no 4-D (convolution) layer; the sheets show the images alone")
-    predictions = predict_split(model, dataset, options.images)
+    step = forward(model)
+    predictions = predict_split(model, dataset, options.images, step)
     _check_classes(predictions, class_names, split)
     matrix = classes.confusion(predictions.labels, predictions.predicted, len(class_names))
     rows = classes.class_rows(matrix, class_names)
     before = calibration.reliability(predictions.probabilities, predictions.labels)
-    temperature = _fit_temperature(model, calibrate_on)
+    temperature = _fit_temperature(model, calibrate_on, step)
     after = None
     if temperature is not None:
         after = calibration.reliability(calibration.scale(predictions.probabilities, temperature), predictions.labels)
@@ -112,13 +122,16 @@ def write_report(
     folder = Path(tempfile.mkdtemp(prefix=f".{FOLDER}-", dir=run_dir))
     try:
         classes.write_class_csv(folder / "per_class.csv", rows)
-        empty = f"no wrong prediction in the {split} split"
-        save_png(_sheet(predictions.mistakes, predictions, cam, class_names, empty), folder / "mistakes.png")
-        empty = f"no right prediction in the {split} split"
-        save_png(_sheet(predictions.borderline, predictions, cam, class_names, empty), folder / "borderline.png")
+        mistakes, borderline = _sheets(predictions, cam, class_names, split)
+        save_png(mistakes, folder / "mistakes.png")
+        save_png(borderline, folder / "borderline.png")
         title = f"{split} split, {calibration.BINS} bins"
         calibration.plot_reliability(folder / "calibration.png", before, after, title)
-        plot_confusion_png(folder / "confusion_matrix.png", matrix, class_names, f"{split} split")
+        drawn = run_dir / f"confusion_matrix_{split}.png"  # the evaluation's, of the same predictions
+        if drawn.is_file():
+            shutil.copyfile(drawn, folder / "confusion_matrix.png")
+        else:
+            plot_confusion_png(folder / "confusion_matrix.png", matrix, class_names, f"{split} split")
         page = _page(split, len(predictions.labels), summary, figures, rows, folder, cam)
         (folder / "report.html").write_text(page, encoding="utf-8")
     except BaseException:
