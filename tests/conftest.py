@@ -199,9 +199,10 @@ TINY_MODEL = ["model=custom", "model._target_=tiny_model.build", "trainer.verbos
 
 def tiny_overrides(data_dir: Path) -> list[str]:
     """`cifar_overrides` with a three-layer network (tests/tiny_model.py) instead of VGG19, for the tests of the
-    run machinery (kills, resumes, sweeps, workers, trackers, callbacks) where the model is not the point."""
+    run machinery (kills, resumes, sweeps, workers, trackers, callbacks) where the model is not the point; nor is
+    the evaluation report (tests/test_report.py and the tracker tests have it)."""
     overrides = [item for item in cifar_overrides(data_dir) if item != "debug=smoke"]  # smoke sets VGG19 keys
-    return [*overrides, *TINY_MODEL, "trainer.epochs=1"]
+    return [*overrides, *TINY_MODEL, "trainer.epochs=1", "evaluate.report=false"]
 
 
 # A real process sees what `pytest` sees: the project, and tests/ (tiny_model.py).

@@ -101,7 +101,8 @@ def test_evaluate_on_the_validation_split_says_where_it_wrote(trained, tmp_path,
         metrics = _evaluate(data, run_dir, tmp_path / "val", "evaluate.split=val")
     assert metrics["split"] == "val" and metrics["num_examples"] == 16
     written = (
-        f"Wrote confusion_matrix_val.csv, confusion_matrix_val.png, metrics.json to {(tmp_path / 'val').resolve()}"
+        f"Wrote confusion_matrix_val.csv, confusion_matrix_val.png, metrics.json, report/ to "
+        f"{(tmp_path / 'val').resolve()}"
     )
     assert written in caplog.text
 
@@ -317,6 +318,7 @@ def test_the_validation_split_is_checked_only_where_it_is_read(trained, tmp_path
     too_big = "dataset.val_size=5000"
     metrics = _evaluate(data, run_dir, tmp_path / "test", too_big)
     assert metrics["split"] == "test" and metrics["num_examples"] == 24
+    assert "temperature" not in metrics, "the test records stand in for val: no temperature fitted on the test split"
     _task([*cifar_overrides(data), too_big, "mode=inspect", "inspect.num_images=4"], tmp_path / "inspect")
     assert json.loads((tmp_path / "inspect" / "inspect.json").read_text())["num_examples"] == 80
     with pytest.raises(DataError, match=r"dataset.val_size=5000 must be between 1 and the 80 training records"):

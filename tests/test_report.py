@@ -251,3 +251,37 @@ def test_report_images_must_be_positive():
 
     with pytest.raises(ConfigError, match=r"^evaluate.report_images must be >= 1 \(or evaluate.report=false"):
         to_settings(compose(["evaluate.report_images=0"]))
+
+
+CHECK_IMAGES = """<script>
+window.addEventListener("load", () => {
+  const images = [...document.images];
+  const loaded = images.filter((image) => image.complete && image.naturalWidth > 0).length;
+  document.title = `images ${loaded}/${images.length}`;
+});
+</script>"""
+
+
+@pytest.mark.e2e
+@pytest.mark.slow  # a browser start
+def test_the_report_renders_in_headless_chromium_with_every_image_and_no_console_error(quadrant_model, tmp_path):
+    import shutil
+    import subprocess
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    if browser is None:
+        pytest.skip("no Chromium on this machine (Debian: apt install chromium)")
+    images, labels = _quadrant_data(64, 7)
+    write_report(tmp_path, quadrant_model, quadrant_model, _dataset(images, labels), ["horizontal", "vertical"],
+                 "test", ReportOptions(images=4), _dataset(*_quadrant_data(32, 8)))  # fmt: skip
+    page = (tmp_path / "report" / "report.html").read_text()
+    probe = tmp_path / "probe.html"  # the page as written, with a script that counts the images that loaded
+    probe.write_text(page.replace("</body>", CHECK_IMAGES + "</body>"))
+    result = subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
+         "--virtual-time-budget=5000", "--dump-dom", probe.as_uri()],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert "<title>images 4/4</title>" in result.stdout, result.stdout[:500] + result.stderr[-2000:]
+    console = [line for line in result.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
+    assert console == [], console

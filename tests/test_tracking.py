@@ -38,6 +38,7 @@ def _free_port() -> int:
 def _train(cifar_dir: Path, run_dir: Path, *extra: str) -> dict:
     """Two epochs of the three-layer test model (the trackers are the point), named and tagged."""
     overrides = [*tiny_overrides(cifar_dir), "trainer.epochs=2", "name=tracked", "tags=[smoke,ci]", *extra]
+    overrides.append("evaluate.report=true")  # the report's files and figures reach the tracker
     train(to_settings(compose(overrides, run_dir)))
     return json.loads((run_dir / "metrics.json").read_text())
 

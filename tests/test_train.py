@@ -83,7 +83,7 @@ def test_run_py_writes_every_output(tmp_path, cifar_dir):
     assert str(run_dir.resolve()) in summary.splitlines()[0]
     assert f"best epoch {metrics['best_epoch']} of 2 by val_accuracy" in summary
     assert f"val_accuracy {metrics['val_accuracy']:.4f}, test_accuracy {metrics['test_accuracy']:.4f}" in summary
-    assert "open: curves.png, confusion_matrix_test.png, metrics.json, history.csv, run.log" in summary
+    assert "open: curves.png, confusion_matrix_test.png, metrics.json, report/report.html, history.csv" in summary
 
 
 @pytest.mark.e2e

@@ -119,6 +119,8 @@ def write_report(
         after = calibration.reliability(calibration.scale(predictions.probabilities, temperature), predictions.labels)
     figures = {"ece": before.ece, **({"temperature": temperature, "ece_scaled": after.ece} if after else {})}
     summary = classes.summary(matrix)
+    for stale in run_dir.glob(f".{FOLDER}-*"):  # a report a kill interrupted (the run holds its folder's lock)
+        shutil.rmtree(stale, ignore_errors=True)
     folder = Path(tempfile.mkdtemp(prefix=f".{FOLDER}-", dir=run_dir))
     try:
         classes.write_class_csv(folder / "per_class.csv", rows)

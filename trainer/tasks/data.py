@@ -64,6 +64,7 @@ class Data:
     fingerprint: dict = field(default_factory=dict)
     skipped: list[dict] = field(default_factory=list)  # files the part left out, each {"file", "reason"}
     files: list[str] = field(default_factory=list)  # every file the splits read (the whole-file checksum's)
+    val_is_test: bool = False  # the validation split reads the test records (val_source=test, or no room for it)
 
     @contextlib.contextmanager
     def named_bad_records(self) -> Iterator[None]:
@@ -231,4 +232,5 @@ def load_data(
         fingerprint=splits.fingerprint or fingerprint(sources),
         skipped=splits.skipped,
         files=_read_files(splits, sources),
+        val_is_test=sources["val"].records.ranges == sources["test"].records.ranges,
     )

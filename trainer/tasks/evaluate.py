@@ -39,8 +39,7 @@ def evaluate(settings: Config) -> float:
     strategy = setup_strategy(settings)
     split = settings.evaluate.split
     how = Evaluation.of(settings, report=strategies.is_chief(strategy))
-    check_val = split == "val" or how.report is not None  # the report fits its temperature on the validation split
-    data = load_data(settings.dataset, settings.trainer.batch_size, settings.seed, check_val=check_val)
+    data = load_data(settings.dataset, settings.trainer.batch_size, settings.seed, check_val=split == "val")
     check_replica_batches(settings.trainer.batch_size, strategy.num_replicas_in_sync, {split: data.num_examples[split]})
     with run_folder(settings.output_dir, strategies.is_chief(strategy)) as run_dir:
         with collective_errors(strategy), data.named_bad_records():

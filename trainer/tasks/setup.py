@@ -172,7 +172,8 @@ def evaluate_checkpoint(
         f"{split} split: accuracy {results['accuracy']:.4f}",
     )
     if how.report is not None:
-        calibrate_on = data.val if split != "val" and data.num_examples.get("val") else None
+        held_out = split != "val" and data.num_examples.get("val") and not data.val_is_test  # never fit on test
+        calibrate_on = data.val if held_out else None
         dataset = getattr(data, split)
         results.update(write_report(run_dir, model, plain, dataset, class_names, split, how.report, calibrate_on))
     results["checkpoint"] = str(checkpoints.resolve(checkpoint))
