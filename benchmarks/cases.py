@@ -5,7 +5,7 @@ python -m benchmarks --only cifar_pipeline tfrecord_reader
 
 from __future__ import annotations
 
-from benchmarks import converter, demo, folders, pipelines, search, serving, sources, training
+from benchmarks import converter, demo, flops, folders, pipelines, search, serving, sources, training
 from benchmarks.common import Row
 
 CASES = {
@@ -26,6 +26,7 @@ CASES = {
     "converter": converter.converter,
     "serving": serving.serving,
     "demo": demo.demo,
+    "step_flops": flops.step_flops,
     "search_pruning": search.search_pruning,
 }
 

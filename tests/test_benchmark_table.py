@@ -41,3 +41,17 @@ def test_markdown_is_a_table_headed_by_how_it_was_measured(monkeypatch, capsys):
     assert lines[2] == "| figure | ours | baseline | unit | ratio | target | met |"
     assert lines[4] == "| pipeline vs textbook | 300.0 | 100.0 | img/s | 3.00 | >= 2 | yes |"
     assert lines[6] == "| report only | 5.0 | 4.0 | s | 1.25 | report | - |"
+
+
+def test_the_flop_count_of_vgg19_is_the_published_one():
+    """keras.applications.VGG19: 19.6 G multiply-adds per 224x224 image (Simonyan and Zisserman's figure), 2 FLOPs
+    each; and a one-convolution model by hand."""
+    import keras
+
+    from benchmarks.flops import model_flops
+
+    assert model_flops(keras.applications.VGG19(weights=None)) == pytest.approx(2 * 19.63e9, rel=0.005)
+    inputs = keras.Input((8, 8, 3))
+    conv = keras.layers.Conv2D(4, 3, padding="valid")(inputs)  # 6x6x4 outputs, 27 multiply-adds each
+    model = keras.Model(inputs, keras.layers.Dense(5)(keras.layers.Flatten()(conv)))
+    assert model_flops(model) == 2 * (6 * 6 * 4 * 27) + 2 * (144 * 5)
