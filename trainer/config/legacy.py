@@ -8,6 +8,10 @@ Two sections changed shape; each change keeps what the old run did:
   option's `_target_` comes from its `name`.
 - `logger.tensorboard`, `logger.mlflow` and `logger.wandb` were booleans: `true` is now the
   tracker's entry with its defaults, `false` no entry.
+
+And `logger.csv`, a flag no code read (`logger=csv` is the option of no tracker), is dropped.
+Remove this module once no run folder of vggtrain 0.1 is read (0.2 or later is the release that
+may say so).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ def upgrade(saved: dict[str, Any]) -> dict[str, Any]:
         }
     logger = saved.get("logger")
     if isinstance(logger, dict):
+        logger.pop("csv", None)  # a flag no code read
         for key in TRACKERS:
             if isinstance(logger.get(key), bool):
                 logger[key] = {} if logger[key] else None

@@ -179,7 +179,6 @@ class LoggerConfig:
     Each tracker chosen is an entry with a `_target_`; the keys below are shared by them."""
 
     tensorboard: TensorBoardConfig | None = None  # tensorboard/ in the run folder: scalars, lr, sample images
-    csv: bool = False  # history.csv only (always written: resuming and curves.png read it)
     mlflow: MLflowConfig | None = None  # logger=mlflow: params, metrics and the run's files in MLflow
     wandb: WandbConfig | None = None  # logger=wandb: the same in Weights & Biases
     experiment: str = "vggtrain"  # MLflow experiment / W&B project
