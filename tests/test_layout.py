@@ -85,3 +85,65 @@ def test_only_tasks_and_config_read_the_hydra_config():
     assert readers == ["trainer/search/sweeper.py", "trainer/tracking/sweep.py"], (
         "only the sweeper and the sweep callbacks, which Hydra itself calls"
     )
+
+
+def _module_name(path: Path) -> str:
+    parts = path.with_suffix("").relative_to(ROOT).parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Each module of trainer/ -> the modules of its own package it imports, anywhere in the file (deferred and
+    `TYPE_CHECKING` imports included): `from trainer.x import y` counts as trainer.x.y where that is a module."""
+    modules = {_module_name(path) for path in MODULES}
+    graph = {}
+    for path in MODULES:
+        name = _module_name(path)
+        package = name.split(".")[:2]
+        imported = {module if module in modules else module.rsplit(".", 1)[0] for module in _imports(path)}
+        graph[name] = {module for module in imported if module in modules and module != name
+                       and module.split(".")[:2] == package and module != ".".join(package)}  # fmt: skip
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in sorted(graph[node]):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while not component or component[-1] != node:
+                component.append(stack.pop())
+                on_stack.discard(component[-1])
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_module_imports_itself_round_a_circle():
+    assert _cycles(_module_graph()) == []
+
+
+def test_the_circle_check_finds_a_lazy_or_type_checking_circle(tmp_path):
+    graph = {"trainer.a.x": {"trainer.a.y"}, "trainer.a.y": {"trainer.a.z"}, "trainer.a.z": {"trainer.a.x"}}
+    assert _cycles({**graph, "trainer.a.w": {"trainer.a.x"}}) == [["trainer.a.x", "trainer.a.y", "trainer.a.z"]]
+    hidden = tmp_path / "phases.py"
+    hidden.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from trainer.tasks.train import Plan\n"
+        "def later():\n    from trainer.tasks import data\n"
+    )
+    assert {"trainer.tasks.train", "trainer.tasks.data"} <= _imports(hidden), "both count as imports"

@@ -179,11 +179,11 @@ def test_a_batch_larger_than_the_smallest_share_is_a_config_error(tmp_path):
 def test_mirrored_on_one_machine_keeps_one_pipeline_for_every_replica():
     import tensorflow as tf
 
-    from trainer.distribute import strategies
+    from trainer.distribute import strategies, topology
 
     strategy = strategies.mirrored(["/cpu:0"])
     dataset = tf.data.Dataset.range(4)
-    assert strategies.num_input_pipelines(strategy) == 1
+    assert topology.num_input_pipelines(strategy) == 1
     assert strategies.training_input(strategy, dataset, lambda context: tf.data.Dataset.range(1)) is dataset
 
 

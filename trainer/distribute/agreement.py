@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import keras
 import tensorflow as tf
 
-from trainer.distribute.strategies import in_multi_worker_mode
+from trainer.distribute.topology import in_multi_worker_mode
 
 _SUMMABLE = (tf.float16, tf.float32, tf.float64, tf.int32, tf.int64)
 

@@ -34,6 +34,7 @@ from unittest import mock
 
 import keras
 
+from trainer.distribute.topology import in_multi_worker_mode
 from trainer.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -86,12 +87,6 @@ def upstream_bugs() -> list[str]:
     return found
 
 
-def _multi_worker(strategy) -> bool:
-    from trainer.distribute.strategies import in_multi_worker_mode
-
-    return in_multi_worker_mode(strategy)
-
-
 def apply() -> bool:
     """Patches Keras's TF trainer for multi-worker `fit`; returns whether it did."""
     global _applied
@@ -106,7 +101,8 @@ def apply() -> bool:
             return False
         raise ConfigError(
             f"strategy=multi_worker: Keras {keras.__version__} still has the multi-worker fit bug(s) {bugs} "
-            f"(keras#20585), and trainer/compat.py's workaround is verified only on Keras {', '.join(VERIFIED)}; "
+            f"(keras#20585), and trainer/distribute/compat.py's workaround is verified only on Keras "
+            f"{', '.join(VERIFIED)}; "
             f"install one of those, or check the workaround on this version and add it to compat.VERIFIED"
         )
     import tensorflow as tf
@@ -127,7 +123,7 @@ def apply() -> bool:
 
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
         strategy = self._distribute_strategy
-        if strategy is None or iterator is None or not _multi_worker(strategy):
+        if strategy is None or iterator is None or not in_multi_worker_mode(strategy):
             return original_build(self, iterator=iterator, data_batch=data_batch)
         for _, _, step_iterator in iterator:  # the upstream code takes the first batch the same way
             data_batch = local_batch(strategy, next(step_iterator))
@@ -135,7 +131,7 @@ def apply() -> bool:
         return original_build(self, iterator=None, data_batch=data_batch)
 
     def reduce_per_replica(values, strategy, reduction):
-        if reduction not in ("auto", "mean") or not _multi_worker(strategy):
+        if reduction not in ("auto", "mean") or not in_multi_worker_mode(strategy):
             return original_reduce(values, strategy, reduction)
 
         def mean(value):

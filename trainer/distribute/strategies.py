@@ -16,6 +16,7 @@ from collections.abc import Callable
 import tensorflow as tf
 
 from trainer.distribute import cluster as roles
+from trainer.distribute.topology import in_multi_worker_mode
 from trainer.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -114,33 +115,6 @@ def describe(strategy: tf.distribute.Strategy, name: str) -> None:
     """Logs which strategy runs and on how many replicas."""
     kind = "TensorFlow's default strategy" if strategy is tf.distribute.get_strategy() else type(strategy).__name__
     log.info("Strategy %s with %d replica(s) <strategy=%s>", kind, strategy.num_replicas_in_sync, name)
-
-
-def _cluster(strategy: tf.distribute.Strategy) -> tuple[object | None, dict[str, list]]:
-    """(cluster resolver, cluster spec as a dict) of a multi-worker strategy; (None, {}) for any other."""
-    resolver = getattr(strategy, "cluster_resolver", None)
-    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) or resolver is None:
-        return None, {}
-    return resolver, resolver.cluster_spec().as_dict()
-
-
-def is_chief(strategy: tf.distribute.Strategy) -> bool:
-    """Whether this process writes the run's outputs (always, outside multi-worker runs)."""
-    resolver, spec = _cluster(strategy)
-    if resolver is None:
-        return True
-    return roles.is_chief_task(resolver.task_type, resolver.task_id or 0, "chief" in spec)
-
-
-def num_input_pipelines(strategy: tf.distribute.Strategy) -> int:
-    """The input pipelines `distribute_datasets_from_function` builds: one per worker process under
-    multi-worker training, else 1 (one pipeline feeds every replica of this machine)."""
-    return roles.count_workers(_cluster(strategy)[1])
-
-
-def in_multi_worker_mode(strategy: tf.distribute.Strategy) -> bool:
-    """Whether `strategy` spans several worker processes (a one-worker `multi_worker` run does not)."""
-    return num_input_pipelines(strategy) > 1
 
 
 def training_input(

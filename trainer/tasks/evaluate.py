@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 
 from trainer.config.schema import Config
-from trainer.distribute import strategies
+from trainer.distribute import topology
 from trainer.distribute.failures import collective_errors
 from trainer.runs.atomic import write_json
 from trainer.tasks.data import load_data
@@ -38,10 +38,10 @@ def evaluate(settings: Config) -> float:
         return watch(settings)
     strategy = setup_strategy(settings)
     split = settings.evaluate.split
-    how = Evaluation.of(settings, report=strategies.is_chief(strategy))
+    how = Evaluation.of(settings, report=topology.is_chief(strategy))
     data = load_data(settings.dataset, settings.trainer.batch_size, settings.seed, check_val=split == "val")
     check_replica_batches(settings.trainer.batch_size, strategy.num_replicas_in_sync, {split: data.num_examples[split]})
-    with run_folder(settings.output_dir, strategies.is_chief(strategy)) as run_dir:
+    with run_folder(settings.output_dir, topology.is_chief(strategy)) as run_dir:
         with collective_errors(strategy), data.named_bad_records():
             metrics = evaluate_checkpoint(strategy, settings.checkpoint, data, split, run_dir, how)
         metrics["split"] = split

@@ -12,16 +12,14 @@ from __future__ import annotations
 import logging
 import signal
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import keras
 import tensorflow as tf
 
 from trainer.config.fields import duration_seconds
 from trainer.config.schema import Config
-from trainer.distribute import strategies
+from trainer.distribute import strategies, topology
 from trainer.distribute.accumulation import accumulate_across_replicas
 from trainer.distribute.agreement import Workers
 from trainer.errors import DiskError
@@ -33,6 +31,7 @@ from trainer.runs.checkpoints import ModelInfo
 from trainer.runs.resume import CHIEF_RUN
 from trainer.search.trial import pruned, pruning_callbacks
 from trainer.tasks import parts
+from trainer.tasks.plan import Folder, Phase, Plan
 from trainer.tracking.tensorboard import RunLabel, SampleImages
 from trainer.training.callbacks import STOPPED_BY, TIME_BUDGET, Preempted, RunFiles, TimeBudget, training_callbacks
 from trainer.training.losses import build_loss
@@ -40,31 +39,7 @@ from trainer.training.metrics import training_metrics
 from trainer.training.optimizers import build_learning_rate, build_optimizer
 from trainer.training.tracing import build_step_state
 
-if TYPE_CHECKING:
-    from trainer.tasks.train import Folder, Plan
-
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Phase:
-    """Epochs [start, end) trained with the base unfrozen from `unfreeze_from`, at lr x `lr_scale`."""
-
-    start: int
-    end: int
-    unfreeze_from: str | None  # None: the whole base frozen; "all": nothing frozen
-    lr_scale: float
-
-
-def phases(settings: Config) -> list[Phase]:
-    """One phase for a model trained from scratch; for a pretrained base, the head first, then fine-tuning."""
-    epochs = settings.trainer.epochs
-    if not settings.model.PRETRAINED_BASE:
-        return [Phase(0, epochs, "all", 1.0)]
-    tune = settings.finetune
-    freeze = min(tune.freeze_epochs, epochs)
-    second = [Phase(freeze, epochs, tune.unfreeze_from, tune.lr_multiplier)] if freeze < epochs else []
-    return ([Phase(0, freeze, None, 1.0)] if freeze else []) + second
 
 
 def compile_model(model: keras.Model, settings: Config, lr: float, steps_per_epoch: int, epochs: int) -> None:
@@ -131,7 +106,7 @@ def _run_files(
     title = f"{name}  ·  dataset={settings.dataset.name}  ·  model={settings.model.name}"
     mode, every = settings.objective.mode, settings.trainer.save_every_steps
     ema = settings.optimizer.ema_momentum is not None
-    workers = Workers(plan.strategy) if strategies.in_multi_worker_mode(plan.strategy) else None  # no per-step cost
+    workers = Workers(plan.strategy) if topology.in_multi_worker_mode(plan.strategy) else None  # no per-step cost
     return RunFiles(
         folder.run_dir, folder.backup_dir, models.inference, info, plan.metric, mode, every, title, ema, workers, budget
     )
@@ -212,7 +187,7 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
             by = STOPPED_BY[stop.signum]
             if stop.signum == TIME_BUDGET:
                 by = f"the time budget (trainer.time_budget={settings.trainer.time_budget})"
-            several = strategies.in_multi_worker_mode(strategy)
+            several = topology.in_multi_worker_mode(strategy)
             resume = folder.run_dir if plan.chief else CHIEF_RUN
             log.warning(
                 "Stopped by %s: epoch %d will be redone from the backup in %s. To continue, run%s: "

@@ -17,7 +17,6 @@ import logging
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import keras
@@ -26,7 +25,7 @@ from hydra.utils import get_method
 
 from trainer.config.schema import Config
 from trainer.data.decode import DECODE
-from trainer.distribute import strategies
+from trainer.distribute import topology
 from trainer.distribute.agreement import chief_numbers
 from trainer.distribute.failures import collective_errors
 from trainer.errors import ConfigError, Interrupted
@@ -42,6 +41,7 @@ from trainer.search.trial import record_outcome
 from trainer.tasks import parts
 from trainer.tasks import phases as fitting
 from trainer.tasks.data import Data, load_data
+from trainer.tasks.plan import Folder, Plan, phases
 from trainer.tasks.setup import (
     Evaluation,
     check_replica_batches,
@@ -60,37 +60,6 @@ from trainer.training.optimizers import peak_learning_rate
 log = logging.getLogger(__name__)
 
 METRICS = ("loss", "accuracy")
-
-
-@dataclass
-class Plan:
-    """What a run will do, decided before anything is built: its folder, trackers, data, steps, rate, phases."""
-
-    strategy: tf.distribute.Strategy
-    chief: bool
-    output_dir: str  # the run folder: Hydra's new one, or the resumed run's
-    trackers: list[loggers.Tracker]  # MLflow, W&B (the chief's), connected
-    tensorboard: list[keras.callbacks.Callback]  # logger=tensorboard (the chief's)
-    data: Data
-    steps_per_epoch: int
-    lr: float  # the peak rate, after linear scaling
-    phases: list[fitting.Phase]
-    metric: str  # objective.metric
-    started: float = field(default_factory=time.monotonic)  # trainer.time_budget counts from here
-
-
-@dataclass
-class Folder:
-    """The run folder while this process holds it: where it writes, its backup, and what is done already."""
-
-    run_dir: Path
-    backup_dir: Path
-    done: int  # epochs finished before this process started
-    ended: str  # `stopped_early` when training had ended already (killed in the test evaluation), else empty
-    invocation: dict  # this invocation's record in invocations.jsonl (its `outcome`)
-    run_name: str
-    tags: list[str] = field(default_factory=list)
-    gate: keras.callbacks.Callback | None = None  # the whole-file data check at the first epoch end (the chief's)
 
 
 def _objective_metric(settings: Config) -> str:
@@ -120,7 +89,7 @@ def plan_run(settings: Config) -> Plan:
     """
     metric = _objective_metric(settings)
     strategy = setup_strategy(settings)
-    chief = strategies.is_chief(strategy)
+    chief = topology.is_chief(strategy)
     output_dir = resolve_resume(settings.resume, settings.output_dir)
     # Only the chief logs: the other workers' files go to a temporary folder that is deleted.
     trackers, tensorboard = parts.build_trackers(settings.logger, Path(output_dir)) if chief else ([], [])
@@ -131,7 +100,7 @@ def plan_run(settings: Config) -> Plan:
         batch,
         settings.seed,
         model_preprocessing=settings.model.preprocessing,
-        num_workers=strategies.num_input_pipelines(strategy),
+        num_workers=topology.num_input_pipelines(strategy),
     )
     if batch > data.num_examples["train"]:  # with trainer.steps_per_epoch too: each batch would repeat records
         raise ConfigError(
@@ -169,7 +138,7 @@ def plan_run(settings: Config) -> Plan:
             opt.lr_batch_size,
             opt.lr_batch_size,
         )
-    return Plan(strategy, chief, output_dir, trackers, tensorboard, data, steps, lr, fitting.phases(settings), metric)
+    return Plan(strategy, chief, output_dir, trackers, tensorboard, data, steps, lr, phases(settings), metric)
 
 
 # --- 2. build the model ---------------------------------------------------------------------------------------
