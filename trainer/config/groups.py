@@ -327,7 +327,7 @@ class VGG19Config(ModelConfig):
     fc_units: int = 512  # units of fc1 and fc2 before width scaling
     dropout: float = 0.5  # after fc1 and fc2; 0 disables
     weight_decay: float = 5e-4  # L2 on every conv and dense kernel
-    batch_norm: bool = True  # batch normalization after each convolution (VGG19 from scratch barely learns without)
+    batch_norm: bool = True  # after each convolution and hidden dense layer (from scratch, VGG19 barely learns without)
     batch_norm_momentum: float = 0.9  # moving statistics; Keras's 0.99 lags behind in short runs
 
     def __post_init__(self) -> None:
