@@ -272,8 +272,17 @@ def trained_run(tmp_path_factory) -> tuple[Path, Path]:
 TIERS = ("unit", "integration", "e2e")
 
 
-def pytest_collection_modifyitems(items):
-    """Every test belongs to exactly one tier, so `pytest -m unit` (or integration, e2e) runs a whole tier."""
-    untiered = [item.nodeid for item in items if sum(item.get_closest_marker(tier) is not None for tier in TIERS) != 1]
-    if untiered:
-        raise pytest.UsageError(f"tests without exactly one tier marker {TIERS}: {', '.join(untiered[:10])}")
+@pytest.hookimpl(wrapper=True)
+def pytest_pycollect_makeitem(collector, name, obj):
+    """Every test belongs to exactly one tier, so `pytest -m unit` (or integration, e2e) runs a whole tier. One
+    that does not is a collection error of its file naming it (in every process, so xdist reports it too)."""
+    made = yield
+    for item in made if isinstance(made, list) else [made]:
+        if isinstance(item, pytest.Function):
+            tiers = [tier for tier in TIERS if any(mark.name == tier for mark in item.iter_markers())]
+            if len(tiers) != 1:
+                raise collector.CollectError(
+                    f"{item.nodeid}: {len(tiers)} tier markers ({', '.join(tiers) or 'none'}); give it exactly one "
+                    f"of {', '.join(TIERS)} (a module's pytestmark counts)"
+                )
+    return made
