@@ -19,7 +19,8 @@ from benchmarks.common import ROOT, Row
 
 # Targets, not measurements: the baseline column of the demo rows.
 DEMO_BUDGET_SECONDS = 45.0  # `python run.py` on the bundled digits: at most 45 s of training on 2 cores ...
-DEMO_ACCURACY = 0.99  # ... to at least 99% test accuracy, on every seed of 0-4
+DEMO_ACCURACY = 0.99  # ... to at least 99% test accuracy, on every seed of 0-19 ...
+DEMO_MEDIAN = 0.994  # ... with a median of at least 99.4%
 END_GAP_SECONDS = 3.0  # ... and fit returns within 3 s of its last epoch
 
 
@@ -63,7 +64,8 @@ def startup(folder: Path, quick: bool) -> list[Row]:
     ]
 
 
-SEEDS = (0, 1, 2, 3, 4)
+SEEDS = tuple(range(20))
+QUICK_SEEDS = (0, 1, 2)
 TIMESTAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]")
 
 
@@ -87,9 +89,10 @@ def end_gap(log: Path) -> float:
 
 def demo(folder: Path, quick: bool) -> list[Row]:
     """`python run.py` as the README's first command runs it (the bundled digits, every default), once per seed
-    of 0-4: the spread of its test accuracy against 99%, its slowest training against the 45 s budget, and the
-    worst pause between the last epoch and the test evaluation. The baselines are targets."""
-    seeds = SEEDS[:1] if quick else SEEDS
+    of 0-19 (--quick: 0-2, one epoch): the lowest and the median test accuracy against 99% and 99.4%, the
+    slowest training against the 45 s budget, and the worst pause between the last epoch and the test
+    evaluation. The baselines are targets."""
+    seeds = QUICK_SEEDS if quick else SEEDS
     extra = ["trainer.epochs=1"] if quick else []
     accuracies, seconds, gaps = [], [], []
     for seed in seeds:
@@ -107,6 +110,13 @@ def demo(folder: Path, quick: bool) -> list[Row]:
             f"Digits demo `python run.py`: lowest test accuracy of seeds {seeds[0]}-{seeds[-1]} ({spread}) vs 99%",
             min(accuracies),
             100 * DEMO_ACCURACY,
+            "%",
+            1.0,
+        ),
+        Row(
+            f"Digits demo: median test accuracy of seeds {seeds[0]}-{seeds[-1]} vs 99.4%",
+            statistics.median(accuracies),
+            100 * DEMO_MEDIAN,
             "%",
             1.0,
         ),

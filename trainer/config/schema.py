@@ -199,6 +199,10 @@ class LoggerConfig:
 class ObjectiveConfig:
     metric: str = "val_accuracy"  # a metric name from history.csv
     mode: Direction = Direction.max  # max | min
+    tolerance: float = 0.0  # a later epoch within this of the best value takes its place (a small val split's noise)
+
+    def __post_init__(self) -> None:
+        require(self.tolerance >= 0, "objective.tolerance", ">= 0", self.tolerance)
 
 
 @dataclass

@@ -39,6 +39,7 @@ def _options(share: bool) -> tf.data.Options:
     # the main thread in ~LogicalThreadWrapper, the model thread in Model::OptimizeLoop's timed wait). Without
     # the model, AUTOTUNE maps run one call per core and prefetches use the legacy adaptive buffer: the
     # pipeline rows of `python -m benchmarks` measure the same rates.
+    # Ledger: docs/development.md "Workarounds of upstream bugs"; canary: tests/test_upstream_canaries.py.
     options.autotune.enabled = False
     # Shard by element, not by file: a split may be a single file or a range across files, so FILE sharding
     # cannot work. A worker's own share (`trainer.data.shares`) is sharded already.

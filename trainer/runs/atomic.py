@@ -98,6 +98,7 @@ def _release_hdf5(temporary: Path) -> None:
         return
     previous, sys.unraisablehook = sys.unraisablehook, lambda unraisable: None  # the flush fails again: expected
     try:
+        # Keras 3.15 leaves it open on a failed write; see h5py/h5py#914 and docs/development.md (workarounds)
         for handle in h5py.h5f.get_obj_ids(types=h5py.h5f.OBJ_FILE):
             if Path(os.fsdecode(handle.name)).name == temporary.name:
                 with contextlib.suppress(Exception):

@@ -130,6 +130,7 @@ def _load_keras(file: Path) -> keras.Model:
         raise DataError(f"checkpoint={file}: cannot be loaded as a Keras model ({reason})") from None
 
 
+# Remove in vggtrain 0.2, with trainer/config/legacy.py: only 0.1 saved these layers (docs/development.md ledger)
 def _without_augmentation(model: keras.Model, file: Path) -> keras.Model:
     """`model` without the random flip, brightness and contrast layers that checkpoints of vggtrain 0.x held
     between the cast and the normalization (uint8 -> to_float -> random_* -> normalization -> network); they

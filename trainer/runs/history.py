@@ -34,9 +34,20 @@ def columns(rows: list[dict[str, str]]) -> dict[str, list[float]]:
     return {name: [float(row.get(name) or "nan") for row in rows] for name in rows[0]}
 
 
-def best_index(values: list[float], mode: str) -> int:
-    """The (first) index of the best value: the largest for `mode="max"`, else the smallest."""
-    return values.index((max if mode == "max" else min)(values))
+def best_index(values: list[float], mode: str, tolerance: float = 0.0) -> int:
+    """The index of the best value: the first of the largest for `mode="max"` (else the smallest); with a
+    `tolerance`, the last within it of that value (a later epoch, trained longer, wins a near-tie)."""
+    peak = (max if mode == "max" else min)(values)
+    if not tolerance:
+        return values.index(peak)
+    return max(index for index, value in enumerate(values) if improves(value, peak, mode, tolerance))
+
+
+def improves(value: float, best: float, mode: str, tolerance: float = 0.0) -> bool:
+    """Whether an epoch's `value` takes the place of the `best` so far: better, or with a `tolerance`, within it."""
+    if mode == "max":
+        return value > best or (tolerance > 0 and value >= best - tolerance)
+    return value < best or (tolerance > 0 and value <= best + tolerance)
 
 
 def best_value(path: str | os.PathLike, monitor: str, mode: str) -> float | None:

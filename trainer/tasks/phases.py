@@ -107,8 +107,20 @@ def _run_files(
     mode, every = settings.objective.mode, settings.trainer.save_every_steps
     ema = settings.optimizer.ema_momentum is not None
     workers = Workers(plan.strategy) if topology.in_multi_worker_mode(plan.strategy) else None  # no per-step cost
+    tolerance = settings.objective.tolerance
     return RunFiles(
-        folder.run_dir, folder.backup_dir, models.inference, info, plan.metric, mode, every, title, ema, workers, budget
+        folder.run_dir,
+        folder.backup_dir,
+        models.inference,
+        info,
+        plan.metric,
+        mode,
+        every,
+        tolerance,
+        title,
+        ema,
+        workers,
+        budget,
     )
 
 

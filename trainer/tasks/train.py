@@ -304,7 +304,7 @@ def finish(settings: Config, plan: Plan, folder: Folder, model: keras.Model, out
     goes, the trackers get the files and the summary is logged. Returns metrics.json's content."""
     run_dir = folder.run_dir
     values = history.columns(history.read_rows(run_dir / history.FILE))
-    best = history.best_index(values[plan.metric], settings.objective.mode)
+    best = history.best_index(values[plan.metric], settings.objective.mode, settings.objective.tolerance)
     log.info("Training done (%s): evaluating the best checkpoint on the test split", outcome.replace("_", " "))
     best_keras, tta = run_dir / "checkpoints" / "best.keras", settings.evaluate.tta
     how = Evaluation.of(settings, report=plan.chief)

@@ -28,6 +28,7 @@ def draw_curves(
     title: str = "",
     monitor: str = "val_accuracy",
     mode: str = "max",
+    tolerance: float = 0.0,
 ) -> Path | None:
     """Loss (log scale), accuracy and learning rate per epoch, train and validation, with the best epoch by
     `monitor` marked; None before the first epoch. No pyplot, so it is safe outside the main thread.
@@ -44,7 +45,7 @@ def draw_curves(
     panels = [("loss", ("loss", "val_loss")), ("accuracy", ("accuracy", "val_accuracy"))]
     if "learning_rate" in columns:
         panels.append(("learning rate", ("learning_rate",)))
-    best = history.best_index(columns[monitor], mode) if monitor in columns else None
+    best = history.best_index(columns[monitor], mode, tolerance) if monitor in columns else None
     figure = Figure(figsize=(5 * len(panels), 4), dpi=100)
     axes = figure.subplots(1, len(panels), squeeze=False)[0]
     for axis, (label, names) in zip(axes, panels, strict=True):
@@ -99,10 +100,12 @@ class Curves(keras.callbacks.Callback):
 
     DRAW_SHARE = 20  # the wall time between drawings, in drawing times: at most ~5% of the training time
 
-    def __init__(self, history_csv: Path, path: Path, title: str = "", monitor: str = "val_accuracy", mode="max"):
+    def __init__(
+        self, history_csv: Path, path: Path, title: str = "", monitor: str = "val_accuracy", mode="max", tolerance=0.0
+    ):
         super().__init__()
         self.history_csv, self.path = history_csv, path
-        self.title, self.monitor, self.mode = title, monitor, mode
+        self.title, self.monitor, self.mode, self.tolerance = title, monitor, mode, tolerance
         self.drawing: threading.Thread | None = None
         self.drawn_epochs = 0  # rows handed to the last drawing
         self.next_drawing = 0.0  # time.monotonic() from which the next drawing may start
@@ -142,6 +145,6 @@ class Curves(keras.callbacks.Callback):
 
     def _draw(self, rows: list[dict]) -> None:
         try:
-            draw_curves(rows, self.path, self.title, self.monitor, self.mode)
+            draw_curves(rows, self.path, self.title, self.monitor, self.mode, self.tolerance)
         except Exception as error:  # a plot must never stop training
             log.warning("could not draw %s: %s", self.path, error)

@@ -188,6 +188,7 @@ class SweepSummary(Callback):
         ok = job_return.status == JobStatus.COMPLETED and not recorded
         metrics = _metrics(run_dir) if ok else {}
         objective = job_return.return_value if ok else None
+        # Private: Hydra 1.3's return_value re-raises a failed job's error (docs/development.md, workarounds ledger)
         failure = job_return._return_value
         error = recorded or ("" if ok else (str(failure).strip().splitlines() or [repr(failure)])[0])
         row = {

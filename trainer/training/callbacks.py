@@ -62,13 +62,13 @@ class Checkpoints(keras.callbacks.Callback):
         mode: str = "max",
         best: float | None = None,
         ema: bool = False,
+        tolerance: float = 0.0,
     ):
         super().__init__()
         self.inference, self.info, self.ema = inference, info, ema
         self.last, self.best_path = folder / "last.keras", folder / "best.keras"
-        self.monitor = monitor
-        self.better = (lambda new, old: new > old) if mode == "max" else (lambda new, old: new < old)
-        self.best = best if best is not None else (-math.inf if mode == "max" else math.inf)
+        self.monitor, self.mode, self.tolerance = monitor, mode, tolerance
+        self.peak = best if best is not None else (-math.inf if mode == "max" else math.inf)  # the best value seen
 
     def on_epoch_end(self, epoch, logs=None):
         logs = logs or {}
@@ -80,9 +80,11 @@ class Checkpoints(keras.callbacks.Callback):
         info = dataclasses.replace(self.info, epoch=epoch + 1)
         with averaged_weights(self.model, self.ema):
             write_atomic(self.last, lambda temporary: checkpoints.save(self.inference, temporary, info))
-        if self.better(value, self.best):
-            log.info("Epoch %d: %s improved to %.4f, saving %s", epoch + 1, self.monitor, value, self.best_path)
-            self.best = value
+        if history.improves(value, self.peak, self.mode, self.tolerance):
+            better = history.improves(value, self.peak, self.mode)
+            how = "improved to" if better else f"within objective.tolerance={self.tolerance:g} of {self.peak:.4f}:"
+            log.info("Epoch %d: %s %s %.4f, saving %s", epoch + 1, self.monitor, how, value, self.best_path)
+            self.peak = value if better else self.peak
             pending = checkpoints.pending_best(self.best_path.parent, epoch + 1)  # best.keras once committed
             write_atomic(pending, lambda temporary: shutil.copyfile(self.last, temporary))
 
@@ -329,6 +331,7 @@ class RunFiles:
     monitor: str  # objective.metric: best.keras and the best epoch of curves.png follow it
     mode: str  # max | min
     save_every_steps: int | None = None  # also back up every N steps
+    tolerance: float = 0.0  # objective.tolerance: a later epoch within it of the best takes its place
     title: str = ""  # heads curves.png
     ema: bool = False  # the optimizer keeps an EMA of the weights: validation and checkpoints use it
     workers: Workers | None = None  # a multi-worker run: the state restored and the stops are the chief's / all's
@@ -368,9 +371,9 @@ def training_callbacks(
         StopOnNaN(folder),
         DataLoss(),
         LearningRateLog(),
-        Checkpoints(folder, files.inference, files.info, files.monitor, files.mode, best=best, ema=files.ema),
+        Checkpoints(folder, files.inference, files.info, files.monitor, files.mode, best, files.ema, files.tolerance),
         HistoryLog(history_csv),
-        Curves(history_csv, run_dir / "curves.png", files.title, files.monitor, files.mode),
+        Curves(history_csv, run_dir / "curves.png", files.title, files.monitor, files.mode, files.tolerance),
         EpochLog(),
         *([ProgressBar()] if progress else []),
         *loggers,
