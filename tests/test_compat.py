@@ -12,9 +12,9 @@ pytestmark = pytest.mark.unit
 
 
 def test_upstream_keras_still_has_both_multi_worker_bugs():
-    """When this fails, Keras fixed keras#20585 / tensorflow#72388: delete trainer/compat.py and its call."""
+    """When this fails, Keras fixed keras#20585 / tensorflow#72388: delete trainer/distribute/compat.py and its call."""
     assert compat.upstream_bugs() == ["build", "scalar_axis"], (
-        f"Keras {keras.__version__} fixed the multi-worker fit bugs; trainer/compat.py can go"
+        f"Keras {keras.__version__} fixed the multi-worker fit bugs; trainer/distribute/compat.py can go"
     )
 
 

@@ -1,0 +1,270 @@
+"""Canaries: each test reproduces an upstream bug we work around, with the library alone (never our workaround),
+and asserts that the bug is still there. A failing canary is good news: upstream fixed it, and its message names
+the workaround to remove together with the canary. The ledger is the table "Workarounds of upstream bugs" in
+docs/development.md; tests/test_compat.py and tests/test_training_options.py hold the other canaries it names."""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import os
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import SUBPROCESS_ENV
+
+# --- tf.data: destroying an iterator waits for the autotune model thread -----------------------------------------
+
+
+def _seconds_to_destroy(after: float) -> float:
+    """How long deleting an autotuned iterator takes once it has run `after` seconds."""
+    dataset = tf.data.Dataset.range(1 << 40).map(lambda x: x + 1, num_parallel_calls=tf.data.AUTOTUNE)
+    iterator = iter(dataset.prefetch(tf.data.AUTOTUNE))
+    next(iterator)
+    start = time.monotonic()
+    while time.monotonic() - start < after:
+        next(iterator)
+    start = time.monotonic()
+    del iterator
+    return time.monotonic() - start
+
+
+@pytest.mark.unit
+@pytest.mark.slow  # timing-based: kept out of the default suite, where a loaded CI machine could blur it
+def test_tf_data_iterator_destruction_still_waits_out_the_autotune_model_thread():
+    # The model thread sleeps 10, 20, 40 ... ms between optimizations; deleted just after one of its sleeps began,
+    # the iterator waited for that sleep to end. A few tries: the wait does not come every time.
+    waits = []
+    for after in (0.15, 0.32, 0.65, 1.3) * 2:
+        waits.append((after, round(_seconds_to_destroy(after), 3)))
+        if waits[-1][1] >= after / 2:
+            return
+    pytest.fail(
+        f"upstream fixed the iterator destruction that slept out tf.data's autotune period (seen in TF 2.21), "
+        f"waits {waits}: remove `options.autotune.enabled = False` in trainer/data/pipeline.py (and its copies in "
+        f"trainer/data/images.py, trainer/data/predict_inputs.py) and this canary"
+    )
+
+
+# --- Keras: compile's own LossScaleOptimizer is not in the compile config ----------------------------------------
+
+
+@pytest.mark.unit
+def test_keras_compile_config_still_drops_the_loss_scale_optimizer_it_wraps(tmp_path):
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+        model.compile(optimizer=keras.optimizers.Adam(), loss="mse")  # Keras wraps the Adam itself
+        assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+        model.optimizer.build(model.trainable_variables)
+        model.save(tmp_path / "model.keras")
+    finally:
+        keras.mixed_precision.set_global_policy("float32")  # a float32 process loads it
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loaded = keras.saving.load_model(tmp_path / "model.keras")
+    skipped = [str(warning.message) for warning in caught if "Skipping variable loading" in str(warning.message)]
+    assert skipped and not isinstance(loaded.optimizer, keras.optimizers.LossScaleOptimizer), (
+        f"upstream fixed the compile config that named the bare optimizer under mixed_float16 (Keras "
+        f"{keras.__version__} loads {type(loaded.optimizer).__name__}, skipped: {skipped}): the hand-wrapped "
+        f"LossScaleOptimizer in trainer/tasks/phases.py::compile_model can go, and this canary"
+    )
+
+
+# --- Keras: no step state built before the first trace without a strategy ----------------------------------------
+
+
+class _CountingModel(keras.Sequential):
+    """Counts the traces of its training step (a Python call of `train_step` is one trace)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.traces = 0
+
+    def train_step(self, data):
+        self.traces += 1
+        return super().train_step(data)
+
+
+def _traces_of_one_fit(prebuild: bool) -> int:
+    model = _CountingModel([keras.Input((3,)), keras.layers.Dense(2)], name="counting")
+    model.compile(optimizer="adam", loss="mse", metrics=["mae"])
+    x, y = np.zeros((8, 3), np.float32), np.zeros((8, 2), np.float32)
+    if prebuild:  # what trainer/training/tracing.py does, with public calls
+        model.compute_metrics(x, y, model(x))
+        model.reset_metrics()
+        model.optimizer.build(model.trainable_variables)
+    model.fit(x, y, batch_size=4, epochs=1, verbose=0)
+    return model.traces
+
+
+@pytest.mark.unit
+def test_keras_still_traces_the_first_training_step_twice_without_a_strategy():
+    assert _traces_of_one_fit(prebuild=True) == 1, "the count itself: one trace when nothing is left to build"
+    traces = _traces_of_one_fit(prebuild=False)
+    assert traces == 2, (
+        f"upstream fixed the second trace of the first step under the default strategy ({traces} now: Keras "
+        f"builds the optimizer's slots and the metrics first): remove build_step_state in "
+        f"trainer/training/tracing.py (and its calls) and this canary"
+    )
+
+
+# --- Keras: CutMix weights the label by a fractional box ----------------------------------------------------------
+
+
+@pytest.mark.unit
+def test_keras_cutmix_label_weight_is_still_not_the_share_of_pixels_kept():
+    layer = keras.layers.CutMix(seed=7, dtype="float32")
+    images = np.zeros((16, 32, 32, 3), np.float32)
+    transformation = layer.get_random_transformation(images, training=True)
+    masks = np.asarray(transformation["batch_masks"])[..., 0]
+    kept = 1.0 - masks.reshape(len(images), -1).mean(axis=1)  # the share of its own pixels each image keeps
+    gap = float(np.abs(np.asarray(transformation["mix_weight"]) - kept).max())
+    assert gap > 1e-3, (
+        f"upstream fixed CutMix's label weight, now the share of pixels kept (largest gap {gap:.2g}): our box in "
+        f"trainer/data/mixing.py::_boxes can go back to Keras's draw (mind its per-batch alpha), and this canary"
+    )
+
+
+# --- MLflow: save_model writes the input example before it makes the folder -------------------------------------
+
+
+@pytest.mark.unit
+def test_mlflow_keras_save_model_still_fails_on_a_new_folder_with_an_input_example(tmp_path):
+    import mlflow.keras
+
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    example = np.zeros((1, 3), np.float32)
+    try:
+        mlflow.keras.save_model(model, path=str(tmp_path / "model"), input_example=example)
+    except FileNotFoundError:
+        return
+    pytest.fail(
+        "upstream fixed mlflow.keras.save_model writing the input example before making the folder "
+        "(mlflow/mlflow#16183): remove the makedirs of trainer/tracking/loggers.py::_save_keras_model (logging "
+        "through mlflow.keras.log_model again) and this canary"
+    )
+
+
+# --- Hydra: a failed job's exception only in the private `_return_value` ------------------------------------------
+
+
+@pytest.mark.unit
+def test_hydra_job_return_still_keeps_a_failed_jobs_exception_private(capsys):
+    from hydra.core.utils import JobReturn, JobStatus
+
+    failure = RuntimeError("boom")
+    job = JobReturn(overrides=["a=1"], status=JobStatus.FAILED, _return_value=failure)
+    with pytest.raises(RuntimeError, match="boom"):
+        job.return_value  # noqa: B018 (the property raises, and writes "Error executing job" on stderr)
+    fields = {field.name for field in dataclasses.fields(JobReturn)}
+    assert fields == {"overrides", "cfg", "hydra_cfg", "working_dir", "task_name", "status", "_return_value"}, (
+        f"Hydra changed JobReturn ({sorted(fields)}): if it now gives a failed job's exception publicly, use that "
+        f"in trainer/tracking/sweep.py::SweepSummary.on_job_end instead of `_return_value`, and update this canary"
+    )
+
+
+# --- Keras: a failed save_weights leaves its HDF5 file open -------------------------------------------------------
+
+
+class _DiskFillsHere(keras.layers.Layer):
+    """A layer whose weights cannot be written, as on a full disk."""
+
+    def build(self, input_shape):
+        self.kernel = self.add_weight(shape=(input_shape[-1],), initializer="zeros")
+
+    def call(self, inputs):
+        return inputs
+
+    def save_own_variables(self, store):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+@pytest.mark.unit
+def test_keras_save_weights_still_leaves_its_hdf5_file_open_when_writing_fails(tmp_path):
+    import h5py
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(4), _DiskFillsHere()])
+    path = tmp_path / "model.weights.h5"
+    left_open = []
+    try:
+        model.save_weights(path)
+    except OSError:
+        left_open = [
+            handle
+            for handle in h5py.h5f.get_obj_ids(types=h5py.h5f.OBJ_FILE)
+            if Path(os.fsdecode(handle.name)).name == path.name
+        ]
+    try:
+        assert left_open, (
+            "upstream fixed save_weights leaving its HDF5 file open when a write fails (Keras closes it now): "
+            "remove _release_hdf5 (and its h5py.h5f.get_obj_ids) in trainer/runs/atomic.py and this canary"
+        )
+    finally:
+        for handle in left_open:
+            handle.close()
+
+
+# --- TensorFlow: op determinism cannot be turned off publicly -----------------------------------------------------
+
+
+@pytest.mark.unit
+def test_tensorflow_still_has_no_public_switch_to_turn_op_determinism_off():
+    from tensorflow.python.framework import config as tf_config
+
+    assert hasattr(tf_config, "disable_op_determinism"), "the private switch tests/conftest.py uses is gone"
+    modules = {"tf.config": tf.config, "tf.config.experimental": tf.config.experimental}
+    public = [name for name, module in modules.items() if hasattr(module, "disable_op_determinism")]
+    assert not public, (
+        f"upstream added a public switch to turn op determinism off ({public[0]}.disable_op_determinism): use it "
+        f"in tests/conftest.py instead of tensorflow.python, turn it off in trainer/tasks/setup.py::setup_determinism "
+        f"(no warning that it stays on), and remove this canary"
+    )
+
+
+# --- HDF5: a process that failed to write to a full disk crashes at exit --------------------------------------------
+
+FULL_DISK_SAVE = """
+import sys, keras
+model = keras.Sequential([keras.Input((400,)), keras.layers.Dense(400), keras.layers.Dense(400)])  # 1.3 MB
+try:
+    model.save_weights(sys.argv[1])
+except OSError:
+    print("one error, then a normal exit", flush=True)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_hdf5_still_crashes_the_process_at_exit_after_a_write_to_a_full_disk_failed(tmp_path):
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        process = subprocess.run(
+            [sys.executable, "-c", FULL_DISK_SAVE, str(disk / "model.weights.h5")],
+            env=SUBPROCESS_ENV,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+    assert "one error" in process.stdout, process.stderr[-3000:]
+    assert process.returncode == -signal.SIGSEGV, (
+        f"upstream fixed the crash at exit after a failed HDF5 write to a full disk (h5py/h5py#914; exit code "
+        f"{process.returncode} now): the hard exit in run.py::main and the in-memory writes of "
+        f"trainer/runs/backup.py::save_weights can go (keep _release_hdf5 in trainer/runs/atomic.py while its own "
+        f"canary holds), and this canary"
+    )
