@@ -19,7 +19,7 @@ import numpy as np
 
 from benchmarks.common import Row, demo_model, fit_rate
 
-MATMUL_SIZE = 2048  # large enough to reach the machine's float32 peak on a CPU; a GPU wants 8192
+MATMUL_SIZE = 4096  # large enough to reach the machine's float32 peak on a CPU (2048 fell short); a GPU wants 8192
 TRAINING_PASSES = 3  # forward + the two halves of the backward pass
 
 
@@ -76,7 +76,8 @@ def step_flops(folder: Path, quick: bool) -> list[Row]:
 
     from trainer.models.vgg19 import build_vgg19
 
-    peak = matmul_flops_per_second(MATMUL_SIZE, 1.0 if quick else 3.0) / 1e9
+    seconds = 1.0 if quick else 3.0
+    peak = matmul_flops_per_second(MATMUL_SIZE, seconds) / 1e9
     rows = []
     cases = [
         ("the demo model (quarter-width VGG19, 32 px, batch 64)", demo_model, 32, 64, 4 if quick else 20),
@@ -89,14 +90,16 @@ def step_flops(folder: Path, quick: bool) -> list[Row]:
         flops = TRAINING_PASSES * model_flops(model)
         images_per_second = _training_rate(model, size, batch, steps, epochs=2 if quick else 3)
         achieved = flops * images_per_second / 1e9
-        rows.append(
-            Row(
-                f"Training step FLOP/s, {name}: {flops / 1e9:.3g} GFLOP per image, vs a {MATMUL_SIZE}^2 float32 "
-                f"matmul's (baseline)",
-                achieved,
-                peak,
-                "GFLOP/s",
-                None,
-            )
+        rows.append((name, flops, achieved))
+    peak = max(peak, matmul_flops_per_second(MATMUL_SIZE, seconds) / 1e9)  # before and after: the better of two
+    return [
+        Row(
+            f"Training step FLOP/s, {name}: {flops / 1e9:.3g} GFLOP per image, vs a {MATMUL_SIZE}^2 float32 "
+            f"matmul's (baseline)",
+            achieved,
+            peak,
+            "GFLOP/s",
+            None,
         )
-    return rows
+        for name, flops, achieved in rows
+    ]
