@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import logging
 import os
+import socket
+import subprocess
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -215,9 +219,6 @@ SUBPROCESS_ENV = {
 
 def run_py(args: list[str], cwd: Path = ROOT, timeout: int = 600):
     """`python run.py ARGS` in a subprocess, as a user types it; returns the CompletedProcess (text output)."""
-    import subprocess
-    import sys
-
     return subprocess.run(
         [sys.executable, str(ROOT / "run.py"), *args],
         cwd=cwd,
@@ -228,13 +229,59 @@ def run_py(args: list[str], cwd: Path = ROOT, timeout: int = 600):
     )
 
 
+def free_ports(count: int) -> list[int]:
+    """`count` ports of 127.0.0.1 that are free now (the system picks them; none is held after)."""
+    sockets = [socket.socket() for _ in range(count)]
+    for sock in sockets:
+        sock.bind(("127.0.0.1", 0))
+    ports = [sock.getsockname()[1] for sock in sockets]
+    for sock in sockets:
+        sock.close()
+    return ports
+
+
+def tf_config(ports: list[int], index: int) -> str:
+    """TF_CONFIG of worker `index` in a cluster of one worker per port of `ports`, all on 127.0.0.1."""
+    workers = [f"127.0.0.1:{port}" for port in ports]
+    return json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
+
+
+def launch_workers(
+    arguments: list[str],
+    cwd: Path,
+    ports: list[int] | None = None,
+    indices: Sequence[int] = (0, 1),
+    env: dict[str, str] | None = None,
+    per_worker: Callable[[int], tuple[list[str], dict[str, str]]] | None = None,
+) -> list[subprocess.Popen]:
+    """`python run.py ARGUMENTS` started as the workers `indices` of a cluster on 127.0.0.1 with one worker per
+    port of `ports` (two free ones unless given): each gets its TF_CONFIG on top of `env` (os.environ unless
+    given), and `per_worker(index)` may add (arguments, environment variables) of its own, after the common ones.
+    Each process's stdout is a pipe, stderr merged into it, in text mode."""
+    ports = ports or free_ports(2)
+    processes = []
+    for index in indices:
+        own_arguments, own_env = per_worker(index) if per_worker else ([], {})
+        worker_env = {**(os.environ if env is None else env), "TF_CONFIG": tf_config(ports, index), **own_env}
+        processes.append(
+            subprocess.Popen(
+                [sys.executable, str(ROOT / "run.py"), *arguments, *own_arguments],
+                cwd=cwd,
+                env=worker_env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    return processes
+
+
 def check_run_metrics(run_dir: Path, mode: str = "max") -> dict:
     """Cross-checks a finished run's files, so that a run writing wrong figures fails where a bare
     `0 <= accuracy <= 1` would pass: the objective is the best `objective.metric` of history.csv and
     the val figures are that epoch's; test accuracy is the confusion matrix's diagonal over its total;
     the losses are finite. Returns metrics.json."""
     import csv
-    import json
     import math
 
     metrics = json.loads((run_dir / "metrics.json").read_text())
