@@ -9,6 +9,7 @@ out of the default run: `pytest -m slow`).
 from __future__ import annotations
 
 import contextlib
+import csv
 import io
 import json
 import logging
@@ -276,17 +277,22 @@ def launch_workers(
     return processes
 
 
+def csv_rows(path: Path | str) -> list[dict[str, str]]:
+    """The rows of a CSV file with a header (history.csv, eval_history.csv, summary.csv, predictions, ...), as
+    strings, read here rather than by the trainer's own reader."""
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
 def check_run_metrics(run_dir: Path, mode: str = "max") -> dict:
     """Cross-checks a finished run's files, so that a run writing wrong figures fails where a bare
     `0 <= accuracy <= 1` would pass: the objective is the best `objective.metric` of history.csv and
     the val figures are that epoch's; test accuracy is the confusion matrix's diagonal over its total;
     the losses are finite. Returns metrics.json."""
-    import csv
     import math
 
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    with open(run_dir / "history.csv", newline="") as handle:
-        history = list(csv.DictReader(handle))
+    history = csv_rows(run_dir / "history.csv")
     values = [float(row[metrics["objective_metric"]]) for row in history]
     best = (max if mode == "max" else min)(values)
     assert metrics["objective"] == pytest.approx(best, abs=1e-6)

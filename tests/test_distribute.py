@@ -7,7 +7,6 @@ the process's own.
 
 from __future__ import annotations
 
-import csv
 import json
 import re
 import signal
@@ -21,7 +20,7 @@ import keras
 import numpy as np
 import pytest
 
-from conftest import ROOT, SUBPROCESS_ENV, free_ports, launch_workers, run_cli, write_cifar
+from conftest import ROOT, SUBPROCESS_ENV, csv_rows, free_ports, launch_workers, run_cli, write_cifar
 from trainer.distribute import cluster
 from trainer.errors import ClusterError, ConfigError
 
@@ -164,7 +163,7 @@ def test_a_killed_then_preempted_worker_run_resumes_to_the_weights_of_a_run_neve
     # 3. Resumed again: every epoch once, and the weights of the run never stopped.
     outputs = _finish(_start_workers(tmp_path, data, *common, f"resume={run_dir}"))
     assert _final_sha(outputs[0]) == _final_sha(outputs[1]) == reference
-    epochs = [line.split(",")[0] for line in (run_dir / "history.csv").read_text().splitlines()[1:]]
+    epochs = [row["epoch"] for row in csv_rows(run_dir / "history.csv")]
     assert epochs == [str(epoch) for epoch in range(1, 9)], "every epoch once"
     assert json.loads((run_dir / "metrics.json").read_text())["weights_sha256"] == reference
 
@@ -197,8 +196,7 @@ def test_a_tfjob_with_chief_worker_and_evaluator_trains_and_the_evaluator_watche
     assert codes == {"chief": 0, "worker": 0, "evaluator": 0}, outputs["evaluator"][-3000:]
     assert "Epoch 1/" not in outputs["evaluator"], "the evaluator trains nothing"
 
-    with open(run_dir / "eval" / "eval_history.csv", newline="") as handle:
-        rows = list(csv.DictReader(handle))
+    rows = csv_rows(run_dir / "eval" / "eval_history.csv")
     assert [row["split"] for row in rows][-1] == "test" and int(rows[-2]["epoch"]) == 3
     final = json.loads((run_dir / "metrics.json").read_text())
     assert float(rows[-1]["accuracy"]) == pytest.approx(final["test_accuracy"], abs=1e-6)

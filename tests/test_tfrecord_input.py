@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 import logging
@@ -14,7 +13,7 @@ import pytest
 import tensorflow as tf
 from test_cats_dogs import SIZE, make_pets
 
-from conftest import compose, launch_workers, tfrecord_parts
+from conftest import compose, csv_rows, launch_workers, tfrecord_parts
 from trainer.data import pipeline, predict_inputs, record_writer, shares, tfrecords
 from trainer.data.convert import ConvertOptions, convert
 from trainer.data.preprocess import Preprocess
@@ -55,8 +54,7 @@ def _predict(tmp_path: Path, data_dir: str, checkpoint: Path, pattern: str, *ext
     overrides = _train_overrides(data_dir, "mode=predict", f"checkpoint={checkpoint}")
     overrides += [f"predict.input={pattern}", f"predict.output={output}", *extra]
     run_task(compose(overrides, tmp_path / "predict"))
-    with open(output) as handle:
-        return list(csv.DictReader(handle))
+    return csv_rows(output)
 
 
 @pytest.mark.integration
