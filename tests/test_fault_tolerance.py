@@ -50,7 +50,7 @@ def _wait_for_epochs(process: subprocess.Popen, history: Path, count: int, timeo
 
 
 @pytest.mark.e2e
-@pytest.mark.slow  # test_run_folder's kill-and-resume to the weights of a run never killed covers it (15 s)
+@pytest.mark.slow  # test_run_folder_kills's kill-and-resume to the weights of a run never killed covers it (15 s)
 def test_sigkill_then_resume_has_every_epoch_exactly_once(tmp_path):
     data = write_cifar(tmp_path / "cifar", records_per_file=32)
     run_dir = tmp_path / "run"
