@@ -9,10 +9,16 @@ out of the default run: `pytest -m slow`).
 from __future__ import annotations
 
 import contextlib
+import csv
 import io
+import json
 import logging
 import os
+import socket
+import subprocess
 import sys
+import textwrap
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -215,9 +221,6 @@ SUBPROCESS_ENV = {
 
 def run_py(args: list[str], cwd: Path = ROOT, timeout: int = 600):
     """`python run.py ARGS` in a subprocess, as a user types it; returns the CompletedProcess (text output)."""
-    import subprocess
-    import sys
-
     return subprocess.run(
         [sys.executable, str(ROOT / "run.py"), *args],
         cwd=cwd,
@@ -228,18 +231,69 @@ def run_py(args: list[str], cwd: Path = ROOT, timeout: int = 600):
     )
 
 
+def free_ports(count: int) -> list[int]:
+    """`count` ports of 127.0.0.1 that are free now (the system picks them; none is held after)."""
+    sockets = [socket.socket() for _ in range(count)]
+    for sock in sockets:
+        sock.bind(("127.0.0.1", 0))
+    ports = [sock.getsockname()[1] for sock in sockets]
+    for sock in sockets:
+        sock.close()
+    return ports
+
+
+def tf_config(ports: list[int], index: int) -> str:
+    """TF_CONFIG of worker `index` in a cluster of one worker per port of `ports`, all on 127.0.0.1."""
+    workers = [f"127.0.0.1:{port}" for port in ports]
+    return json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
+
+
+def launch_workers(
+    arguments: list[str],
+    cwd: Path,
+    ports: list[int] | None = None,
+    indices: Sequence[int] = (0, 1),
+    env: dict[str, str] | None = None,
+    per_worker: Callable[[int], tuple[list[str], dict[str, str]]] | None = None,
+) -> list[subprocess.Popen]:
+    """`python run.py ARGUMENTS` started as the workers `indices` of a cluster on 127.0.0.1 with one worker per
+    port of `ports` (two free ones unless given): each gets its TF_CONFIG on top of `env` (os.environ unless
+    given), and `per_worker(index)` may add (arguments, environment variables) of its own, after the common ones.
+    Each process's stdout is a pipe, stderr merged into it, in text mode."""
+    ports = ports or free_ports(2)
+    processes = []
+    for index in indices:
+        own_arguments, own_env = per_worker(index) if per_worker else ([], {})
+        worker_env = {**(os.environ if env is None else env), "TF_CONFIG": tf_config(ports, index), **own_env}
+        processes.append(
+            subprocess.Popen(
+                [sys.executable, str(ROOT / "run.py"), *arguments, *own_arguments],
+                cwd=cwd,
+                env=worker_env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    return processes
+
+
+def csv_rows(path: Path | str) -> list[dict[str, str]]:
+    """The rows of a CSV file with a header (history.csv, eval_history.csv, summary.csv, predictions, ...), as
+    strings, read here rather than by the trainer's own reader."""
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
 def check_run_metrics(run_dir: Path, mode: str = "max") -> dict:
     """Cross-checks a finished run's files, so that a run writing wrong figures fails where a bare
     `0 <= accuracy <= 1` would pass: the objective is the best `objective.metric` of history.csv and
     the val figures are that epoch's; test accuracy is the confusion matrix's diagonal over its total;
     the losses are finite. Returns metrics.json."""
-    import csv
-    import json
     import math
 
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    with open(run_dir / "history.csv", newline="") as handle:
-        history = list(csv.DictReader(handle))
+    history = csv_rows(run_dir / "history.csv")
     values = [float(row[metrics["objective_metric"]]) for row in history]
     best = (max if mode == "max" else min)(values)
     assert metrics["objective"] == pytest.approx(best, abs=1e-6)
@@ -267,6 +321,100 @@ def trained_run(tmp_path_factory) -> tuple[Path, Path]:
     result = run_cli([*cifar_overrides(data), "trainer.epochs=2", f"hydra.run.dir={run_dir}"], cwd=root)
     assert result.returncode == 0, result.stderr[-3000:]
     return data, run_dir
+
+
+# Run folders (test_run_folder_*.py): a kill is timed by patching the trainer inside a subprocess that then kills
+# itself at that exact point (inside a checkpoint save, inside the backup commit, in epoch 1, in the test
+# evaluation); the resumes that follow run in this process.
+
+# Runs run.py's main() after `patch`, the way `python run.py ARGS` would.
+PATCHED_RUN = """
+import os, runpy, signal, sys
+sys.path.insert(0, {root!r})
+{patch}
+sys.argv = ["run.py", *{arguments!r}]
+runpy.run_path({root!r} + "/run.py", run_name="__main__")
+"""
+
+
+def kill_in_write(module: str, name_end: str, call: int) -> str:
+    """A patch that SIGKILLs the process during the `call`-th atomic write of a file named `...name_end`
+    by `module`: the new file is complete in its temporary, the rename has not happened."""
+    return f"""
+import {module} as target
+original, calls = target.write_atomic, []
+def write_atomic(path, write):
+    if str(path).endswith({name_end!r}):
+        calls.append(path)
+        if len(calls) == {call}:
+            def write_then_die(temporary):
+                write(temporary)
+                os.kill(os.getpid(), signal.SIGKILL)
+            return original(path, write_then_die)
+    return original(path, write)
+target.write_atomic = write_atomic
+"""
+
+
+def signal_in_first_step(signum: int) -> str:
+    """A patch that sends the process `signum` at the end of its first training step."""
+    return f"""
+import trainer.training.callbacks as target
+target.EpochLog.on_train_batch_end = lambda self, batch, logs=None: os.kill(os.getpid(), {int(signum)})
+"""
+
+
+def run_patched(cwd: Path, arguments: list[str], patch: str = "", process: bool = False, timeout: float = 300):
+    """`python run.py ARGUMENTS`: in a real process when the case needs one (a kill patched in, a full disk whose
+    HDF5 handles must not outlive the test), else in this process (`run_cli`)."""
+    if not (patch or process):
+        return run_cli(arguments, cwd=cwd)
+    script = PATCHED_RUN.format(root=str(ROOT), patch=textwrap.dedent(patch), arguments=arguments)
+    command = [sys.executable, "-c", script] if patch else [sys.executable, str(ROOT / "run.py"), *arguments]
+    return subprocess.run(command, cwd=cwd, env=SUBPROCESS_ENV, capture_output=True, text=True, timeout=timeout)
+
+
+def train_arguments(tmp_path: Path, run_dir: Path, epochs: int, model: str = "tiny") -> list[str]:
+    """A tiny CIFAR-format run of `epochs` epochs into `run_dir`: the three-layer test model, or VGG19 where the
+    case depends on it (a disk sized for VGG19's checkpoints, VGG19's keys in a saved config)."""
+    data = write_cifar(tmp_path / "cifar")
+    overrides = tiny_overrides(data) if model == "tiny" else cifar_overrides(data)
+    return [*overrides, f"trainer.epochs={epochs}", f"hydra.run.dir={run_dir}"]
+
+
+def history_epochs(run_dir: Path) -> list[int]:
+    """The epochs of the run's history.csv, [] before it exists."""
+    history = run_dir / "history.csv"
+    if not history.is_file():
+        return []
+    return [int(row["epoch"]) for row in csv_rows(history)]
+
+
+def backup_epoch(run_dir: Path) -> int:
+    """The epoch the run's backup committed."""
+    from trainer.runs.backup import METADATA
+
+    return json.loads((run_dir / "backup" / METADATA).read_text())["epoch"]
+
+
+def temporaries(run_dir: Path) -> list[Path]:
+    """The temporary files an atomic write left in the run folder."""
+    return [path for path in run_dir.rglob(".*tmp-*")]
+
+
+def resume_run(tmp_path: Path, run_dir: Path, *extra: str):
+    """`python run.py resume=RUN`: nothing else is needed."""
+    resumed = run_patched(tmp_path, [f"resume={run_dir}", *extra])
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    return resumed
+
+
+def assert_finished_once(run_dir: Path, epochs: int) -> None:
+    """Every epoch once in history.csv and metrics.json; no backup and no temporary file left."""
+    assert history_epochs(run_dir) == list(range(1, epochs + 1))
+    assert json.loads((run_dir / "metrics.json").read_text())["epochs_completed"] == epochs
+    assert not (run_dir / "backup").exists(), "the backup goes once metrics.json is written"
+    assert temporaries(run_dir) == [], "no temporary file is left behind"
 
 
 TIERS = ("unit", "integration", "e2e")

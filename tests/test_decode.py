@@ -4,7 +4,6 @@ and the converter."""
 
 from __future__ import annotations
 
-import csv
 import io
 import subprocess
 import sys
@@ -15,7 +14,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image, ImageOps
 
-from conftest import ROOT, SUBPROCESS_ENV, compose
+from conftest import ROOT, SUBPROCESS_ENV, compose, csv_rows
 from trainer.config.store import to_settings
 from trainer.data import predict_inputs, tfrecords
 from trainer.data.convert import ConvertOptions, convert
@@ -194,8 +193,7 @@ def test_one_photo_gives_the_same_pixels_and_probabilities_on_every_path(tmp_pat
     output = tmp_path / "predictions.csv"
     run_task(compose([*overrides, "mode=predict", f"checkpoint={tmp_path / 'run'}", f"predict.input={root / 'val'}",
                       f"predict.output={output}"], tmp_path / "predict"))  # fmt: skip
-    with open(output, newline="") as handle:
-        table = {row["id"]: [float(row["prob_a"]), float(row["prob_b"])] for row in csv.DictReader(handle)}
+    table = {row["id"]: [float(row["prob_a"]), float(row["prob_b"])] for row in csv_rows(output)}
     run_task(compose([*overrides, "mode=export", f"checkpoint={tmp_path / 'run'}", f"export.dir={tmp_path / 'e'}",
                       "export.format=saved_model"], tmp_path / "export"))  # fmt: skip
     exported = tf.saved_model.load(str(tmp_path / "e" / "1")).signatures["serve_bytes"]

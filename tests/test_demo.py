@@ -7,7 +7,6 @@ Slow (about a minute on 2 cores): `pytest -m slow`. The wall time is printed, no
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import subprocess
@@ -16,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, csv_rows
 
 pytestmark = pytest.mark.e2e
 
@@ -38,8 +37,7 @@ def test_default_run_reaches_99_percent_on_the_digits(tmp_path):
     print(f"digits demo: test accuracy {metrics['test_accuracy']:.4f} in {seconds:.0f} s wall")
     assert metrics["test_accuracy"] >= 0.99
     assert metrics["epochs_completed"] == 12
-    with open(tmp_path / "run" / "history.csv", newline="") as handle:
-        rows = list(csv.DictReader(handle))
+    rows = csv_rows(tmp_path / "run" / "history.csv")
     # From the epoch after warm-up on, val_accuracy is within 0.15 of the training accuracy (at BN momentum 0.99
     # it read 0.11 against 0.74 at epoch 3), and the last epoch's val_loss (the cross-entropy, like the training
     # loss) is of the order of the training loss.

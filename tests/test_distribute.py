@@ -7,7 +7,6 @@ the process's own.
 
 from __future__ import annotations
 
-import csv
 import json
 import re
 import signal
@@ -21,7 +20,7 @@ import keras
 import numpy as np
 import pytest
 
-from conftest import ROOT, SUBPROCESS_ENV, run_cli, write_cifar
+from conftest import ROOT, SUBPROCESS_ENV, csv_rows, free_ports, launch_workers, run_cli, write_cifar
 from trainer.distribute import cluster
 from trainer.errors import ClusterError, ConfigError
 
@@ -75,44 +74,19 @@ def test_mirrored_on_two_devices_trains_the_same_weights_as_single(tmp_path):
     assert _max_difference(runs["single"], runs["fewer_steps"]) > 1e-4
 
 
-def _free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for sock in sockets:
-        sock.bind(("127.0.0.1", 0))
-    ports = [sock.getsockname()[1] for sock in sockets]
-    for sock in sockets:
-        sock.close()
-    return ports
-
-
-def _tf_config(ports: list[int], index: int) -> str:
-    workers = [f"127.0.0.1:{port}" for port in ports]
-    return json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
-
-
 def _start_workers(
     tmp_path: Path, data: Path, *overrides: str, ports: list[int] | None = None, indices: list[int] = (0, 1)
 ) -> list[subprocess.Popen]:
     """Two `python run.py strategy=multi_worker` processes on 127.0.0.1 (or those of `indices`), training the
-    three-layer test model."""
-    ports = ports or _free_ports(2)
-    processes = []
-    for index in indices:
+    three-layer test model in `tmp_path`, each with a temporary folder of its own (TMPDIR=tmp_path/tmpINDEX)."""
+
+    def own_scratch(index: int) -> tuple[list[str], dict[str, str]]:
         scratch = tmp_path / f"tmp{index}"
         scratch.mkdir(exist_ok=True)
-        env = {**SUBPROCESS_ENV, "TF_CONFIG": _tf_config(ports, index), "TMPDIR": str(scratch)}
-        command = [sys.executable, str(ROOT / "run.py"), *SMALL, f"dataset.data_dir={data}"]
-        processes.append(
-            subprocess.Popen(
-                [*command, "strategy=multi_worker", *overrides],
-                cwd=tmp_path,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-        )
-    return processes
+        return [], {"TMPDIR": str(scratch)}
+
+    arguments = [*SMALL, f"dataset.data_dir={data}", "strategy=multi_worker", *overrides]
+    return launch_workers(arguments, tmp_path, ports, indices, env=SUBPROCESS_ENV, per_worker=own_scratch)
 
 
 @pytest.mark.e2e
@@ -189,7 +163,7 @@ def test_a_killed_then_preempted_worker_run_resumes_to_the_weights_of_a_run_neve
     # 3. Resumed again: every epoch once, and the weights of the run never stopped.
     outputs = _finish(_start_workers(tmp_path, data, *common, f"resume={run_dir}"))
     assert _final_sha(outputs[0]) == _final_sha(outputs[1]) == reference
-    epochs = [line.split(",")[0] for line in (run_dir / "history.csv").read_text().splitlines()[1:]]
+    epochs = [row["epoch"] for row in csv_rows(run_dir / "history.csv")]
     assert epochs == [str(epoch) for epoch in range(1, 9)], "every epoch once"
     assert json.loads((run_dir / "metrics.json").read_text())["weights_sha256"] == reference
 
@@ -198,7 +172,7 @@ def test_a_killed_then_preempted_worker_run_resumes_to_the_weights_of_a_run_neve
 @pytest.mark.slow  # ~60 s: three processes
 def test_a_tfjob_with_chief_worker_and_evaluator_trains_and_the_evaluator_watches_the_run(tmp_path):
     data = write_cifar(tmp_path / "cifar")
-    ports = _free_ports(2)
+    ports = free_ports(2)
     spec = {"chief": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{ports[1]}"]}  # as Kubeflow's TFJob sets it
     run_dir = tmp_path / "run"
     command = [sys.executable, str(ROOT / "run.py"), *SMALL, f"dataset.data_dir={data}", "strategy=multi_worker"]
@@ -222,8 +196,7 @@ def test_a_tfjob_with_chief_worker_and_evaluator_trains_and_the_evaluator_watche
     assert codes == {"chief": 0, "worker": 0, "evaluator": 0}, outputs["evaluator"][-3000:]
     assert "Epoch 1/" not in outputs["evaluator"], "the evaluator trains nothing"
 
-    with open(run_dir / "eval" / "eval_history.csv", newline="") as handle:
-        rows = list(csv.DictReader(handle))
+    rows = csv_rows(run_dir / "eval" / "eval_history.csv")
     assert [row["split"] for row in rows][-1] == "test" and int(rows[-2]["epoch"]) == 3
     final = json.loads((run_dir / "metrics.json").read_text())
     assert float(rows[-1]["accuracy"]) == pytest.approx(final["test_accuracy"], abs=1e-6)
@@ -233,7 +206,7 @@ def test_a_tfjob_with_chief_worker_and_evaluator_trains_and_the_evaluator_watche
 def _free_consecutive_ports(count: int) -> int:
     """The first of `count` consecutive free ports on 127.0.0.1."""
     for _ in range(50):
-        base = _free_ports(1)[0]
+        base = free_ports(1)[0]
         try:
             sockets = [socket.create_server(("127.0.0.1", base + offset)) for offset in range(count)]
         except OSError:
@@ -282,7 +255,7 @@ def test_a_two_task_slurm_job_trains_on_slurms_variables_alone(tmp_path):
 def test_restarting_only_the_killed_worker_gives_one_line_on_each_not_a_split_run(tmp_path):
     data = write_cifar(tmp_path / "cifar")
     common = ["trainer.epochs=200", "trainer.steps_per_epoch=40", "strategy.startup_timeout=15"]
-    ports = _free_ports(2)
+    ports = free_ports(2)
     chief, other = _start_workers(tmp_path, data, *common, ports=ports)
     lines = list(_lines_until(chief, "Epoch 2/"))
     other.send_signal(signal.SIGKILL)
@@ -307,20 +280,11 @@ def test_a_worker_whose_peer_never_comes_says_whom_it_waits_for_and_stops(tmp_pa
     lone = {}
     for name, timeout in (("timed_out", 13), ("terminated", 600)):
         (tmp_path / name).mkdir()
-        ports = _free_ports(2)
-        env = {**SUBPROCESS_ENV, "TF_CONFIG": _tf_config(ports, 0), "TMPDIR": str(tmp_path / name)}
-        command = [sys.executable, str(ROOT / "run.py"), *SMALL, f"dataset.data_dir={data}", "strategy=multi_worker"]
-        lone[name] = (
-            subprocess.Popen(
-                [*command, f"strategy.startup_timeout={timeout}"],
-                cwd=tmp_path / name,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            ),
-            ports[1],
-        )
+        ports = free_ports(2)
+        env = {**SUBPROCESS_ENV, "TMPDIR": str(tmp_path / name)}
+        arguments = [*SMALL, f"dataset.data_dir={data}", "strategy=multi_worker", f"strategy.startup_timeout={timeout}"]
+        (worker0,) = launch_workers(arguments, tmp_path / name, ports, indices=[0], env=env)  # worker 1 never comes
+        lone[name] = (worker0, ports[1])
     process, port = lone["terminated"]
     lines = list(_lines_until(process, "Waiting for"))
     assert f"Waiting for worker1 at 127.0.0.1:{port} (" in lines[-1], "".join(lines)[-2000:]
@@ -475,7 +439,7 @@ def test_batch_not_divisible_by_replicas_is_a_startup_error(tmp_path):
 def test_waiting_for_peers_returns_once_they_answer_and_names_the_missing_ones(caplog):
     from trainer.distribute.startup import wait_for_peers
 
-    own, up, down = _free_ports(3)
+    own, up, down = free_ports(3)
     with socket.create_server(("127.0.0.1", up)):  # a peer waiting the same way, or its TensorFlow server
         wait_for_peers(f"127.0.0.1:{own}", {"worker1": f"127.0.0.1:{up}"}, timeout=5)
         with caplog.at_level("INFO"), pytest.raises(ClusterError) as error:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import cifar_overrides, compose
+from conftest import cifar_overrides, compose, csv_rows
 from trainer.config import to_settings
 from trainer.errors import ConfigError, DataError
 from trainer.tasks import run_task
@@ -81,8 +81,7 @@ def test_the_reported_loss_is_the_cross_entropy_and_the_penalty_is_apart(trained
     assert metrics["test_loss"] == pytest.approx(by_hand, rel=1e-4)
     penalty = sum(float(loss) for loss in model.losses)
     assert penalty > 0.01 and metrics["test_regularization_loss"] == pytest.approx(penalty, rel=1e-3)
-    with open(run_dir / "history.csv") as handle:
-        rows = list(csv.DictReader(handle))
+    rows = csv_rows(run_dir / "history.csv")
     assert all(float(row["regularization_loss"]) > 0.01 for row in rows)
     best = rows[metrics["best_epoch"] - 1]  # best.keras holds the weights of its end
     assert metrics["val_loss"] == pytest.approx(float(best["val_loss"]), abs=1e-6)
@@ -117,11 +116,6 @@ def test_the_run_summary_names_tensorboard_only_where_it_wrote(tmp_path):
     assert f"tensorboard --logdir {tmp_path.resolve() / 'tensorboard'}" in run_summary(tmp_path, metrics)
 
 
-def _read_csv(path):
-    with open(path) as handle:
-        return list(csv.DictReader(handle))
-
-
 def test_predict_on_records_keeps_input_order(trained, tmp_path):
     data, run_dir = trained
     labels = np.frombuffer((data / "test_batch.bin").read_bytes(), np.uint8).reshape(24, 3073)[:, 0]
@@ -136,7 +130,7 @@ def test_predict_on_records_keeps_input_order(trained, tmp_path):
         ],
         tmp_path / "r",
     )
-    rows = _read_csv(output)
+    rows = csv_rows(output)
     assert [row["id"] for row in rows] == [str(index) for index in range(24)]
     assert [int(row["true_index"]) for row in rows] == labels.tolist()
     settings = to_settings(compose(cifar_overrides(data), tmp_path / "unused"))
@@ -172,7 +166,7 @@ def test_predict_top_k_gives_the_k_most_probable_classes_in_order_and_evaluate_t
     output = tmp_path / "top.csv"
     typed = [*cifar_overrides(data), "mode=predict", f"checkpoint={run_dir}", f"predict.input={data}/test_batch.bin"]
     _task([*typed, f"predict.output={output}", "predict.top_k=3"], tmp_path / "p")
-    rows = _read_csv(output)
+    rows = csv_rows(output)
     header = list(rows[0])
     assert header[header.index("prob_truck") + 1 : header.index("true_index")] == [
         "top1_class", "top1_prob", "top2_class", "top2_prob", "top3_class", "top3_prob"
@@ -201,7 +195,7 @@ def test_predict_gives_a_record_whose_label_is_no_class_its_row(trained, tmp_pat
         [*overrides[:-1], f"predict.input={data}/test_batch.bin", f"predict.output={tmp_path / 'all.csv'}"],
         tmp_path / "s",
     )
-    rows, reference = _read_csv(tmp_path / "odd.csv"), _read_csv(tmp_path / "all.csv")[:6]
+    rows, reference = csv_rows(tmp_path / "odd.csv"), csv_rows(tmp_path / "all.csv")[:6]
     assert [row["id"] for row in rows] == ["0", "1", "2", "3", "4", "5"]
     assert rows[3]["error"] == f"{tmp_path / 'odd.bin'}: record 3 has label 12, expected 0 to 9 (the model's classes)"
     assert rows[3]["predicted_class"] == rows[3]["true_class"] == ""
@@ -232,7 +226,7 @@ def test_predict_on_an_image_folder_reports_skipped_files(trained, tmp_path):
         ],
         tmp_path / "r",
     )
-    rows = _read_csv(output)
+    rows = csv_rows(output)
     assert [row["id"] for row in rows] == ["cat/b.png", "cat/broken.jpg", "dog/a.jpg", "dog/c.jpg"]
     assert rows[1]["error"].startswith("corrupt or truncated image") and rows[1]["predicted_class"] == ""
     assert [row["true_class"] for row in rows] == ["cat", "cat", "dog", "dog"]
@@ -255,7 +249,7 @@ def test_predict_gives_every_odd_entry_its_row_and_names_folders_that_match_no_c
     overrides = [*cifar_overrides(data), "mode=predict", f"checkpoint={run_dir}", f"predict.input={folder}"]
     with caplog.at_level("WARNING"):
         _task([*overrides, f"predict.output={output}"], tmp_path / "r")
-    rows = {row["id"]: row for row in _read_csv(output)}
+    rows = {row["id"]: row for row in csv_rows(output)}
     assert set(rows) == {"cat/a.png", "cat/caf\\xe9.png", "cat/gone.png", "cat/loop.png", "cat/pipe.png", "dgo/b.png"}
     assert rows["cat/caf\\xe9.png"]["predicted_class"] and not rows["cat/caf\\xe9.png"]["error"]
     assert rows["cat/gone.png"]["error"] == "broken symlink"
@@ -355,7 +349,7 @@ def test_no_csv_cell_is_a_spreadsheet_formula(tmp_path):
         with open(path, newline="", encoding="utf-8") as handle:
             cells = [cell for row in csv.reader(handle) for cell in row]
         assert not [cell for cell in cells if cell[:1] in ("=", "+", "-", "@", "\t", "\r")], path.name
-    rows = _read_csv(output)
+    rows = csv_rows(output)
     assert [row["id"] for row in rows] == [
         "'=HYPERLINK(x)/=1+2.png",
         "'=HYPERLINK(x)/@SUM(A1).png",

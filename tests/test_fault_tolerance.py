@@ -4,7 +4,6 @@ The killed runs are real processes; each resume is `python run.py resume=RUN`, r
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import signal
@@ -17,7 +16,7 @@ import keras
 import numpy as np
 import pytest
 
-from conftest import ROOT, SUBPROCESS_ENV, cifar_overrides, compose, run_cli, tiny_overrides, write_cifar
+from conftest import ROOT, SUBPROCESS_ENV, cifar_overrides, compose, csv_rows, run_cli, tiny_overrides, write_cifar
 from trainer.errors import UserError
 from trainer.runs.atomic import write_atomic
 from trainer.tasks import run_task
@@ -33,8 +32,7 @@ def _command(data: Path, run_dir: Path, *extra: str) -> list[str]:
 def _epochs(history: Path) -> list[int]:
     if not history.is_file():
         return []
-    with open(history, newline="") as handle:
-        return [int(row["epoch"]) for row in csv.DictReader(handle)]
+    return [int(row["epoch"]) for row in csv_rows(history)]
 
 
 def _start(command: list[str], cwd: Path) -> subprocess.Popen:
@@ -52,7 +50,7 @@ def _wait_for_epochs(process: subprocess.Popen, history: Path, count: int, timeo
 
 
 @pytest.mark.e2e
-@pytest.mark.slow  # test_run_folder's kill-and-resume to the weights of a run never killed covers it (15 s)
+@pytest.mark.slow  # test_run_folder_kills's kill-and-resume to the weights of a run never killed covers it (15 s)
 def test_sigkill_then_resume_has_every_epoch_exactly_once(tmp_path):
     data = write_cifar(tmp_path / "cifar", records_per_file=32)
     run_dir = tmp_path / "run"

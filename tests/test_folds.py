@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import statistics
 from collections import Counter
@@ -13,7 +12,7 @@ import numpy as np
 import pytest
 from test_folder import make_folder
 
-from conftest import compose, run_cli, tiny_overrides, write_cifar
+from conftest import compose, csv_rows, run_cli, tiny_overrides, write_cifar
 from trainer.config.store import to_settings
 from trainer.data.folds import assign_folds
 from trainer.tasks.data import load_data
@@ -88,11 +87,6 @@ def test_a_bad_fold_is_one_line(tmp_path, extra, message):
     assert result.returncode == 1 and result.stderr.strip().splitlines()[-1] == f"error: {message}"
 
 
-def _summary_rows(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="") as handle:
-        return list(csv.DictReader(handle))
-
-
 @pytest.mark.e2e
 def test_a_sweep_over_the_folds_gives_each_configurations_mean_and_std(tmp_path):
     data = write_cifar(tmp_path / "cifar")
@@ -100,8 +94,8 @@ def test_a_sweep_over_the_folds_gives_each_configurations_mean_and_std(tmp_path)
     arguments = ["-m", *tiny_overrides(data), "dataset.folds=3", "dataset.fold=range(0,3)", f"hydra.sweep.dir={sweep}"]
     result = run_cli(arguments, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    jobs = _summary_rows(sweep / "summary.csv")
-    (row,) = _summary_rows(sweep / "folds.csv")
+    jobs = csv_rows(sweep / "summary.csv")
+    (row,) = csv_rows(sweep / "folds.csv")
     assert int(row["folds"]) == 3 and "dataset.fold=" not in row["configuration"]
     values = [float(job["val_accuracy"]) for job in jobs]
     assert float(row["val_accuracy_mean"]) == pytest.approx(statistics.mean(values))

@@ -4,7 +4,6 @@ calibration that tells an honest predictor from an over-confident one, and a pag
 from __future__ import annotations
 
 import base64
-import csv
 import io
 import json
 from html.parser import HTMLParser
@@ -15,7 +14,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from conftest import cifar_overrides, compose
+from conftest import cifar_overrides, compose, csv_rows
 from trainer.errors import ConfigError, DataError
 from trainer.evaluation import calibration, classes
 from trainer.evaluation.gradcam import GradCam
@@ -189,8 +188,7 @@ def test_the_report_is_one_self_contained_page_with_the_figures_of_the_predictio
         assert source.startswith("data:image/png;base64,"), "embedded: readable offline"
         Image.open(io.BytesIO(base64.b64decode(source.split(",", 1)[1]))).verify()
     predicted = quadrant_model.predict(images, verbose=0)
-    with open(folder / "per_class.csv", newline="") as handle:
-        rows = {row["class"]: row for row in csv.DictReader(handle)}
+    rows = {row["class"]: row for row in csv_rows(folder / "per_class.csv")}
     expected = sklearn_metrics.classification_report(
         labels, predicted.argmax(axis=1), output_dict=True, zero_division=0
     )

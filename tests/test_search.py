@@ -5,7 +5,6 @@ The searches run `python run.py -m ...` in this process (`conftest.run_cli`); a 
 
 from __future__ import annotations
 
-import csv
 import json
 import logging
 import os
@@ -17,16 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, SUBPROCESS_ENV, run_cli, tiny_overrides, write_cifar
+from conftest import ROOT, SUBPROCESS_ENV, csv_rows, run_cli, tiny_overrides, write_cifar
 
 optuna = pytest.importorskip("optuna", reason='needs the sweep extra: pip install -e ".[sweep]"')
 
 SEARCH = ["hparams_search=vgg19_optuna", "hydra.sweeper.sampler.n_startup_trials=2"]
-
-
-def _rows(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="") as handle:
-        return list(csv.DictReader(handle))
 
 
 def _search(tmp_path: Path, *overrides: str):
@@ -181,7 +175,7 @@ def test_a_search_writes_its_study_and_the_same_command_continues_it(tmp_path):
     result = _search(tmp_path, "hydra.sweeper.n_trials=2")
     assert result.returncode == 0, result.stderr[-3000:]
     sweep = tmp_path / "sweep"
-    study = _rows(sweep / "study.csv")
+    study = csv_rows(sweep / "study.csv")
     assert [row["state"] for row in study] == ["complete", "complete"]
     assert {"optimizer.lr", "model.dropout", "model.weight_decay", "val_accuracy"} <= set(study[0])
     for number, row in enumerate(study):  # the value told is the job's return value, its best val_accuracy
@@ -190,8 +184,8 @@ def test_a_search_writes_its_study_and_the_same_command_continues_it(tmp_path):
         assert float(row["optimizer.lr"]) == pytest.approx(_study(tmp_path).trials[number].params["optimizer.lr"])
     for plot in ("optimization_history.png", "parallel_coordinate.png", "param_importances.png"):
         assert (sweep / plot).stat().st_size > 1000, plot
-    assert len(_rows(sweep / "best.csv")) == 1
-    assert [row["status"] for row in _rows(sweep / "summary.csv")] == ["complete", "complete"]
+    assert len(csv_rows(sweep / "best.csv")) == 1
+    assert [row["status"] for row in csv_rows(sweep / "summary.csv")] == ["complete", "complete"]
 
     again = _search(tmp_path, "hydra.sweeper.n_trials=3")  # the same study, one more trial
     assert again.returncode == 0, again.stderr[-3000:]
@@ -199,7 +193,7 @@ def test_a_search_writes_its_study_and_the_same_command_continues_it(tmp_path):
     study = _study(tmp_path)
     assert [trial.state.name for trial in study.trials] == ["COMPLETE"] * 3, "no trial ran twice"
     assert sorted(path.name for path in sweep.iterdir() if path.name.isdigit()) == ["0", "1", "2"]
-    assert len(_rows(sweep / "summary.csv")) == 3
+    assert len(csv_rows(sweep / "summary.csv")) == 3
 
     done = _search(tmp_path, "hydra.sweeper.n_trials=3")
     assert done.returncode == 0 and len(_study(tmp_path).trials) == 3, "the study has its 3 trials: none runs"
@@ -213,10 +207,10 @@ def test_the_pruner_stops_a_trial_after_an_epoch_and_its_folder_is_complete(tmp_
     run = tmp_path / "sweep" / "0"
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["pruned"] is True and metrics["epochs_completed"] == 1 and "test_accuracy" in metrics
-    assert len(_rows(run / "history.csv")) == 1
+    assert len(csv_rows(run / "history.csv")) == 1
     assert _study(tmp_path).trials[0].state.name == "PRUNED"
-    assert _rows(tmp_path / "sweep" / "study.csv")[0]["state"] == "pruned"
-    assert _rows(tmp_path / "sweep" / "summary.csv")[0]["status"] == "pruned"
+    assert csv_rows(tmp_path / "sweep" / "study.csv")[0]["state"] == "pruned"
+    assert csv_rows(tmp_path / "sweep" / "summary.csv")[0]["status"] == "pruned"
     assert "Pruned after epoch 1" in (run / "run.log").read_text()
     import tensorflow as tf
 
@@ -236,12 +230,12 @@ def test_a_multi_objective_search_writes_its_pareto_front(tmp_path):
     result = _search(tmp_path, "hydra.sweeper.n_trials=2", *objectives)
     assert result.returncode == 0, result.stderr[-3000:]
     sweep = tmp_path / "sweep"
-    study = _rows(sweep / "study.csv")
+    study = csv_rows(sweep / "study.csv")
     for number, row in enumerate(study):
         metrics = json.loads((sweep / str(number) / "metrics.json").read_text())
         assert float(row["train_seconds"]) == pytest.approx(metrics["train_seconds"])
         assert float(row["val_accuracy"]) == pytest.approx(metrics["val_accuracy"])
-    front = _rows(sweep / "best.csv")
+    front = csv_rows(sweep / "best.csv")
     assert 1 <= len(front) <= 2 and "Pareto front" in result.stdout
     assert (sweep / "pareto_front.png").is_file()
 
@@ -314,7 +308,7 @@ def test_a_sweep_killed_in_a_trial_goes_on_with_the_same_command(tmp_path):
     )  # fmt: skip
     history = tmp_path / "sweep" / "1" / "history.csv"
     deadline = time.monotonic() + 300
-    while not (history.is_file() and len(_rows(history)) >= 1):
+    while not (history.is_file() and len(csv_rows(history)) >= 1):
         assert process.poll() is None and time.monotonic() < deadline, "the sweep ended before trial 1 trained"
         time.sleep(0.05)
     process.send_signal(signal.SIGKILL)
@@ -328,7 +322,7 @@ def test_a_sweep_killed_in_a_trial_goes_on_with_the_same_command(tmp_path):
     assert [trial.state.name for trial in trials] == ["COMPLETE", "FAIL", "COMPLETE", "COMPLETE"]
     assert trials[2].params == trials[1].params and trials[2].user_attrs["vggtrain:retry_of"] == 1
     assert json.loads((tmp_path / "sweep" / "0" / "metrics.json").read_text())["epochs_completed"] == 4
-    study = _rows(tmp_path / "sweep" / "study.csv")
+    study = csv_rows(tmp_path / "sweep" / "study.csv")
     assert [row["state"] for row in study] == ["complete", "failed", "complete", "complete"]
     assert study[1]["killed"] == "True" and study[2]["retry_of"] == "1"
 
@@ -420,7 +414,7 @@ def test_a_cross_validated_trial_is_told_the_mean_of_its_folds(tmp_path):
     objectives = [metrics["objective"] for metrics in folds]
     (trial,) = _study(tmp_path, "vgg19_cv").trials
     assert trial.value == pytest.approx(sum(objectives) / 2)
-    (row,) = _rows(sweep / "folds.csv")
+    (row,) = csv_rows(sweep / "folds.csv")
     assert int(row["folds"]) == 2 and float(row["objective_mean"]) == pytest.approx(trial.value)
     assert "mean of 2 folds" in result.stdout
 
@@ -437,7 +431,7 @@ def test_a_trial_that_fails_is_marked_failed_and_the_search_goes_on(tmp_path):
     result = _search(tmp_path, "hydra.sweeper.n_trials=2", "model.dropout=choice(1.5)")  # every trial: bad input
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert [trial.state.name for trial in _study(tmp_path).trials] == ["FAIL", "FAIL"], "the second trial ran"
-    assert [row["state"] for row in _rows(tmp_path / "sweep" / "study.csv")] == ["failed", "failed"]
-    rows = _rows(tmp_path / "sweep" / "summary.csv")
+    assert [row["state"] for row in csv_rows(tmp_path / "sweep" / "study.csv")] == ["failed", "failed"]
+    rows = csv_rows(tmp_path / "sweep" / "summary.csv")
     assert len(rows) == 2 and all("rate=1.5" in row["error"] for row in rows), "each named, in one line"
     assert result.stderr.strip().splitlines()[-1].startswith("error: 2 of 2 jobs failed")

@@ -5,14 +5,13 @@ calling process, the joblib launcher in its own worker processes."""
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 from pathlib import Path
 
 import pytest
 
-from conftest import CliResult, cifar_overrides, run_cli, tiny_overrides, write_cifar
+from conftest import CliResult, cifar_overrides, csv_rows, run_cli, tiny_overrides, write_cifar
 
 
 def _sweep(tmp_path: Path, *overrides: str, model: str = "vgg19") -> tuple[CliResult, list[dict[str, str]]]:
@@ -22,8 +21,7 @@ def _sweep(tmp_path: Path, *overrides: str, model: str = "vgg19") -> tuple[CliRe
     result = run_cli(["-m", *small, f"hydra.sweep.dir={tmp_path / 'sweep'}", *overrides], cwd=tmp_path)
     summary = tmp_path / "sweep" / "summary.csv"
     assert summary.is_file(), result.stdout[-2000:] + result.stderr[-3000:]
-    with open(summary, newline="") as handle:
-        return result, sorted(csv.DictReader(handle), key=lambda row: int(row["job"]))
+    return result, sorted(csv_rows(summary), key=lambda row: int(row["job"]))
 
 
 @pytest.mark.e2e

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 import logging
@@ -14,7 +13,7 @@ import pytest
 import tensorflow as tf
 from test_cats_dogs import SIZE, make_pets
 
-from conftest import compose, tfrecord_parts
+from conftest import compose, csv_rows, launch_workers, tfrecord_parts
 from trainer.data import pipeline, predict_inputs, record_writer, shares, tfrecords
 from trainer.data.convert import ConvertOptions, convert
 from trainer.data.preprocess import Preprocess
@@ -55,8 +54,7 @@ def _predict(tmp_path: Path, data_dir: str, checkpoint: Path, pattern: str, *ext
     overrides = _train_overrides(data_dir, "mode=predict", f"checkpoint={checkpoint}")
     overrides += [f"predict.input={pattern}", f"predict.output={output}", *extra]
     run_task(compose(overrides, tmp_path / "predict"))
-    with open(output) as handle:
-        return list(csv.DictReader(handle))
+    return csv_rows(output)
 
 
 @pytest.mark.integration
@@ -473,27 +471,12 @@ def test_two_workers_each_read_about_half_and_together_every_record_once(tmp_pat
 @pytest.mark.slow
 def test_two_loopback_workers_train_on_their_own_shares(tmp_path):
     """Two multi_worker processes on 127.0.0.1: each logs its share and both finish with the same weights."""
-    import os
-    import subprocess
-    import sys
-
-    from test_distribute import _free_ports, _tf_config
-
-    from conftest import ROOT
-
     records = _converted(tmp_path)
-    ports = _free_ports(2)
-    processes = []
-    for index in range(2):
-        command = [sys.executable, str(ROOT / "run.py"), *_train_overrides(str(records)), "strategy=multi_worker"]
-        command += ["trainer.steps_per_epoch=2", f"hydra.run.dir={tmp_path / f'run{index}'}"]
-        command += ["model.batch_norm=false"]  # Keras's batch norm statistics are each worker's own
-        env = {**os.environ, "TF_CONFIG": _tf_config(ports, index)}
-        processes.append(
-            subprocess.Popen(
-                command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-            )
-        )
+    arguments = [*_train_overrides(str(records)), "strategy=multi_worker", "trainer.steps_per_epoch=2"]
+    arguments += ["model.batch_norm=false"]  # Keras's batch norm statistics are each worker's own
+    processes = launch_workers(
+        arguments, tmp_path, per_worker=lambda index: ([f"hydra.run.dir={tmp_path / f'run{index}'}"], {})
+    )
     outputs = [process.communicate(timeout=600)[0] for process in processes]
     for index, (process, output) in enumerate(zip(processes, outputs, strict=True)):
         assert process.returncode == 0, output[-3000:]

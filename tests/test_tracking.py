@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import ROOT, cifar_overrides, compose, tiny_overrides
+from conftest import ROOT, cifar_overrides, compose, csv_rows, tiny_overrides
 from trainer.config import to_settings
 from trainer.errors import ConfigError
 from trainer.tasks.train import train
@@ -228,10 +228,7 @@ def test_wandb_offline_files_hold_the_metrics(tmp_path, cifar_dir, monkeypatch):
             run = record.run
     assert run.display_name == "tracked" and list(run.tags) == ["smoke", "ci"]
     assert [row["epoch"] for row in history] == [1, 2]
-    rows = (run_dir / "history.csv").read_text().splitlines()[1:]
-    header = (run_dir / "history.csv").read_text().splitlines()[0].split(",")
-    for row, line in zip(history, rows, strict=True):
-        expected = dict(zip(header, line.split(","), strict=True))
+    for row, expected in zip(history, csv_rows(run_dir / "history.csv"), strict=True):
         assert row["val_loss"] == pytest.approx(float(expected["val_loss"]), rel=1e-5)
     saved = {path.name for path in wandb_file.parent.glob("files/**/*")}
     assert {"metrics.json", "best.keras"} <= saved

@@ -3,7 +3,6 @@ process once (the canonical run: every output file, the console without TensorFl
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import re
@@ -13,7 +12,7 @@ import sys
 import keras
 import pytest
 
-from conftest import ROOT, check_run_metrics, cifar_overrides, compose, run_cli
+from conftest import ROOT, check_run_metrics, cifar_overrides, compose, csv_rows, run_cli
 from trainer.config import to_settings
 from trainer.quiet import NOISE
 from trainer.tasks.train import train
@@ -36,8 +35,7 @@ def test_train_returns_the_best_objective_and_writes_metrics(tmp_path, cifar_dir
     assert type(objective) is float
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert METRIC_KEYS <= set(metrics)
-    with open(run_dir / "history.csv") as handle:
-        rows = list(csv.DictReader(handle))
+    rows = csv_rows(run_dir / "history.csv")
     assert [int(row["epoch"]) for row in rows] == [1, 2]
     assert objective == max(float(row["val_accuracy"]) for row in rows) == metrics["objective"]
     assert metrics["epochs_completed"] == 2

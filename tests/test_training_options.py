@@ -4,7 +4,6 @@ gradient accumulation (N micro-batches update like one batch N times larger) and
 
 from __future__ import annotations
 
-import csv
 import json
 
 import keras
@@ -12,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import TINY_MODEL, cifar_overrides, compose, run_cli, tiny_overrides, write_cifar
+from conftest import TINY_MODEL, cifar_overrides, compose, csv_rows, run_cli, tiny_overrides, write_cifar
 from trainer.config.store import to_settings
 from trainer.data.augmentation import Augmentation, Policy
 from trainer.data.mixing import Mixing, mix_batch, with_class_weights
@@ -309,8 +308,7 @@ def test_predict_with_flip_tta_writes_the_mean_probabilities(trained_run, tmp_pa
     ]
     result = run_cli(arguments, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    with open(output, newline="") as handle:
-        rows = list(csv.DictReader(handle))
+    rows = csv_rows(output)
     probabilities = np.array([[float(row[key]) for key in row if key.startswith("prob_")] for row in rows])
     records = np.frombuffer((data / "test_batch.bin").read_bytes(), np.uint8).reshape(-1, 1 + 3072)
     images = records[:, 1:].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)

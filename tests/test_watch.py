@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import subprocess
 import sys
@@ -10,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, SUBPROCESS_ENV, run_cli, tiny_overrides, write_cifar
+from conftest import ROOT, SUBPROCESS_ENV, csv_rows, run_cli, tiny_overrides, write_cifar
 
 
 @pytest.mark.e2e
@@ -41,8 +40,7 @@ def test_a_watcher_beside_training_evaluates_each_committed_epoch_as_mode_evalua
     assert watched.returncode == 0, watched.stderr[-3000:]
     assert not (run_dir / "eval_history.csv").exists(), "the watcher only reads the run folder"
 
-    with open(watcher / "eval_history.csv", newline="") as handle:
-        rows = list(csv.DictReader(handle))
+    rows = csv_rows(watcher / "eval_history.csv")
     val = [row for row in rows if row["split"] == "val"]
     epochs = [int(row["epoch"]) for row in val]
     assert epochs == sorted(set(epochs)) and epochs[-1] == 4, "each epoch at most once, the last one always"
@@ -84,7 +82,7 @@ def test_training_without_validation_leaves_it_to_an_evaluator(tmp_path):
     )
     result = run_cli([*overrides, "objective.metric=accuracy"], cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    header = (run_dir / "history.csv").read_text().splitlines()[0].split(",")
+    header = list(csv_rows(run_dir / "history.csv")[0])
     assert "accuracy" in header and not [name for name in header if name.startswith("val_")]
     assert "test_accuracy" in json.loads((run_dir / "metrics.json").read_text())
 
@@ -98,7 +96,6 @@ def test_watching_a_run_that_has_ended_evaluates_what_is_there_and_stops(tmp_pat
     arguments = ["mode=evaluate", f"checkpoint={run_dir}", "evaluate.watch=true", f"hydra.run.dir={watcher}"]
     watched = run_cli(arguments, cwd=tmp_path)
     assert watched.returncode == 0, watched.stderr[-3000:]
-    with open(watcher / "eval_history.csv", newline="") as handle:
-        rows = [(row["epoch"], row["split"]) for row in csv.DictReader(handle)]
+    rows = [(row["epoch"], row["split"]) for row in csv_rows(watcher / "eval_history.csv")]
     best = json.loads((run_dir / "metrics.json").read_text())["best_epoch"]
     assert rows == [("2", "val"), (str(best), "test")]

@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 
-from conftest import ROOT, binary_parts, compose, pattern_records, write_cifar
+from conftest import binary_parts, compose, launch_workers, pattern_records, write_cifar
 from trainer.config import to_settings
 from trainer.data import pipeline, shares
 from trainer.data.augmentation import Augmentation
@@ -196,26 +196,13 @@ def _share_lines(output: str) -> list[str]:
 def test_two_loopback_workers_each_read_about_half_of_the_binary_records(tmp_path):
     """Two multi_worker processes on 127.0.0.1 over CIFAR-format files: each reads its own half (a record range,
     the validation records excluded), both run the same steps and finish with the same weights."""
-    import os
-    import subprocess
-    import sys
-
-    from test_distribute import _free_ports, _tf_config
-
     folder = write_cifar(tmp_path / "cifar")  # 80 train records, the last 16 for validation
-    ports = _free_ports(2)
     overrides = ["dataset=cifar", f"dataset.data_dir={folder}", "dataset.val_size=16", "debug=smoke"]
     overrides += ["trainer.batch_size=8", "trainer.steps_per_epoch=null", "strategy=multi_worker"]
     overrides += ["model.batch_norm=false"]  # Keras's batch norm statistics are each worker's own
-    processes = []
-    for index in range(2):
-        command = [sys.executable, str(ROOT / "run.py"), *overrides, f"hydra.run.dir={tmp_path / f'run{index}'}"]
-        env = {**os.environ, "TF_CONFIG": _tf_config(ports, index)}
-        processes.append(
-            subprocess.Popen(
-                command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-            )
-        )
+    processes = launch_workers(
+        overrides, tmp_path, per_worker=lambda index: ([f"hydra.run.dir={tmp_path / f'run{index}'}"], {})
+    )
     outputs = [process.communicate(timeout=900)[0] for process in processes]
     for index, (process, output) in enumerate(zip(processes, outputs, strict=True)):
         assert process.returncode == 0, output[-3000:]

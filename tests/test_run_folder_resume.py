@@ -1,0 +1,253 @@
+"""Resume is bound to the run's own config, folder and data; a new run never reuses a folder that holds a run."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import (
+    ROOT,
+    assert_finished_once,
+    backup_epoch,
+    compose,
+    history_epochs,
+    kill_in_write,
+    resume_run,
+    run_patched,
+    signal_in_first_step,
+    tiny_overrides,
+    train_arguments,
+    write_cifar,
+)
+from trainer.errors import ConfigError
+from trainer.runs.backup import METADATA
+
+# --- resume is bound to the run's config --------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _held_by_another_process(folder: Path):
+    """`folder`'s lock held by a live process (as a training run holds it) while the body runs."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from trainer.runs.locks import run_lock\n"
+         "with run_lock(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(60)", str(folder)],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        yield
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.mark.integration
+def test_a_new_run_never_reuses_a_folder_that_holds_a_run(tmp_path):
+    run_dir = tmp_path / "run"
+    arguments = train_arguments(tmp_path, run_dir, epochs=1)
+    assert run_patched(tmp_path, arguments).returncode == 0
+    before = {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file()}
+    again = run_patched(tmp_path, [*arguments, "seed=2", "model.dropout=0.5"])
+    assert again.returncode == 1
+    assert again.stderr.strip().splitlines()[-1] == (
+        f"error: hydra.run.dir={run_dir} holds a training run already (history.csv, checkpoints, metrics.json): "
+        f"a new run never reuses its folder. Choose a new folder, or continue that run with resume={run_dir}"
+    )
+    assert {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file()} == before, "nothing rewritten"
+
+
+@pytest.mark.integration
+def test_a_new_run_never_rewrites_the_config_of_a_run_in_its_first_epoch(tmp_path):
+    """A running training holds its folder's lock before any history.csv exists: Hydra must not get to rewrite
+    its `.hydra/config.yaml` for a second command that is then refused."""
+    run_dir = tmp_path / "run"
+    (run_dir / ".hydra").mkdir(parents=True)
+    (run_dir / ".hydra" / "config.yaml").write_text("seed: 1\n")
+    with _held_by_another_process(run_dir):  # the first run, in its first epoch: it holds the lock
+        again = run_patched(tmp_path, [*train_arguments(tmp_path, run_dir, epochs=1), "seed=2", "model.dropout=0.5"])
+    assert again.returncode == 1
+    assert again.stderr.strip().splitlines()[-1] == (
+        f"error: hydra.run.dir={run_dir} is in use by a running training (its .lock is held): a new run never "
+        f"reuses its folder. Choose a new folder"
+    )
+    assert (run_dir / ".hydra" / "config.yaml").read_text() == "seed: 1\n", "the running run's config is kept"
+    assert not (run_dir / "config_tree.txt").exists()
+
+
+@pytest.mark.integration
+def test_resume_with_another_run_folder_is_one_line_and_writes_nothing(tmp_path):
+    run_dir = tmp_path / "run"
+    assert run_patched(tmp_path, train_arguments(tmp_path, run_dir, epochs=1)).returncode == 0
+    elsewhere = tmp_path / "elsewhere"
+    result = run_patched(tmp_path, [f"resume={run_dir}", f"hydra.run.dir={elsewhere}"])
+    assert result.returncode == 1 and not elsewhere.exists()
+    assert f"error: resume={run_dir} writes into the resumed run's own folder; drop hydra.run.dir={elsewhere}" in (
+        result.stderr
+    )
+
+
+@pytest.fixture
+def saved_run(tmp_path) -> Path:
+    """A run folder with the saved config of a CIFAR run, as Hydra writes it (`.hydra/config.yaml`, the composed
+    config without Hydra's own section): the config is all these tests need."""
+    from omegaconf import OmegaConf
+
+    run_dir = tmp_path / "run"
+    arguments = [item for item in train_arguments(tmp_path, run_dir, epochs=3, model="vgg19") if "hydra." not in item]
+    (run_dir / ".hydra").mkdir(parents=True)
+    OmegaConf.save(compose(arguments, run_dir), run_dir / ".hydra" / "config.yaml")
+    return run_dir
+
+
+CHANGED_EXPERIMENTS = [
+    (["dataset=digits"], "dataset.name: 'cifar' -> 'digits'"),
+    (["optimizer=sgd"], "optimizer.name: 'adam' -> 'sgd'"),
+    (["model.width_multiplier=0.25"], "model.width_multiplier: 0.125 -> 0.25"),
+    (["trainer.batch_size=16", "seed=1"], "seed: 42 -> 1; trainer.batch_size: 8 -> 16"),
+    (["trainer.precision=mixed_bfloat16"], "trainer.precision: 'float32' -> 'mixed_bfloat16'"),
+    (["strategy=mirrored"], "strategy.name: 'single' -> 'mirrored'"),
+    (["trainer.epochs=2"], "trainer.epochs: 3 -> 2"),
+]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("overrides", "expected"), CHANGED_EXPERIMENTS)
+def test_resume_refuses_a_command_line_that_changes_the_experiment(saved_run, overrides, expected):
+    from conftest import compose
+    from trainer.tasks import run_task
+
+    cli = [f"resume={saved_run}", *overrides]
+    with pytest.raises(ConfigError) as error:
+        run_task(compose(cli, saved_run), overrides=cli)
+    message = str(error.value)
+    assert "\n" not in message and expected in message
+    assert message.startswith(f"resume={saved_run} continues {saved_run} with its own config")
+
+
+@pytest.mark.integration
+def test_resume_alone_takes_the_run_config_and_allows_safe_changes(saved_run, caplog):
+    from conftest import compose
+    from trainer.config.resume import bind_to_run
+
+    cli = [f"resume={saved_run}", "trainer.epochs=5", "trainer.verbose=1", "trainer.threads=1"]
+    with caplog.at_level("INFO"):
+        bound = bind_to_run(compose(cli, saved_run), saved_run, cli)
+    assert bound.dataset.name == "cifar" and bound.trainer.batch_size == 8 and bound.model.width_multiplier == 0.125
+    assert (bound.trainer.epochs, bound.trainer.verbose, bound.trainer.threads) == (5, 1, 1)
+    assert "Resume with a changed setting (allowed): trainer.epochs: 3 -> 5" in caplog.text
+
+
+@pytest.mark.integration
+def test_run_py_resume_with_another_optimizer_is_one_line(tmp_path, saved_run):
+    result = run_patched(tmp_path, [f"resume={saved_run}", "optimizer=sgd"])
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    error = result.stderr.strip().splitlines()[-1]
+    assert error.startswith(f"error: resume={saved_run} continues {saved_run} with its own config")
+    assert "optimizer.name: 'adam' -> 'sgd'" in error and error.endswith("Drop these overrides, or start a new run")
+
+
+@pytest.mark.integration
+def test_resume_of_a_folder_that_is_no_run_is_one_line_and_makes_no_folder(tmp_path):
+    result = run_patched(tmp_path, [f"resume={tmp_path / 'nothere'}"])
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"error: resume={tmp_path / 'nothere'}: not a training run folder (no .hydra/config.yaml, history.csv or "
+        "backup/)"
+    ]
+    assert sorted(path.name for path in tmp_path.iterdir()) == [], "no dated folder is left"
+
+
+def _two_backed_up_runs(root: Path) -> None:
+    """outputs/2026-11-30/10-00-00, whose backup was written last, and 11-00-00, made later but backed up first."""
+    for name, written in (("2026-11-30/10-00-00", 200), ("2026-11-30/11-00-00", 100)):
+        metadata = root / "outputs" / name / "backup" / METADATA
+        metadata.parent.mkdir(parents=True)
+        metadata.write_text('{"epoch": 1}')
+        os.utime(metadata, (written, written))
+
+
+@pytest.mark.unit
+def test_resume_latest_picks_the_run_whose_backup_was_written_last(tmp_path, monkeypatch):
+    from trainer.runs.folders import resume_folder
+
+    monkeypatch.chdir(tmp_path)
+    _two_backed_up_runs(tmp_path)
+    assert resume_folder("latest") == str(Path("outputs") / "2026-11-30" / "10-00-00")
+
+
+@pytest.mark.e2e
+def test_a_resume_on_other_data_is_refused_and_a_moved_copy_passes(tmp_path):
+    run_dir = tmp_path / "run"
+    stopped = run_patched(tmp_path, train_arguments(tmp_path, run_dir, epochs=2), signal_in_first_step(signal.SIGTERM))
+    assert stopped.returncode == 0 and (run_dir / "data.json").is_file()
+    shifted = write_cifar(tmp_path / "shifted")  # the same names, sizes and counts, every label + 1
+    for path in shifted.glob("*.bin"):
+        records = np.frombuffer(path.read_bytes(), np.uint8).reshape(-1, 3073).copy()
+        records[:, 0] = (records[:, 0] + 1) % 10
+        path.write_bytes(records.tobytes())
+    refused = run_patched(tmp_path, [f"resume={run_dir}", f"dataset.data_dir={shifted}"])
+    assert refused.returncode == 1 and refused.stderr.strip().splitlines()[-1] == (
+        f"error: resume={run_dir}: the data differs from what {run_dir} trained on (test: test_batch.bin has other "
+        f"content); point dataset.data_dir at that data, or continue on this data with allow_data_change=true"
+    )
+    moved = tmp_path / "moved"
+    shutil.copytree(tmp_path / "cifar", moved)
+    shutil.rmtree(tmp_path / "cifar")
+    resume_run(tmp_path, run_dir, f"dataset.data_dir={moved}")  # the same data in another folder
+    assert_finished_once(run_dir, 2)
+
+
+@pytest.mark.e2e
+def test_a_resume_finds_a_changed_byte_that_the_sampled_checksum_never_reads(tmp_path):
+    """The sampled checksum reads 3 x 64 KiB a file; the first epoch's whole-file checksum finds the rest."""
+    data = write_cifar(tmp_path / "cifar", records_per_file=200)  # 614,600 bytes a file
+    run_dir = tmp_path / "run"
+    arguments = [*tiny_overrides(data), "trainer.epochs=2", f"hydra.run.dir={run_dir}"]
+    killed = run_patched(tmp_path, arguments, kill_in_write("trainer.runs.backup", METADATA, 2))  # in epoch 2's commit
+    assert killed.returncode == -signal.SIGKILL and backup_epoch(run_dir) == 1
+    recorded = json.loads((run_dir / "data.json").read_text())["sha256"]
+    assert [name for name, _, _ in recorded] == [*(f"data_batch_{i}.bin" for i in range(1, 6)), "test_batch.bin"]
+    batch = data / "data_batch_1.bin"
+    original = batch.read_bytes()
+    records = np.frombuffer(original, np.uint8).reshape(-1, 3073).copy()
+    records[40:80, 1:] = 255 - records[40:80, 1:]  # pixels of records 40-79: bytes 122,920 to 245,839
+    batch.write_bytes(records.tobytes())
+    refused = run_patched(tmp_path, [f"resume={run_dir}"])
+    assert refused.returncode == 1 and refused.stderr.strip().splitlines()[-1] == (
+        f"error: resume={run_dir}: data_batch_1.bin has other content than the run trained on (its whole-file "
+        f"checksum differs); point dataset.data_dir at that data, or continue on this data with allow_data_change=true"
+    )
+    assert history_epochs(run_dir) == [1] and backup_epoch(run_dir) == 1, "the resumed epoch was not committed"
+    batch.write_bytes(original)
+    (run_dir / "data.json").rename(tmp_path / "data.json")
+    missing = run_patched(tmp_path, [f"resume={run_dir}"])
+    assert missing.returncode == 1 and missing.stderr.strip().splitlines()[-1] == (
+        f"error: resume={run_dir}: {run_dir / 'data.json'} is missing or unreadable, so the data cannot be checked "
+        f"against what the run trained on; continue on this data knowingly with allow_data_change=true"
+    )
+    (tmp_path / "data.json").rename(run_dir / "data.json")
+    resume_run(tmp_path, run_dir)
+    assert_finished_once(run_dir, 2)
+
+
+@pytest.mark.integration
+def test_resume_latest_skips_a_run_that_a_live_process_is_training(tmp_path, monkeypatch, caplog):
+    from trainer.runs.folders import resume_folder
+
+    monkeypatch.chdir(tmp_path)
+    _two_backed_up_runs(tmp_path)
+    newest = tmp_path / "outputs" / "2026-11-30" / "10-00-00"
+    with _held_by_another_process(newest):  # another process trains the newest run: it holds its lock
+        with caplog.at_level("INFO"):
+            assert resume_folder("latest") == str(Path("outputs") / "2026-11-30" / "11-00-00")
+        assert "skipping outputs/2026-11-30/10-00-00, which a live process is training" in caplog.text
+    assert resume_folder("latest") == str(Path("outputs") / "2026-11-30" / "10-00-00"), "a dead holder holds nothing"
