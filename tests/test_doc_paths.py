@@ -1,5 +1,5 @@
-"""Docs that cannot go stale: every `trainer/...` path, `trainer.x.y` name and `SomeConfig in trainer/x.py` that the
-docs, the configs, the README and the code's own comments name exists."""
+"""Docs that cannot go stale: every `trainer/...` path, `trainer.x.y` name, `tests/file.py::test` and `SomeConfig in
+trainer/x.py` that the docs, the configs, the README and the code's own comments name exists."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ TEXTS = sorted(
 )
 PATH = re.compile(r"(?<![\w/.])trainer/[\w/.]*\w")
 DOTTED = re.compile(r"(?<![\w/.])trainer(?:\.[A-Za-z_]\w*)+")
+TEST = re.compile(r"(?<![\w/.])(tests/[\w/]+\.py)(?:::(\w+))?")
 CLASS_IN = re.compile(r"\b([A-Z]\w+) in (trainer/[\w/]+\.py)")
 # `trainer.epochs` is a key of the config's `trainer` section, not a module; these two name keys on purpose.
 CONFIG_KEYS = {field.name for field in dataclasses.fields(TrainerConfig)} | {"KEY", "epoch"}  # a placeholder, a typo
@@ -67,6 +68,9 @@ def _stale(text: Path) -> list[str]:
         dotted = match.group(0)
         if dotted.split(".")[1] not in CONFIG_KEYS and not _resolves(dotted):
             found.append(dotted)
+    for path, test in TEST.findall(content):
+        if not (ROOT / path).is_file() or (test and test not in _top_level_names(ROOT / path)):
+            found.append(f"{path}::{test}" if test else path)
     for name, path in CLASS_IN.findall(content):
         if (ROOT / path).is_file() and name not in _top_level_names(ROOT / path):
             found.append(f"{name} in {path}")
@@ -82,6 +86,10 @@ def test_the_check_finds_a_moved_module_a_missing_file_and_a_class_in_the_wrong_
     text = tmp_path / "page.md"
     text.write_text(
         "See trainer/compat.py, trainer.backup.save, trainer.runs.backup.RunBackup, trainer/runs/backup.py,\n"
-        "VGG19Config in trainer/config/schema.py, VGG19Config in trainer/config/groups.py and trainer.epochs=5."
+        "VGG19Config in trainer/config/schema.py, VGG19Config in trainer/config/groups.py and trainer.epochs=5.\n"
+        "tests/test_layout.py::test_no_module_imports_itself_round_a_circle, tests/test_layout.py::test_gone."
     )
-    assert _stale(text) == ["trainer/compat.py", "trainer.backup.save", "VGG19Config in trainer/config/schema.py"]
+    assert _stale(text) == [
+        "trainer/compat.py", "trainer.backup.save", "tests/test_layout.py::test_gone",
+        "VGG19Config in trainer/config/schema.py",
+    ]  # fmt: skip
