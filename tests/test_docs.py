@@ -42,6 +42,14 @@ def test_the_reference_lists_every_key_with_its_default():
     assert "| `dataset.augment.crop` | Crop | `none` |" in text
 
 
+@pytest.mark.unit
+def test_a_default_or_meaning_in_angle_brackets_survives_the_html():
+    """The MLflow default reads sqlite:///<launch folder>/outputs/mlflow.db: unescaped, the page showed
+    sqlite:////outputs/mlflow.db."""
+    text = reference.markdown()
+    assert "sqlite:///&lt;launch folder&gt;/outputs/mlflow.db" in text and "<launch folder>" not in text
+
+
 @pytest.mark.integration
 def test_the_manual_builds_strictly(tmp_path, monkeypatch):
     pytest.importorskip("material", reason="the [docs] extra (mkdocs-material) is not installed")

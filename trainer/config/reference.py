@@ -93,7 +93,12 @@ def _yaml(value: Any) -> str:
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
+    """A table cell's text as Markdown shows it: `|` escaped, and outside code spans `<launch folder>` not taken
+    for an HTML tag."""
+    parts = text.split("`")
+    for index in range(0, len(parts), 2):  # the even parts lie outside code spans
+        parts[index] = parts[index].replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return "`".join(parts).replace("|", "\\|")
 
 
 def table(cls: type, prefix: str) -> list[str]:
