@@ -282,10 +282,10 @@ def test_an_mlflow_sweep_is_one_parent_with_a_child_per_job_and_tensorboard_hpar
 @pytest.mark.integration
 def test_only_the_chief_logs(tmp_path, cifar_dir, monkeypatch):
     """A worker that is not the chief trains (and writes to a temporary folder) but creates no tracked run."""
-    from trainer.distribute import strategies
+    from trainer.distribute import topology
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(strategies, "is_chief", lambda strategy: False)
+    monkeypatch.setattr(topology, "is_chief", lambda strategy: False)
     uri = f"sqlite:///{tmp_path / 'worker.db'}"
     settings = to_settings(compose([*tiny_overrides(cifar_dir), "logger=mlflow", f"logger.tracking_uri={uri}"]))
     settings.output_dir = str(tmp_path / "run")
