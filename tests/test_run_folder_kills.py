@@ -182,7 +182,7 @@ original, writes = target.write_atomic, []
 init = target.Checkpoints.__init__
 def patched_init(self, *args, **kwargs):
     init(self, *args, **kwargs)
-    self.better = lambda new, old: True  # every epoch is a new best in this process
+    self.tolerance = float("inf")  # every epoch is a new best in this process
 target.Checkpoints.__init__ = patched_init
 history_end = target.HistoryLog.on_epoch_end
 def unbeatable_epoch_1(self, epoch, logs=None):  # history.csv: epoch 1 is the best a resume can compare with
