@@ -253,6 +253,10 @@ def test_export_temperature_auto_bakes_the_validation_fitted_temperature_into_ev
     got = load_runner("onnx", export_dir / "model.onnx")(images)
     np.testing.assert_allclose(got, scaled, atol=bundle.FLOAT_TOLERANCE)
     assert not np.allclose(got, model.predict(images, verbose=0), atol=1e-3), "the temperature changed them"
+    on_test = [*typed[:2], f"export.dir={tmp_path / 'never'}", "export.temperature=auto", "dataset.val_source=test"]
+    with pytest.raises(DataError, match=r"^export.temperature=auto fits on the validation split, and the run's reads"):
+        run_task(compose(on_test, tmp_path / "t"), overrides=on_test)
+    assert not (tmp_path / "never").exists()
 
 
 @pytest.mark.unit

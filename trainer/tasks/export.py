@@ -89,6 +89,11 @@ def _temperature(settings: Config, model, data: Data | str) -> float | None:
         raise DataError(f"export.temperature=auto fits on the validation split of the run's dataset: {data}")
     if not data.num_examples.get("val"):
         raise DataError("export.temperature=auto fits on the validation split: the run's dataset has none")
+    if data.val_is_test:
+        raise DataError(
+            "export.temperature=auto fits on the validation split, and the run's reads the test records "
+            "(dataset.val_source=test): give the temperature by hand, export.temperature=T"
+        )
     held_out = predict_split(model, data.val, 0)
     fitted = calibration.fit_temperature(held_out.probabilities, held_out.labels)
     log.info(
