@@ -88,6 +88,7 @@ def test_a_bad_fold_is_one_line(tmp_path, extra, message):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # 14 s, a real multirun; the folds' splits and their one-line errors stay in the default suite
 def test_a_sweep_over_the_folds_gives_each_configurations_mean_and_std(tmp_path):
     data = write_cifar(tmp_path / "cifar")
     sweep = tmp_path / "sweep"

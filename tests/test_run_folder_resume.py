@@ -185,6 +185,7 @@ def test_resume_latest_picks_the_run_whose_backup_was_written_last(tmp_path, mon
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # 18 s; the default suite keeps the changed-byte resume test, refused the same way
 def test_a_resume_on_other_data_is_refused_and_a_moved_copy_passes(tmp_path):
     run_dir = tmp_path / "run"
     stopped = run_patched(tmp_path, train_arguments(tmp_path, run_dir, epochs=2), signal_in_first_step(signal.SIGTERM))
