@@ -25,10 +25,6 @@ class Predictions:
     def predicted(self) -> np.ndarray:
         return self.probabilities.argmax(axis=1)
 
-    @property
-    def confidence(self) -> np.ndarray:
-        return self.probabilities.max(axis=1)
-
 
 class _Kept:
     """The `count` examples of largest score seen so far, with their images (bounded memory)."""
