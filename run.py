@@ -22,6 +22,7 @@ from trainer.config import register
 from trainer.config.hints import missing_extra
 from trainer.config.typos import check_arguments, check_group_keys
 from trainer.errors import DiskError, UserError, one_line
+from trainer.runs import locks
 from trainer.runs.folders import (
     check_resume_argument,
     check_run_dir_argument,
@@ -94,6 +95,7 @@ def cli(arguments: list[str] | None = None, exit_hard_on_disk_error: bool = True
         check_resume_argument(arguments)  # ... and makes the run folder from it
         check_writable_output(arguments)
     except UserError as error:
+        _release_claims()
         if os.environ.get("HYDRA_FULL_ERROR") == "1":  # the debug flag: the error with its traceback
             raise
         sys.exit(f"error: {one_line(error)}")
@@ -110,6 +112,14 @@ def cli(arguments: list[str] | None = None, exit_hard_on_disk_error: bool = True
         sys.exit(130)
     finally:
         sys.argv = saved
+        _release_claims()
+
+
+def _release_claims() -> None:
+    """Lets go of hydra.run.dir's early lock where no training took it over; a folder that holds nothing else
+    (Hydra refused an override before main ran) goes too."""
+    for folder in locks.release_claims():
+        remove_if_unused(folder)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from conftest import (
     history_epochs,
     kill_in_write,
     resume_run,
+    run_cli,
     run_patched,
     signal_in_first_step,
     tiny_overrides,
@@ -30,6 +31,7 @@ from conftest import (
 )
 from trainer.errors import ConfigError
 from trainer.runs.backup import METADATA
+from trainer.runs.folders import check_run_dir_argument
 
 # --- resume is bound to the run's config --------------------------------------------------------------
 
@@ -81,6 +83,66 @@ def test_a_new_run_never_rewrites_the_config_of_a_run_in_its_first_epoch(tmp_pat
     )
     assert (run_dir / ".hydra" / "config.yaml").read_text() == "seed: 1\n", "the running run's config is kept"
     assert not (run_dir / "config_tree.txt").exists()
+
+
+@pytest.mark.integration
+def test_the_run_folder_is_locked_before_hydra_writes_into_it(tmp_path, monkeypatch):
+    """The window before a starting run takes its own lock (imports, Hydra's composition): the folder is locked
+    from the command line on, so a second command started then cannot have Hydra rewrite the first's config."""
+    import trainer.tasks
+    from trainer.runs import locks
+
+    run_dir, seen = tmp_path / "run", {}
+
+    def task(cfg, **_):
+        seen["hydra_written"] = (run_dir / ".hydra" / "config.yaml").is_file()
+        seen["locked"] = locks.is_held(run_dir)
+        try:  # a second command's check, which runs before its Hydra writes anything
+            check_run_dir_argument([*train_arguments(tmp_path, run_dir, epochs=1), "seed=2"])
+        except ConfigError as error:
+            seen["second"] = str(error)
+
+    monkeypatch.setattr(trainer.tasks, "run_task", task)
+    assert run_cli(train_arguments(tmp_path, run_dir, epochs=1), cwd=tmp_path).returncode == 0
+    assert seen["hydra_written"] and seen["locked"], "locked while Hydra wrote .hydra/"
+    assert seen.get("second") == (
+        f"hydra.run.dir={run_dir} is in use by a running training (its .lock is held): a new run never "
+        f"reuses its folder. Choose a new folder"
+    )
+    assert not run_dir.exists(), "the first command trained nothing: its folder goes, and its lock with it"
+
+
+@pytest.mark.unit
+def test_a_command_hydra_refuses_leaves_no_locked_folder(tmp_path):
+    from trainer.runs import locks
+
+    run_dir = tmp_path / "run"
+    result = run_cli(["trainer.epochs=abc", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    assert result.returncode != 0
+    assert not run_dir.exists() and not locks.is_held(run_dir)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("environment", "task_index", "chief"),
+    [
+        ({}, None, True),
+        ({}, "1", False),
+        ({"SLURM_PROCID": "1"}, None, False),
+        ({"TF_CONFIG": '{"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 1}}'}, None, False),
+        ({"TF_CONFIG": '{"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 0}}'}, None, True),
+        ({"TF_CONFIG": "not json"}, None, True),
+    ],
+)
+def test_only_a_possible_chief_locks_the_folder_before_hydra(monkeypatch, environment, task_index, chief):
+    """Workers of one cluster may share `hydra.run.dir` (one shared disk): only the chief takes its lock."""
+    from trainer.distribute.cluster import may_be_chief
+
+    for name in ("TF_CONFIG", "SLURM_PROCID"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    assert may_be_chief(task_index) is chief
 
 
 @pytest.mark.integration

@@ -107,6 +107,20 @@ def _from_tf_config(text: str) -> Role:
     return Role(task_type, index, count_workers(cluster), "tf_config", bool(cluster.get("chief")))
 
 
+def may_be_chief(task_index: str | None) -> bool:
+    """Whether this process can be the chief, as far as the environment (and a `strategy.task_index=` given on
+    the command line) tells before the config is composed: a TF_CONFIG or Slurm task other than the chief, or a
+    task index above 0, is not. A TF_CONFIG that does not parse is left to the run's own one-line check."""
+    if os.environ.get("TF_CONFIG"):
+        try:
+            return _from_tf_config(os.environ["TF_CONFIG"]).is_chief
+        except ConfigError:
+            return True
+    if task_index not in (None, "0"):
+        return False
+    return os.environ.get("SLURM_PROCID", "0") == "0"
+
+
 def worker_role(source: str, workers: list[str] | None, task_index: int | None) -> Role:
     """This process's role, from the cluster `source` (auto tries TF_CONFIG, then `workers`, then Slurm).
 

@@ -14,6 +14,7 @@ import os
 import shutil
 from pathlib import Path
 
+from trainer.distribute import cluster
 from trainer.errors import ConfigError, DiskError
 from trainer.runs import locks
 
@@ -138,20 +139,31 @@ def check_run_dir_argument(arguments: list[str]) -> None:
             f"resume={resume} writes into the resumed run's own folder; drop hydra.run.dir={run_dir} "
             f"(it would split the run between two folders)"
         )
-    if locks.is_held(Path(run_dir)):  # a run in its first epoch: no training file yet, but its lock
-        raise ConfigError(
-            f"hydra.run.dir={run_dir} is in use by a running training (its {locks.LOCK} is held): a new run never "
-            f"reuses its folder. Choose a new folder"
-        )
+    if locks.is_held(Path(run_dir)):
+        raise _in_use(run_dir)
     found = [name for name in TRAINING_FILES if _holds(Path(run_dir) / name)]
     if found:
         raise ConfigError(
             f"hydra.run.dir={run_dir} holds a training run already ({', '.join(found)}): a new run never reuses "
             f"its folder. Choose a new folder, or continue that run with resume={run_dir}"
         )
+    if not cluster.may_be_chief(_argument(arguments, "strategy.task_index")):
+        return  # another task of a cluster: the chief writes the folder
+    try:  # locked before Hydra writes into it: a run still starting up (no lock of its own yet) is safe too
+        locks.claim(Path(run_dir))
+    except locks.RunLocked:  # taken since is_held looked
+        raise _in_use(run_dir) from None
 
 
-BOOKKEEPING = {".hydra", "run.log", "config_tree.txt"}  # what Hydra and the config printout write into any run folder
+def _in_use(run_dir: str) -> ConfigError:
+    return ConfigError(
+        f"hydra.run.dir={run_dir} is in use by a running training (its {locks.LOCK} is held): a new run never "
+        f"reuses its folder. Choose a new folder"
+    )
+
+
+# what Hydra, the config printout and the early lock (`locks.claim`) write into any run folder
+BOOKKEEPING = {".hydra", "run.log", "config_tree.txt", locks.LOCK}
 
 
 def remove_if_unused(folder: Path) -> bool:

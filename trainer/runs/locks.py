@@ -84,16 +84,16 @@ def is_held(folder: Path) -> bool:
 def run_lock(folder: Path) -> Iterator[None]:
     """Holds `folder/.lock` (an flock, released by the kernel when the process dies) while the body runs.
 
-    The file names the holder (pid, host, start); a lock left by a killed process is taken over.
+    The file names the holder (pid, host, start); a lock left by a killed process is taken over. A lock this
+    process `claim`ed is the one it holds.
 
     Raises:
         RunLocked: another live process holds the folder.
     """
     path = folder / LOCK
-    try:
-        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    except OSError as error:
-        raise DiskError(f"cannot write {path}: {error.strerror or error}") from None
+    descriptor = _claims.pop(path.resolve(), None)
+    if descriptor is None:
+        descriptor = _open(path)
     try:
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -125,6 +125,52 @@ def run_lock(folder: Path) -> Iterator[None]:
             os.ftruncate(descriptor, 0)  # released: an empty lock file names nobody
     finally:
         os.close(descriptor)
+
+
+def _open(path: Path) -> int:
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as error:
+        raise DiskError(f"cannot write {path}: {error.strerror or error}") from None
+
+
+_claims: dict[Path, int] = {}  # lock file -> descriptor: folders this process locked before it writes them
+
+
+def claim(folder: Path) -> None:
+    """Takes `folder/.lock` now, before anything is written into `folder` (Hydra writes `.hydra/` before the
+    run starts), and keeps it for this process's `run_lock`: a second command cannot slip in between.
+
+    Raises:
+        RunLocked: another live process holds the folder.
+        DiskError: the folder cannot be made or written.
+    """
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise DiskError(f"cannot make the run folder {folder}: {error.strerror or error}") from None
+    path = folder / LOCK
+    descriptor = _open(path)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(descriptor)
+        raise _locked_error(folder, _holder(path.read_text())) from None
+    except OSError:  # a filesystem without flock: run_lock's recorded-pid check is all there is
+        os.close(descriptor)
+        return
+    _claims[path.resolve()] = descriptor
+
+
+def release_claims() -> list[Path]:
+    """Lets go of every claimed lock no run took over (a command that ended before it trained), and returns
+    their folders."""
+    released = []
+    while _claims:
+        path, descriptor = _claims.popitem()
+        os.close(descriptor)
+        released.append(path.parent)
+    return released
 
 
 def _now() -> str:
