@@ -11,6 +11,7 @@ import struct
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -303,12 +304,32 @@ def _tracked_model(tmp_path: Path, cifar_dir: Path) -> tuple[str, str, Path]:
 
 
 def _uint8_images(count: int = 5) -> np.ndarray:
-    return np.random.default_rng(3).integers(0, 256, (count, 28, 28, 3), dtype=np.uint8)
+    """Images at the stored CIFAR size (32), which serving resizes and centre-crops to the model's 28."""
+    return np.random.default_rng(3).integers(0, 256, (count, 32, 32, 3), dtype=np.uint8)
+
+
+def _base64_png(image: np.ndarray) -> str:
+    import base64
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(image).save(buffer, format="PNG")
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def _expected(run_dir: Path, images: np.ndarray) -> np.ndarray:
+    """What the test evaluation gives for `images`: the model on their centre 28x28 crop."""
+    import keras
+
+    return keras.saving.load_model(run_dir / "checkpoints" / "best.keras").predict(images[:, 2:30, 2:30], verbose=0)
 
 
 @pytest.mark.integration
-def test_the_best_checkpoint_is_an_mlflow_model_that_pyfunc_loads_and_the_registry_holds(tmp_path, cifar_dir, capsys):
-    import keras
+def test_the_best_checkpoint_is_an_mlflow_model_that_takes_pixels_and_files(tmp_path, cifar_dir, capsys):
+    import pandas as pd
+    from mlflow.exceptions import MlflowException
 
     uri, run_id, run_dir = _tracked_model(tmp_path, cifar_dir)
     assert "━" not in capsys.readouterr().out, "no Keras progress bar while MLflow checks the logged model"
@@ -316,22 +337,72 @@ def test_the_best_checkpoint_is_an_mlflow_model_that_pyfunc_loads_and_the_regist
     try:
         loaded = mlflow.pyfunc.load_model(f"runs:/{run_id}/model")
         images = _uint8_images()
-        expected = keras.saving.load_model(run_dir / "checkpoints" / "best.keras").predict(images, verbose=0)
-        np.testing.assert_allclose(np.asarray(loaded.predict(images)), expected, atol=1e-6)
-        assert loaded.metadata.get_input_schema().inputs[0].type.name == "uint8"
-        assert loaded.metadata.metadata["class_names"][0] == "airplane"
+        expected = _expected(run_dir, images)
+        class_names = loaded.metadata.metadata["class_names"]
+        assert class_names[0] == "airplane"
+        assert loaded.metadata.get_input_schema().input_names() == ["images", "image_bytes"]
+        by_pixels = loaded.predict(pd.DataFrame({"images": [image.tolist() for image in images]}))
+        by_files = loaded.predict(pd.DataFrame({"image_bytes": [_base64_png(image) for image in images]}))
+        for answer in (by_pixels, by_files):
+            np.testing.assert_allclose(np.stack(answer["probabilities"]), expected, atol=1e-5)
+            assert list(answer["predicted_class"]) == [class_names[i] for i in expected.argmax(1)]
+            np.testing.assert_allclose(answer["probability"], expected.max(1), atol=1e-5)
+        mixed = loaded.predict(
+            pd.DataFrame({"images": [images[0].tolist(), None], "image_bytes": [None, _base64_png(images[1])]})
+        )
+        np.testing.assert_allclose(np.stack(mixed["probabilities"]), expected[:2], atol=1e-5)
+        empty = loaded.predict(pd.DataFrame({"image_bytes": pd.Series([], dtype=str)}))
+        assert len(empty) == 0 and list(empty.columns) == [
+            "predicted_index", "predicted_class", "probability", "probabilities"
+        ]  # fmt: skip
+        with pytest.raises(MlflowException, match="row 1: 'image_bytes' is not base64"):
+            loaded.predict(pd.DataFrame({"image_bytes": [_base64_png(images[0]), "not base64!"]}))
+        with pytest.raises(MlflowException, match="row 2: 'image_bytes' is not a JPEG, PNG, GIF, BMP or WebP image"):
+            loaded.predict(pd.DataFrame({"image_bytes": [_base64_png(images[0]), None, "bm90IGFuIGltYWdl"],
+                                         "images": [None, images[1].tolist(), None]}))  # fmt: skip
+        with pytest.raises(MlflowException, match=r"row 0: 'images' must be pixels \[height, width, 3\]"):
+            loaded.predict(pd.DataFrame({"images": [[[1, 2], [3, 4]]]}))
         (version,) = MlflowClient(tracking_uri=uri).search_model_versions("name='tiny'")
         assert version.run_id == run_id
     finally:
         mlflow.set_tracking_uri(None)
 
 
+def _post(port: int, payload: dict, deadline: float, process: subprocess.Popen) -> tuple[int, dict]:
+    """(status, answer) of the server's /invocations for `payload`, waiting until `deadline` for it to start."""
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/invocations", data=json.dumps(payload).encode(),
+        headers={"Content-Type": "application/json"},
+    )  # fmt: skip
+    while True:
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as error:
+            return error.code, json.loads(error.read())
+        except OSError:
+            assert process.poll() is None, "mlflow models serve exited"
+            assert time.monotonic() < deadline, "mlflow models serve did not start"
+            time.sleep(1)
+
+
 @pytest.mark.e2e
 @pytest.mark.slow  # `mlflow models serve` starts a server: ~10-60 s here
-def test_mlflow_models_serve_answers_with_the_models_probabilities(tmp_path, cifar_dir):
-    import keras
-
+def test_mlflow_models_serve_answers_every_documented_request_form(tmp_path, cifar_dir):
     uri, run_id, run_dir = _tracked_model(tmp_path, cifar_dir)
+    images = _uint8_images(3)
+    expected = _expected(run_dir, images)
+    pixels, files = [image.tolist() for image in images], [_base64_png(image) for image in images]
+    forms = {  # docs/models.md, "MLflow"
+        "dataframe_records, files": {"dataframe_records": [{"image_bytes": text} for text in files]},
+        "dataframe_split, files": {"dataframe_split": {"columns": ["image_bytes"], "data": [[text] for text in files]}},
+        "dataframe_records, pixels": {"dataframe_records": [{"images": image} for image in pixels]},
+        "dataframe_split, pixels": {"dataframe_split": {"columns": ["images"], "data": [[image] for image in pixels]}},
+        "instances, files": {"instances": [{"image_bytes": text} for text in files]},
+        "instances, pixels": {"instances": [{"images": image} for image in pixels]},
+        "inputs, files": {"inputs": {"image_bytes": files}},
+        "inputs, pixels": {"inputs": {"images": pixels}},
+    }
     port = _free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "mlflow", "models", "serve", "-m", f"runs:/{run_id}/model", "--env-manager", "local",
@@ -339,25 +410,17 @@ def test_mlflow_models_serve_answers_with_the_models_probabilities(tmp_path, cif
         cwd=tmp_path, env={**os.environ, "MLFLOW_TRACKING_URI": uri},
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
-    images = _uint8_images()
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{port}/invocations",
-        data=json.dumps({"inputs": images.tolist()}).encode(),
-        headers={"Content-Type": "application/json"},
-    )
     try:
         deadline = time.monotonic() + 180
-        while True:
-            try:
-                with urllib.request.urlopen(request, timeout=30) as response:
-                    answer = json.loads(response.read())
-                break
-            except OSError:
-                assert process.poll() is None, "mlflow models serve exited"
-                assert time.monotonic() < deadline, "mlflow models serve did not start"
-                time.sleep(1)
+        answers = {name: _post(port, payload, deadline, process) for name, payload in forms.items()}
+        empty = _post(port, {"dataframe_records": []}, deadline, process)
+        bad = _post(port, {"dataframe_records": [{"image_bytes": "bm90IGFuIGltYWdl"}]}, deadline, process)
     finally:
         os.killpg(process.pid, 15)
         process.wait(timeout=30)
-    expected = keras.saving.load_model(run_dir / "checkpoints" / "best.keras").predict(images, verbose=0)
-    np.testing.assert_allclose(np.asarray(answer["predictions"]), expected, atol=1e-5)
+    for name, (status, answer) in answers.items():
+        assert status == 200, (name, answer)
+        probabilities = np.array([row["probabilities"] for row in answer["predictions"]])
+        np.testing.assert_allclose(probabilities, expected, atol=1e-5, err_msg=name)
+    assert empty == (200, {"predictions": []})
+    assert bad[0] == 400 and "row 0: 'image_bytes' is not a JPEG, PNG, GIF, BMP or WebP image" in bad[1]["message"], bad

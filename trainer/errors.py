@@ -45,7 +45,8 @@ def op_error_reason(error: Exception) -> str:
     """The useful part of a TensorFlow `OpError`'s message: the text of our pipeline's assertions or of
     the ValueError of a Python step, else the first 300 characters without TensorFlow's op plumbing."""
     message = getattr(error, "message", None) or str(error)
-    match = re.search(r"assertion failed: \[([^\]]+)\]", message) or re.search(r"ValueError: ([^\n]+)", message)
+    assertion = re.search(r"assertion failed: \[(.*)\](?= \[Op:|$)", message, re.M)  # `x[3] is ...` whole
+    match = assertion or re.search(r"ValueError: ([^\n]+)", message)
     if match:
         return match.group(1)
     text = re.sub(r"\[Op:.*", "", TF_FUNCTION_NODE.sub("", message))

@@ -24,7 +24,7 @@ from trainer.errors import ConfigError
 from trainer.evaluation.report import FILES as REPORT_FILES
 from trainer.models.registry import build_target
 from trainer.tasks.data import Data
-from trainer.tracking.loggers import Tracker
+from trainer.tracking.loggers import MLflowTracker, Tracker
 from trainer.training.losses import class_weights, count_labels
 from trainer.training.optimizers import fitted_warmup
 
@@ -101,6 +101,10 @@ def build_trackers(logger: LoggerConfig, run_dir: Path) -> tuple[list[Tracker], 
         part = _build(f"logger.{name}", options, **runtime)
         if isinstance(part, Tracker):
             part.connect()
+            if isinstance(part, MLflowTracker):  # best.keras as an MLflow Model that serves files and pixels
+                from trainer.serving.mlflow_model import log_model
+
+                part.model_logger = log_model
             trackers.append(part)
         elif isinstance(part, keras.callbacks.Callback):
             others.append(part)

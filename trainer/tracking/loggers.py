@@ -26,16 +26,14 @@ import math
 import os
 import time
 import urllib.parse
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import keras
-import numpy as np
 
 from trainer.errors import ConfigError
-from trainer.runs import checkpoints
 from trainer.runs.atomic import write_json
 from trainer.runs.checkpoints import BEST
 
@@ -163,6 +161,9 @@ class MLflowTracker(Tracker):
             )
         self.experiment, self.timeout, self.register_model = experiment, timeout_seconds, register_model
         self.client, self.run_id, self.experiment_id = None, None, None
+        # (tracking URI, run id, best.keras, registered name) -> the logged model's URI; set by the task that
+        # trains (`trainer.serving.mlflow_model.log_model`): None logs no model
+        self.model_logger: Callable[[str, str, Path, str | None], str] | None = None
 
     def connect(self) -> None:
         if self.uri.startswith(("http://", "https://")):
@@ -258,60 +259,15 @@ class MLflowTracker(Tracker):
             relative = path.parent.relative_to(run_dir) if path.is_relative_to(run_dir) else Path()
             self.client.log_artifact(self.run_id, str(path), None if str(relative) == "." else str(relative))
         best = run_dir / BEST
-        if ok and best.is_file():
+        if ok and best.is_file() and self.model_logger is not None:
             try:
-                log_keras_model(self.uri, self.run_id, best, self.register_model)
+                uri = self.model_logger(self.uri, self.run_id, best, self.register_model)
             except Exception as error:  # a tracker never fails the run: its files are written already
                 log.warning("MLflow: could not log %s as an MLflow model: %s", best, error)
+            else:
+                registered = f", registered as {self.register_model!r}" if self.register_model else ""
+                log.info("MLflow: best.keras logged as the model runs:/%s/model (%s)%s", self.run_id, uri, registered)
         self.client.set_terminated(self.run_id, "FINISHED" if ok else "FAILED")
-
-
-def _save_keras_model(path: str, **options) -> None:
-    """`mlflow.keras.save_model`, making the model's folder first: MLflow 3.17's writes the input example into
-    the folder before it creates it (FileNotFoundError)."""
-    import mlflow.keras
-
-    os.makedirs(path, exist_ok=True)
-    mlflow.keras.save_model(path=path, **options)
-
-
-_KERAS_FLAVOR = SimpleNamespace(__name__="mlflow.keras", save_model=_save_keras_model)  # a flavor for Model.log
-
-
-def log_keras_model(uri: str, run_id: str, checkpoint: Path, register_as: str | None = None) -> None:
-    """The inference model of `checkpoint` as the MLflow Model `model` of the run (Keras flavor): a signature
-    (uint8 images -> probabilities), a uint8 input example, the class names as metadata; registered as
-    `register_as` when given. Then `mlflow.pyfunc.load_model("runs:/RUN_ID/model")` and `mlflow models serve`
-    work on it."""
-    import mlflow
-    import tensorflow as tf
-    from mlflow.models import Model, infer_signature
-
-    model, info = checkpoints.load(checkpoint)
-    example = np.zeros((2, *model.input_shape[1:]), np.uint8)
-    previous = mlflow.get_tracking_uri()
-    mlflow.set_tracking_uri(uri)  # the fluent API below reads it
-    interactive = keras.config.is_interactive_logging_enabled()
-    keras.config.disable_interactive_logging()  # MLflow's check of the input example predicts with a progress bar
-    try:
-        with mlflow.start_run(run_id=run_id):
-            logged = Model.log(  # mlflow.keras.log_model, with `_save_keras_model`
-                artifact_path=None,
-                flavor=_KERAS_FLAVOR,
-                model=model,
-                name="model",
-                signature=infer_signature(example, model.predict(example, verbose=0)),
-                input_example=example,
-                registered_model_name=register_as,
-                pip_requirements=[f"tensorflow=={tf.__version__}", f"keras=={keras.__version__}"],
-                metadata={"class_names": list(info.class_names), "image_size": info.image_size},
-            )
-    finally:
-        mlflow.set_tracking_uri(previous)
-        if interactive:
-            keras.config.enable_interactive_logging()
-    registered = f", registered as {register_as!r}" if register_as else ""
-    log.info("MLflow: best.keras logged as the model runs:/%s/model (%s)%s", run_id, logged.model_uri, registered)
 
 
 def finish_parent(sweep_dir: Path, best: float | None = None) -> None:
@@ -378,26 +334,6 @@ class WandbTracker(Tracker):
         for path in files:
             self.run.save(str(path), base_path=str(run_dir), policy="now")
         self.run.finish(exit_code=0 if ok else 1)
-
-
-def create(
-    mlflow: bool,
-    wandb: bool,
-    experiment: str,
-    tracking_uri: str | None = None,
-    wandb_mode: str = "offline",
-    wandb_entity: str | None = None,
-    timeout_seconds: float = 10.0,
-) -> list[Tracker]:
-    """The enabled trackers, each connected (a server that cannot be reached raises ConfigError now)."""
-    trackers: list[Tracker] = []
-    if mlflow:
-        trackers.append(MLflowTracker(tracking_uri, experiment, timeout_seconds))
-    if wandb:
-        trackers.append(WandbTracker(experiment, wandb_mode, wandb_entity, timeout_seconds))
-    for tracker in trackers:
-        tracker.connect()
-    return trackers
 
 
 @contextlib.contextmanager
