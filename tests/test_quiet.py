@@ -9,7 +9,7 @@ import sys
 import pytest
 from test_cats_dogs import make_pets
 
-from conftest import ROOT
+from conftest import ROOT, SUBPROCESS_ENV, tiny_overrides, write_cifar
 from trainer.quiet import NOISE, drop_noise, filtered_stderr
 
 NOISY = (
@@ -56,4 +56,20 @@ def test_a_resume_prints_no_tensorflow_noise(tmp_path):
     env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
     result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 1 and result.stderr.strip().splitlines()[-1].startswith("error: trainer.epochs")
+    assert not [line for line in result.stderr.splitlines() if NOISE.match(line) or "cuInit" in line], result.stderr
+
+
+@pytest.mark.e2e
+@pytest.mark.slow  # two joblib jobs in their own processes: ~25 s
+def test_a_joblib_sweep_prints_no_tensorflow_noise(tmp_path):
+    """The sweep's own process imports TensorFlow only at the end (the HParams summary), after the jobs ran in
+    joblib's workers: that import printed the banner and the cuInit line."""
+    pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
+    data = write_cifar(tmp_path / "cifar")
+    command = [sys.executable, str(ROOT / "run.py"), "-m", *tiny_overrides(data), "launcher=joblib",
+               "optimizer.lr=0.1,0.01", f"hydra.sweep.dir={tmp_path / 'sweep'}"]  # fmt: skip
+    env = {key: value for key, value in SUBPROCESS_ENV.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Sweep summary: 2 jobs, 0 failed" in result.stdout
     assert not [line for line in result.stderr.splitlines() if NOISE.match(line) or "cuInit" in line], result.stderr

@@ -26,6 +26,8 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from trainer import quiet
+
 log = logging.getLogger(__name__)
 
 COLUMNS = [
@@ -235,7 +237,7 @@ def _swept_values(config: DictConfig, overrides: list[str]) -> dict[str, Any]:
 
 def write_hparams(log_dir: Path, hparams: dict[str, Any], metrics: dict[str, float], trial: str) -> None:
     """Writes one TensorBoard HParams session (the values and `hparams/<metric>` scalars) into `log_dir`."""
-    import tensorflow as tf
+    tf = quiet.import_tensorflow()  # the sweep's own process (joblib's jobs ran elsewhere) may not have yet
     from tensorboard.plugins.hparams import api as hp
 
     with tf.summary.create_file_writer(str(log_dir)).as_default():
@@ -280,7 +282,7 @@ def _hparam(key: str, values: list[str]):
 
 def write_hparams_config(log_dir: Path, keys: dict[str, list[str]], metrics: list[str]) -> None:
     """The experiment-level HParams config, so TensorBoard's table lists every swept key (typed) and metric."""
-    import tensorflow as tf
+    tf = quiet.import_tensorflow()  # the sweep's own process (joblib's jobs ran elsewhere) may not have yet
     from tensorboard.plugins.hparams import api as hp
 
     with tf.summary.create_file_writer(str(log_dir)).as_default():
