@@ -26,6 +26,21 @@ def test_your_own_callback_is_built_from_its_target(tmp_path):
 
 
 @pytest.mark.unit
+def test_a_callback_monitoring_validation_without_validation_is_one_error():
+    """Keras's EarlyStopping only warns, every epoch, about a metric that never comes, and never stops."""
+    without = ["trainer.validate=false", "objective.metric=loss", "callbacks=early_stopping"]
+    settings = to_settings(compose([*without, "callbacks.early_stopping.monitor=val_loss"]))
+    with pytest.raises(
+        ConfigError,
+        match=r"^callbacks\.early_stopping\.monitor=val_loss: trainer\.validate=false leaves no validation metrics; "
+        r"monitor loss or validate in fit$",
+    ):
+        parts.build_callbacks(settings.callbacks, "constant", validate=settings.trainer.validate)
+    following = to_settings(compose(without))  # the monitor follows objective.metric
+    assert parts.build_callbacks(following.callbacks, "constant", validate=False)[0].monitor == "loss"
+
+
+@pytest.mark.unit
 def test_a_callback_target_that_is_no_callback_is_one_error():
     settings = to_settings(compose(["+callbacks.bad._target_=collections.OrderedDict"]))
     with pytest.raises(

@@ -71,12 +71,13 @@ def _build(key: str, options: dict[str, Any], **runtime: Any) -> Any:
 EMA_START_LEFT = 0.05  # an EMA that still holds more of the initial weights than this at the end is warned about
 
 
-def build_callbacks(callbacks: CallbacksConfig, schedule: str) -> list[keras.callbacks.Callback]:
+def build_callbacks(callbacks: CallbacksConfig, schedule: str, validate: bool = True) -> list[keras.callbacks.Callback]:
     """Every callback `callbacks=` chose (early stopping, LR on plateau, your own), built from its `_target_`.
 
     Raises:
         ConfigError: reduce_lr_on_plateau with a schedule that sets the rate every step; a target that is
-            not a Keras callback.
+            not a Keras callback; a callback that monitors a `val_` metric when `trainer.validate=false`
+            leaves none (Keras would only warn, every epoch, and never act).
     """
     if callbacks.reduce_lr_on_plateau is not None and schedule != "constant":
         raise ConfigError(
@@ -88,6 +89,12 @@ def build_callbacks(callbacks: CallbacksConfig, schedule: str) -> list[keras.cal
         callback = _build(f"callbacks.{name}", options)
         if not isinstance(callback, keras.callbacks.Callback):
             raise ConfigError(f"callbacks.{name}._target_={options['_target_']} must be a Keras callback")
+        monitor = getattr(callback, "monitor", None)
+        if not validate and isinstance(monitor, str) and monitor.startswith("val_"):
+            raise ConfigError(
+                f"callbacks.{name}.monitor={monitor}: trainer.validate=false leaves no validation metrics; monitor "
+                f"{monitor.removeprefix('val_')} or validate in fit"
+            )
         built.append(callback)
     return built
 

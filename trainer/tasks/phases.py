@@ -155,7 +155,7 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
             Workers(strategy).take_chief_state(model)
             model.optimizer.finalize_variable_values(model.trainable_variables)  # the EMA, as after fit
         return folder.ended or "completed"
-    extra = parts.build_callbacks(settings.callbacks, settings.optimizer.schedule.name)
+    extra = parts.build_callbacks(settings.callbacks, settings.optimizer.schedule.name, settings.trainer.validate)
     extra += pruning_callbacks(settings.trial, plan.metric, plan.chief)  # a search's trial with a pruner
     loggers_ = _loggers(plan, folder)
     weights = parts.class_weight(settings, plan.data)
