@@ -123,6 +123,25 @@ def test_a_command_hydra_refuses_leaves_no_locked_folder(tmp_path):
 
 
 @pytest.mark.unit
+def test_a_worker_may_share_the_folder_its_chief_holds(tmp_path, monkeypatch):
+    """TFJob and Slurm give every task one command: the chief holds `hydra.run.dir`, the others start anyway."""
+    from trainer.runs import locks
+
+    run_dir = tmp_path / "run"
+    workers = {"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}}
+    monkeypatch.setenv("TF_CONFIG", json.dumps({**workers, "task": {"type": "worker", "index": 0}}))
+    check_run_dir_argument(["strategy=multi_worker", f"hydra.run.dir={run_dir}"])  # the chief claims it
+    try:
+        monkeypatch.setenv("TF_CONFIG", json.dumps({**workers, "task": {"type": "worker", "index": 1}}))
+        check_run_dir_argument(["strategy=multi_worker", f"hydra.run.dir={run_dir}"])
+        monkeypatch.delenv("TF_CONFIG")
+        with pytest.raises(ConfigError, match="is in use by a running training"):
+            check_run_dir_argument([f"hydra.run.dir={run_dir}"])  # another run of its own is refused
+    finally:
+        locks.release_claims()
+
+
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("environment", "task_index", "chief"),
     [

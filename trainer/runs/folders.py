@@ -139,6 +139,8 @@ def check_run_dir_argument(arguments: list[str]) -> None:
             f"resume={resume} writes into the resumed run's own folder; drop hydra.run.dir={run_dir} "
             f"(it would split the run between two folders)"
         )
+    if not cluster.may_be_chief(_argument(arguments, "strategy.task_index")):
+        return  # another task of a cluster, which may share the chief's folder: the chief writes it
     if locks.is_held(Path(run_dir)):
         raise _in_use(run_dir)
     found = [name for name in TRAINING_FILES if _holds(Path(run_dir) / name)]
@@ -147,8 +149,6 @@ def check_run_dir_argument(arguments: list[str]) -> None:
             f"hydra.run.dir={run_dir} holds a training run already ({', '.join(found)}): a new run never reuses "
             f"its folder. Choose a new folder, or continue that run with resume={run_dir}"
         )
-    if not cluster.may_be_chief(_argument(arguments, "strategy.task_index")):
-        return  # another task of a cluster: the chief writes the folder
     try:  # locked before Hydra writes into it: a run still starting up (no lock of its own yet) is safe too
         locks.claim(Path(run_dir))
     except locks.RunLocked:  # taken since is_held looked
