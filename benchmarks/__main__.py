@@ -64,12 +64,26 @@ def text_table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def _commit() -> str:
+    """The commit measured, `abc1234` (`abc1234+changes` with uncommitted changes to tracked files); `an
+    unknown commit` outside a git checkout."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "-uno"], cwd=ROOT, capture_output=True, text=True)
+    except OSError:
+        return "an unknown commit"
+    if commit.returncode != 0:
+        return "an unknown commit"
+    return f"commit {commit.stdout.strip()}{'+changes' if dirty.stdout.strip() else ''}"
+
+
 def markdown_table(rows: list[Row], quick: bool) -> str:
     """The table for the docs, headed by when and where it was measured."""
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     where = f"{os.cpu_count()} CPU cores, {platform.machine()}, Python {platform.python_version()}"
     lines = [
-        f"Measured by `python -m benchmarks --markdown{' --quick' if quick else ''}` on {when} ({where}).",
+        f"Measured by `python -m benchmarks --markdown{' --quick' if quick else ''}` on {when} at {_commit()} "
+        f"({where}).",
         "",
         "| " + " | ".join(HEADER) + " |",
         "|" + "|".join(["---", "---:", "---:", "---", "---:", "---", "---"]) + "|",

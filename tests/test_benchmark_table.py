@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+
 import pytest
 
 import benchmarks.__main__ as bench
-from benchmarks.common import Row
+from benchmarks.common import ROOT, Row
 
 pytestmark = pytest.mark.unit
 
@@ -38,6 +41,9 @@ def test_markdown_is_a_table_headed_by_how_it_was_measured(monkeypatch, capsys):
     assert _main(monkeypatch, ROWS, "--markdown") == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("Measured by `python -m benchmarks --markdown` on ")
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    if commit.returncode == 0:  # a git checkout: the table names the commit it measured
+        assert re.search(rf" at commit {commit.stdout.strip()}(\+changes)? \(", lines[0]), lines[0]
     assert lines[2] == "| figure | ours | baseline | unit | ratio | target | met |"
     assert lines[4] == "| pipeline vs textbook | 300.0 | 100.0 | img/s | 3.00 | >= 2 | yes |"
     assert lines[6] == "| report only | 5.0 | 4.0 | s | 1.25 | report | - |"
