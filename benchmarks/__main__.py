@@ -1,7 +1,7 @@
 """Benchmarks, each measured side by side in one process: `python -m benchmarks [--quick] [--only NAME ...]`.
 
     python -m benchmarks --check                  # exit 1 when a row misses its target
-    python -m benchmarks --markdown > docs/figures/benchmarks.md   # the table the docs show
+    python -m benchmarks --markdown > docs/reference/benchmarks.md   # the page the docs show
 
 Prints one table: a row per figure, this project's number, the baseline's, the
 ratio and the target. Each case runs in a fresh process, so no case inherits
@@ -77,11 +77,21 @@ def _commit() -> str:
     return f"commit {commit.stdout.strip()}{'+changes' if dirty.stdout.strip() else ''}"
 
 
+PAGE_INTRO = """# Benchmark figures
+
+Each row is measured side by side in one process on this machine: this project's
+number, its baseline's, the ratio and the target. `python -m benchmarks --check` exits
+with 1 when a row misses its target. This page is the output of
+`python -m benchmarks --markdown`, committed as it came out (never edited by hand)."""
+
+
 def markdown_table(rows: list[Row], quick: bool) -> str:
-    """The table for the docs, headed by when and where it was measured."""
+    """docs/reference/benchmarks.md: the table, headed by when, at which commit and where it was measured."""
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     where = f"{os.cpu_count()} CPU cores, {platform.machine()}, Python {platform.python_version()}"
     lines = [
+        PAGE_INTRO,
+        "",
         f"Measured by `python -m benchmarks --markdown{' --quick' if quick else ''}` on {when} at {_commit()} "
         f"({where}).",
         "",

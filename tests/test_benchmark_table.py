@@ -37,9 +37,11 @@ def test_check_fails_naming_the_rows_that_miss(monkeypatch, capsys):
     assert _main(monkeypatch, missed) == 0, "without --check the table is only printed"
 
 
-def test_markdown_is_a_table_headed_by_how_it_was_measured(monkeypatch, capsys):
+def test_markdown_is_the_page_headed_by_how_it_was_measured(monkeypatch, capsys):
     assert _main(monkeypatch, ROWS, "--markdown") == 0
-    lines = capsys.readouterr().out.splitlines()
+    page = capsys.readouterr().out
+    assert page.startswith(bench.PAGE_INTRO + "\n\n")
+    lines = page.removeprefix(bench.PAGE_INTRO + "\n\n").splitlines()
     assert lines[0].startswith("Measured by `python -m benchmarks --markdown` on ")
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     if commit.returncode == 0:  # a git checkout: the table names the commit it measured

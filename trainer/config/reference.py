@@ -1,6 +1,6 @@
 """The config reference of the docs, generated from the schemas: every key, its type, default and meaning.
 
-    python -m trainer.config.reference          # Markdown on stdout; the docs build inserts it (docs/hooks.py)
+    python -m trainer.config.reference > docs/reference/config.md     # the page, committed (tests/test_docs.py)
 
 The meaning of a key is the comment on its line in `trainer/config/schema.py`, so the
 reference cannot drift from the code: a key without a comment shows as such.
@@ -164,5 +164,10 @@ def markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
+def page() -> str:
+    """docs/reference/config.md as committed: readable on GitHub and in an editor, and built into the manual."""
+    return "# Config keys\n\n" + markdown()
+
+
 if __name__ == "__main__":
-    print(markdown(), end="")
+    print(page(), end="")
