@@ -88,14 +88,28 @@ def test_training_without_validation_leaves_it_to_an_evaluator(tmp_path):
 
 
 @pytest.mark.integration
-def test_watching_a_run_that_has_ended_evaluates_what_is_there_and_stops(tmp_path):
+@pytest.mark.parametrize("tracked", [False, pytest.param(True, marks=pytest.mark.slow)])  # MLflow: +20-40 s
+def test_watching_a_run_that_has_ended_evaluates_what_is_there_and_stops(tmp_path, tracked):
+    """... and logs its figures into the run's MLflow run, found through tracking.json from another folder."""
     data = write_cifar(tmp_path / "cifar")
     run_dir, watcher = tmp_path / "run", tmp_path / "watcher"
-    trained = run_cli([*tiny_overrides(data), f"hydra.run.dir={run_dir}", "trainer.epochs=2"], cwd=tmp_path)
+    logger = ["logger=mlflow", f"logger.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}"] if tracked else []
+    trained = run_cli([*tiny_overrides(data), *logger, f"hydra.run.dir={run_dir}", "trainer.epochs=2"], cwd=tmp_path)
     assert trained.returncode == 0, trained.stderr[-3000:]
     arguments = ["mode=evaluate", f"checkpoint={run_dir}", "evaluate.watch=true", f"hydra.run.dir={watcher}"]
-    watched = run_cli(arguments, cwd=tmp_path)
+    (tmp_path / "elsewhere").mkdir()  # launched from another folder: the default store would be another one
+    watched = run_cli([*arguments, *(["logger.tracking_uri=null"] if tracked else [])], cwd=tmp_path / "elsewhere")
     assert watched.returncode == 0, watched.stderr[-3000:]
-    rows = [(row["epoch"], row["split"]) for row in csv_rows(watcher / "eval_history.csv")]
+    evaluations = csv_rows(watcher / "eval_history.csv")
+    rows = [(row["epoch"], row["split"]) for row in evaluations]
     best = json.loads((run_dir / "metrics.json").read_text())["best_epoch"]
     assert rows == [("2", "val"), (str(best), "test")]
+    if not tracked:
+        return
+    mlflow = pytest.importorskip("mlflow")
+    ids = json.loads((run_dir / "tracking.json").read_text())
+    client = mlflow.MlflowClient(tracking_uri=ids["mlflow_tracking_uri"])
+    for row in evaluations:
+        (logged,) = client.get_metric_history(ids["mlflow"], f"eval/{row['split']}_accuracy")
+        assert (logged.step, logged.value) == (int(row["epoch"]), pytest.approx(float(row["accuracy"])))
+    assert client.get_run(ids["mlflow"]).info.status == "FINISHED", "the watcher leaves the run as training left it"

@@ -6,7 +6,8 @@ What TF Model Garden's `continuous_eval` and Keras 2's `SidecarEvaluator` did. I
 `checkpoints/last.keras` and evaluates it on the validation split once the run has committed its epoch
 (the backup holds it), so it never sees an epoch a kill would redo. An epoch it was too slow for is
 skipped. It writes `eval_history.csv` (a row per evaluation) and TensorBoard scalars under
-`tensorboard/eval/` in its own folder, and only reads the run folder: it may run on any machine that
+`tensorboard/eval/` in its own folder (and `eval/val_accuracy`... into the run's MLflow run, by the id in
+its `tracking.json`), and only reads the run folder: it may run on any machine that
 sees it, and never takes the run's lock. When the run writes `metrics.json`, it evaluates the last epoch
 if it has not yet, then `best.keras` on the test split, and ends; without a new epoch for
 `evaluate.watch_timeout` seconds, it ends too.
@@ -32,7 +33,9 @@ from trainer.errors import ConfigError
 from trainer.runs import checkpoints, history
 from trainer.runs.backup import read_state
 from trainer.tasks.data import Data, load_data
+from trainer.tasks.parts import build_trackers
 from trainer.tasks.setup import Evaluation, evaluate_checkpoint, setup_strategy
+from trainer.tracking.loggers import Tracker
 
 log = logging.getLogger(__name__)
 
@@ -88,11 +91,13 @@ def committed_epochs(run: Path) -> int:
 
 
 class EvalLog:
-    """eval_history.csv and the TensorBoard scalars under tensorboard/eval/, in the watcher's own folder."""
+    """eval_history.csv and the TensorBoard scalars under tensorboard/eval/, in the watcher's own folder, and
+    `eval/<split>_<metric>` in the run's tracked runs (MLflow) at the epoch's step."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, trackers: list[Tracker] = ()):
         self.path = folder / FILE
         self.writer = tf.summary.create_file_writer(str(folder / "tensorboard" / "eval"))
+        self.trackers = trackers
 
     def add(self, epoch: int, split: str, metrics: dict) -> None:
         new = not self.path.is_file()
@@ -105,6 +110,8 @@ class EvalLog:
             for name in ("accuracy", "loss"):
                 tf.summary.scalar(f"{split}_{name}" if split != "val" else f"epoch_{name}", metrics[name])
         self.writer.flush()
+        for tracker in self.trackers:
+            tracker.log(epoch, {f"eval/{split}_{name}": metrics[name] for name in ("accuracy", "loss")})
 
 
 def _evaluate(settings: Config, strategy, data: Data, file: Path, split: str, out: Path) -> dict:
@@ -123,7 +130,8 @@ def watch(settings: Config, evaluator: bool = False) -> float:
     strategy = tf.distribute.get_strategy() if evaluator else setup_strategy(settings)
     data = load_data(settings.dataset, settings.trainer.batch_size, settings.seed, check_val=True)
     out.mkdir(parents=True, exist_ok=True)
-    evals, last_done, accuracy = EvalLog(out), 0, float("nan")
+    trackers = [tracker for tracker in build_trackers(settings.logger, out)[0] if tracker.join(run)]
+    evals, last_done, accuracy = EvalLog(out, trackers), 0, float("nan")
     idle_since, timeout = time.monotonic(), settings.evaluate.watch_timeout
     log.info("Watching %s: each epoch it commits is evaluated on the val split into %s", run, evals.path)
     while True:

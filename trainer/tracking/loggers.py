@@ -39,7 +39,7 @@ from trainer.runs.checkpoints import BEST
 
 log = logging.getLogger(__name__)
 
-RUN_IDS_FILE = "tracking.json"  # {tracker name: run id}, in the run folder: a resumed run reopens them
+RUN_IDS_FILE = "tracking.json"  # {tracker name: run id, URI_KEY: MLflow store}: a resume reopens them, a watcher joins
 PARENT_FILE = "mlflow_parent.json"  # in a sweep folder: the parent run of the sweep's jobs
 DEFAULT_MLFLOW_DB = "outputs/mlflow.db"  # relative to the launch folder
 
@@ -56,6 +56,9 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     for key, item in value.items():
         flat.update(flatten(item, f"{prefix}.{key}" if prefix else str(key)))
     return flat
+
+
+URI_KEY = "mlflow_tracking_uri"  # tracking.json: the MLflow store that holds the run
 
 
 def read_run_ids(run_dir: Path) -> dict[str, str]:
@@ -105,6 +108,27 @@ class Tracker(keras.callbacks.Callback):
             self._log(epoch + 1, _numbers(logs))
         except Exception as error:  # a tracker never stops training
             log.warning("%s: could not log epoch %d: %s", self.key, epoch + 1, error)
+
+    def join(self, run_dir: Path) -> bool:
+        """Logs, from now on, into the tracked run of `run_dir` (its `tracking.json`) that another process opened:
+        a watcher beside training adds its figures without starting or closing the run. Returns whether it can."""
+        ids = read_run_ids(run_dir)
+        run_id = ids.get(self.key)
+        if run_id is None or not self._join(run_id, ids):
+            return False
+        log.info("%s: logging into the run's tracked run %s", self.key, run_id)
+        return True
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        """Logs `metrics` at `step` into the joined run; a failure is a warning."""
+        try:
+            self._log(step, _numbers(metrics))
+        except Exception as error:
+            log.warning("%s: could not log step %d: %s", self.key, step, error)
+
+    def _join(self, run_id: str, ids: dict[str, str]) -> bool:
+        log.info("%s: a second process cannot write into its run; the watcher's figures stay in its files", self.key)
+        return False
 
     def finish(self, metrics: dict[str, Any], files: Iterable[Path], run_dir: Path, ok: bool = True) -> None:
         """Logs the final metrics and `files` (those that exist) and closes the run."""
@@ -220,6 +244,7 @@ class MLflowTracker(Tracker):
             run_tags["mlflow.parentRunId"] = self.parent_run(parent)
         run = self.client.create_run(self.experiment_id, tags=run_tags, run_name=name)
         self.run_id = run.info.run_id
+        _save_run_id(run_dir, URI_KEY, self.uri)  # where a watcher beside training finds the run
         items = [Param(key, str(value)[:6000]) for key, value in sorted(params.items())]
         for start in range(0, len(items), 100):  # MLflow takes at most 100 params per batch
             self.client.log_batch(self.run_id, params=items[start : start + 100])
@@ -240,6 +265,14 @@ class MLflowTracker(Tracker):
             )
             write_json(path, {"run_id": run.info.run_id, "tracking_uri": self.uri})
             return run.info.run_id
+
+    def _join(self, run_id: str, ids: dict[str, str]) -> bool:
+        from mlflow import MlflowClient
+
+        uri = ids.get(URI_KEY, self.uri)  # the store the run is in, wherever this process was started
+        self.client, self.uri = MlflowClient(tracking_uri=uri), uri
+        self.run_id = run_id  # logging by id: the run stays as its training left it (running or finished)
+        return True
 
     def _log(self, step, metrics) -> None:
         from mlflow.entities import Metric
