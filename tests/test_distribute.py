@@ -454,6 +454,77 @@ def test_waiting_for_peers_returns_once_they_answer_and_names_the_missing_ones(c
             wait_for_peers(f"127.0.0.1:{up}", {"worker1": f"127.0.0.1:{down}"}, timeout=5)
 
 
+def _vertex_environment(pools: list[dict], pool: int, index: int) -> dict[str, str]:
+    """TF_CONFIG and CLUSTER_SPEC as Vertex AI writes them for replica `index` of worker pool `pool` (extra keys
+    included; the evaluator of pool 3 is in CLUSTER_SPEC but not in TF_CONFIG's cluster)."""
+    names = {0: "chief", 1: "worker", 2: "ps", 3: "evaluator"}
+    addresses = {
+        number: [f"cmle-training-workerpool{number}-1a2b3c-{replica}:2222" for replica in range(spec["replicaCount"])]
+        for number, spec in enumerate(pools)
+        if spec
+    }
+    job = {"worker_pool_specs": pools}
+    cluster_spec = {
+        "cluster": {f"workerpool{number}": found for number, found in addresses.items()},
+        "environment": "cloud",
+        "task": {"type": f"workerpool{pool}", "index": index},
+        "job": json.dumps(job),
+    }
+    tf_config = {
+        "cluster": {names[number]: found for number, found in addresses.items() if number != 3},
+        "environment": "cloud",
+        "task": {"type": names[pool], "index": index, "trial": ""},
+        "job": job,
+    }
+    return {"CLUSTER_SPEC": json.dumps(cluster_spec), "TF_CONFIG": json.dumps(tf_config)}
+
+
+@pytest.mark.unit
+def test_the_vertex_custom_job_of_the_docs_gives_each_replica_its_role(monkeypatch):
+    """The CustomJob of docs/distributed.md, each replica's environment as Vertex AI writes it: TF_CONFIG and
+    CLUSTER_SPEC give the same roles, and CLUSTER_SPEC alone is read as the TF_CONFIG it describes."""
+    import yaml
+
+    text = (ROOT / "docs" / "distributed.md").read_text()
+    pools = yaml.safe_load(text.split("# vertex_job.yaml\n", 1)[1].split("```", 1)[0])["workerPoolSpecs"]
+    roles = {}
+    for pool, spec in enumerate(pools):
+        if not spec:
+            continue
+        assert spec["containerSpec"]["command"] == ["python", "run.py"]
+        assert spec["containerSpec"]["args"][0] == "strategy=multi_worker"
+        environment = _vertex_environment(pools, pool, 0)
+        for variables in (environment, {"CLUSTER_SPEC": environment["CLUSTER_SPEC"]}):
+            monkeypatch.delenv("TF_CONFIG", raising=False)
+            monkeypatch.delenv("CLUSTER_SPEC", raising=False)
+            for name, value in variables.items():
+                monkeypatch.setenv(name, value)
+            role = cluster.worker_role("auto", None, None)
+            assert roles.setdefault(pool, role) == role, "CLUSTER_SPEC alone must give TF_CONFIG's role"
+            assert cluster.may_be_chief(None) is role.is_chief
+    assert roles[0].is_chief and roles[0].num_workers == 2
+    assert not roles[1].is_chief and roles[1].task_type == "worker" and roles[3].is_evaluator
+    assert any(argument.startswith("checkpoint=") for argument in pools[3]["containerSpec"]["args"])
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("cluster_spec", "message"),
+    [
+        ("{", "CLUSTER_SPEC must be JSON with 'cluster' and 'task' (type, index)"),
+        ('{"cluster": {"workerpool9": ["a:1"]}, "task": {"type": "workerpool9", "index": 0}}',
+         "CLUSTER_SPEC: unknown worker pool 'workerpool9'; Vertex AI has"),
+        ('{"cluster": {"workerpool0": ["a:1"], "workerpool2": ["b:1"]}, "task": {"type": "workerpool0", "index": 0}}',
+         "the cluster has 'ps' tasks"),
+    ],
+)  # fmt: skip
+def test_a_bad_cluster_spec_is_one_line(monkeypatch, cluster_spec, message):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    monkeypatch.setenv("CLUSTER_SPEC", cluster_spec)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        cluster.worker_role("auto", None, None)
+
+
 @pytest.mark.unit
 def test_the_tfjob_of_the_docs_gives_each_replica_its_role(monkeypatch):
     """The TFJob of docs/distributed.md, with each replica's TF_CONFIG written as Kubeflow's training operator

@@ -107,15 +107,41 @@ def _from_tf_config(text: str) -> Role:
     return Role(task_type, index, count_workers(cluster), "tf_config", bool(cluster.get("chief")))
 
 
+VERTEX_POOLS = {"workerpool0": "chief", "workerpool1": "worker", "workerpool2": "ps", "workerpool3": EVALUATOR}
+
+
+def tf_config_of_cluster_spec(text: str) -> str:
+    """The TF_CONFIG that Vertex AI's `CLUSTER_SPEC` describes: worker pool 0 is the chief, 1 the workers, 2 the
+    parameter servers (refused later, as in TF_CONFIG), 3 the evaluator, which is no member of the cluster.
+
+    Raises:
+        ConfigError: it is not JSON with 'cluster' and 'task', or names a pool Vertex AI has not.
+    """
+    try:
+        spec = json.loads(text)
+        pools, task = spec["cluster"], spec["task"]
+        unknown = sorted(set(pools) - set(VERTEX_POOLS)) + ([] if task["type"] in VERTEX_POOLS else [task["type"]])
+        index = int(task["index"])
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        reason = f"missing {error}" if isinstance(error, KeyError) else str(error)
+        raise ConfigError(f"CLUSTER_SPEC must be JSON with 'cluster' and 'task' (type, index); {reason}") from None
+    if unknown:
+        raise ConfigError(f"CLUSTER_SPEC: unknown worker pool {unknown[0]!r}; Vertex AI has {list(VERTEX_POOLS)}")
+    cluster = {VERTEX_POOLS[pool]: list(addresses) for pool, addresses in pools.items() if pool != "workerpool3"}
+    return json.dumps({"cluster": cluster, "task": {"type": VERTEX_POOLS[task["type"]], "index": index}})
+
+
 def may_be_chief(task_index: str | None) -> bool:
     """Whether this process can be the chief, as far as the environment (and a `strategy.task_index=` given on
     the command line) tells before the config is composed: a TF_CONFIG or Slurm task other than the chief, or a
     task index above 0, is not. A TF_CONFIG that does not parse is left to the run's own one-line check."""
-    if os.environ.get("TF_CONFIG"):
-        try:
-            return _from_tf_config(os.environ["TF_CONFIG"]).is_chief
-        except ConfigError:
-            return True
+    text = os.environ.get("TF_CONFIG")
+    try:
+        text = text or (tf_config_of_cluster_spec(os.environ["CLUSTER_SPEC"]) if "CLUSTER_SPEC" in os.environ else None)
+        if text:
+            return _from_tf_config(text).is_chief
+    except ConfigError:
+        return True
     if task_index not in (None, "0"):
         return False
     return os.environ.get("SLURM_PROCID", "0") == "0"
@@ -129,6 +155,8 @@ def worker_role(source: str, workers: list[str] | None, task_index: int | None) 
     """
     if source not in CLUSTER_SOURCES:
         raise ConfigError(f"strategy.cluster must be one of {list(CLUSTER_SOURCES)}; got {source!r}")
+    if source in ("auto", "tf_config") and not os.environ.get("TF_CONFIG") and os.environ.get("CLUSTER_SPEC"):
+        os.environ["TF_CONFIG"] = tf_config_of_cluster_spec(os.environ["CLUSTER_SPEC"])  # TensorFlow's reader too
     if source in ("auto", "tf_config") and os.environ.get("TF_CONFIG"):
         return _from_tf_config(os.environ["TF_CONFIG"])
     if source in ("auto", "workers") and workers:
