@@ -348,6 +348,14 @@ def test_converter_skips_bad_images_and_rejects_bad_folders(tmp_path):
             ["strategy=mirrored", "strategy.cpu_devices=2", "trainer.batch_size=2"],
             "error: trainer.batch_size=2 leaves the last batch of the test split (359 records) 1 record(s) for 2",
         ),
+        (  # MLflow's file store: a traceback from MLflow at the end of the run
+            ["logger=mlflow", "logger.tracking_uri=file:///tmp/mlruns"],
+            "error: logger.tracking_uri=file:///tmp/mlruns: MLflow's file store is in maintenance mode",
+        ),
+        (  # a name the registry refuses: only a warning after the whole run
+            ["logger=mlflow", "logger.register_model=''"],
+            "error: logger.register_model='': a registered model's name must be non-empty",
+        ),
     ],
 )
 def test_run_py_prints_one_line_without_traceback(tmp_path, monkeypatch, arguments, expected):

@@ -225,3 +225,20 @@ def test_an_animated_gif_decodes_its_first_frame_only_under_a_memory_limit():
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().splitlines()[-1] == "(32, 32, 3) [10, 200, 30]"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "options", [{}, {"lossless": True}, {"exif": b"Exif\x00\x00II*\x00"}], ids=["VP8", "VP8L", "VP8X"]
+)
+def test_a_webps_size_is_read_from_its_header_in_each_of_its_three_forms(options):
+    """Lossy, lossless and extended WebP keep width and height in different bit fields; without them a WebP
+    decompression bomb would reach the decoder that `export.max_pixels` guards."""
+    from trainer.data.decode import image_format, image_size
+
+    for width, height in [(1, 1), (30, 40), (300, 17), (16383, 2)]:
+        buffer = io.BytesIO()
+        pixels = np.random.default_rng(width).integers(0, 256, (height, width, 3)).astype(np.uint8)
+        Image.fromarray(pixels).save(buffer, format="WEBP", **options)
+        data = tf.constant(buffer.getvalue())
+        assert image_size(data, image_format(data)).numpy().tolist() == [height, width]

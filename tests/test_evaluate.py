@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import cifar_overrides, compose, csv_rows
+from conftest import ROOT, cifar_overrides, compose, csv_rows
 from trainer.config import to_settings
 from trainer.errors import ConfigError, DataError
 from trainer.tasks import run_task
@@ -333,7 +333,7 @@ def test_no_csv_cell_is_a_spreadsheet_formula(tmp_path):
     from trainer.runs import checkpoints
     from trainer.tracking.reports import write_confusion_csv
 
-    names = ("=cmd|' /C calc'!A0", "+plus", "-minus", "@at", "\tTab", "plain")
+    names = ("=cmd|' /C calc'!A0", "+plus", "-minus", "@at", "\tTab", "\rReturn", "plain")
     checkpoint = tmp_path / "model.keras"
     model = build_models(build(len(names), (16, 16, 3))).inference
     checkpoints.save(model, checkpoint, checkpoints.ModelInfo(names, 16, 16, "standardize"))
@@ -356,3 +356,4 @@ def test_no_csv_cell_is_a_spreadsheet_formula(tmp_path):
         "'=HYPERLINK(x)/ok.png",
     ]
     assert all(row["predicted_class"].lstrip("'") in names for row in rows)
+    assert "OWASP" in (ROOT / "docs" / "workflows.md").read_text(), "the docs say what is done to such cells"

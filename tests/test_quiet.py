@@ -73,3 +73,18 @@ def test_a_joblib_sweep_prints_no_tensorflow_noise(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Sweep summary: 2 jobs, 0 failed" in result.stdout
     assert not [line for line in result.stderr.splitlines() if NOISE.match(line) or "cuInit" in line], result.stderr
+
+
+@pytest.mark.e2e
+@pytest.mark.slow  # a one-trial search in its own process: ~20 s
+def test_a_search_on_a_database_prints_no_alembic_lines(tmp_path):
+    """Optuna's RDBStorage sets its database up through alembic, which logs `setup plugin ...` at INFO."""
+    pytest.importorskip("optuna")
+    data = write_cifar(tmp_path / "cifar")
+    command = [sys.executable, str(ROOT / "run.py"), "-m", *tiny_overrides(data), "hparams_search=vgg19_optuna",
+               "hydra.sweeper.n_trials=1", f"hydra.sweeper.storage=sqlite:///{tmp_path / 'study.db'}",
+               f"hydra.sweep.dir={tmp_path / 'sweep'}"]  # fmt: skip
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600, env=SUBPROCESS_ENV)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "study.db").is_file()
+    assert "alembic" not in result.stdout + result.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -319,6 +320,17 @@ def test_a_resume_finds_a_changed_byte_that_the_sampled_checksum_never_reads(tmp
     (tmp_path / "data.json").rename(run_dir / "data.json")
     resume_run(tmp_path, run_dir)
     assert_finished_once(run_dir, 2)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("content", ["{not json", "[1, 2]", ""])
+def test_an_unreadable_data_json_is_refused_as_a_missing_one(tmp_path, content):
+    from trainer.runs.resume import DATA_FILE, bind_data
+
+    (tmp_path / DATA_FILE).write_text(content)
+    with pytest.raises(ConfigError, match=f"{re.escape(str(tmp_path / DATA_FILE))} is missing or unreadable"):
+        bind_data(tmp_path, {"train": {"records": 1, "files": []}}, resume=str(tmp_path), done=1)
+    bind_data(tmp_path, {"train": {"records": 1, "files": []}}, resume=str(tmp_path), done=1, allow_change=True)
 
 
 @pytest.mark.integration

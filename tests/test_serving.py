@@ -221,10 +221,19 @@ def test_an_empty_batch_gets_an_empty_answer_from_both_signatures(tiny_saved_mod
 
 
 @pytest.mark.integration
-def test_serve_bytes_refuses_an_image_over_max_pixels_naming_its_index(tmp_path):
+@pytest.mark.parametrize("image_format", ["PNG", "JPEG", "GIF", "BMP", "WebP"])
+def test_serve_bytes_refuses_an_image_over_max_pixels_naming_its_index(tmp_path, image_format):
+    """The size comes from the file's header, before any pixel is decoded: a 389 KB PNG of 20000 x 20000 took
+    the serving process past 6 GB. The default limit is Pillow's."""
+    from PIL import Image
+
+    from trainer.config.schema import ExportConfig
+    from trainer.data.decode import MAX_PIXELS
+
+    assert ExportConfig().max_pixels == MAX_PIXELS == Image.MAX_IMAGE_PIXELS
     model, info = _tiny_model()
     path = saved_model.write_saved_model(model, tmp_path, info, max_pixels=1000)
-    small, large = (_encode(RNG.integers(0, 256, (side, side, 3)).astype(np.uint8), "PNG") for side in (30, 40))
+    small, large = (_encode(RNG.integers(0, 256, (side, side, 3)).astype(np.uint8), image_format) for side in (30, 40))
     encoded = load_runner("saved_model", path, "serve_bytes")
     assert encoded(np.array([small], dtype=object)).shape == (1, 3)
     message = r"image_bytes\[1\]: decompression bomb: an image of 40 x 40 pixels, over the limit of 1000"

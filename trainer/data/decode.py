@@ -91,7 +91,7 @@ def _number(values: tf.Tensor, little_endian: tf.Tensor) -> tf.Tensor:
 
 
 def image_size(data: tf.Tensor, kind: tf.Tensor) -> tf.Tensor:
-    """(height, width) from the header of one JPEG, PNG, GIF or BMP (WebP: (0, 0), not read) without decoding."""
+    """(height, width) from the header of one JPEG, PNG, GIF, BMP or WebP without decoding."""
     data = data[tf.newaxis]
 
     def png():
@@ -105,13 +105,23 @@ def image_size(data: tf.Tensor, kind: tf.Tensor) -> tf.Tensor:
         values = tf.bitcast(tf.cast(tf.reshape(_bytes_at(data, 18, 8), [2, 4]), tf.uint8), tf.int32)
         return tf.abs(tf.reverse(values, [0]))
 
-    branches = [
-        lambda: tf.io.extract_jpeg_shape(data[0])[:2],
-        png,
-        gif,
-        bmp,
-        lambda: tf.zeros([2], tf.int32),
-    ]
+    def webp():  # the first chunk after RIFF....WEBP: VP8 (lossy), VP8L (lossless) or VP8X (extended)
+        chunk, head = tf.strings.substr(data[0], 12, 4), _bytes_at(data, 20, 10)[0]  # its tag, its data
+        lossy = tf.stack([(head[8] + head[9] * 256) % 16384, (head[6] + head[7] * 256) % 16384])  # after 3+3
+        lossless = tf.stack(  # 14 bits of width - 1, then 14 of height - 1, after the 0x2f signature
+            [head[2] // 64 + head[3] * 4 + (head[4] % 16) * 1024 + 1, head[1] + (head[2] % 64) * 256 + 1]
+        )
+        extended = tf.stack(  # 24 bits each of width - 1 and height - 1, after 4 bytes of flags
+            [head[7] + head[8] * 256 + head[9] * 65536 + 1, head[4] + head[5] * 256 + head[6] * 65536 + 1]
+        )
+        unknown = tf.zeros([2], tf.int32)  # the decoder refuses it
+        return tf.where(
+            tf.equal(chunk, b"VP8 "),
+            lossy,
+            tf.where(tf.equal(chunk, b"VP8L"), lossless, tf.where(tf.equal(chunk, b"VP8X"), extended, unknown)),
+        )
+
+    branches = [lambda: tf.io.extract_jpeg_shape(data[0])[:2], png, gif, bmp, webp]
     return tf.switch_case(tf.maximum(kind, 0), branches)
 
 

@@ -18,6 +18,7 @@ is marked failed and, up to `retries` times, enqueued again with the same parame
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 import threading
@@ -53,6 +54,7 @@ def open_storage(url: str) -> Any:
     import optuna
     from optuna.storages.journal import JournalFileBackend
 
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # a database's schema set-up: 7 INFO lines otherwise
     try:
         if "://" in url:
             return optuna.storages.RDBStorage(url)
