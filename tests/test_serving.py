@@ -129,7 +129,9 @@ def test_export_all_formats_each_checked_against_keras(trained_run, tmp_path):
     # Sizes are the files' bytes (no folder entries); input and output names as each runtime reports them.
     folder_files = [path for path in (export_dir / saved_model.VERSION).rglob("*") if path.is_file()]
     assert files["saved_model"]["bytes"] == sum(path.stat().st_size for path in folder_files)
-    assert files["saved_model"]["output"]["name"] == "probabilities"
+    serve = tf.saved_model.load(str(export_dir / saved_model.VERSION)).signatures["serve"]
+    assert files["saved_model"]["input"]["name"] == next(iter(serve.structured_input_signature[1]))
+    assert files["saved_model"]["output"]["name"] == next(iter(serve.structured_outputs)) == "probabilities"
     import onnxruntime
     from ai_edge_litert.interpreter import Interpreter
 
@@ -137,6 +139,7 @@ def test_export_all_formats_each_checked_against_keras(trained_run, tmp_path):
     assert files["onnx"]["input"]["name"] == session.get_inputs()[0].name
     assert files["onnx"]["output"]["name"] == session.get_outputs()[0].name
     interpreter = Interpreter(model_path=str(export_dir / "model.tflite"))
+    assert files["litert"]["input"]["name"] == interpreter.get_input_details()[0]["name"]
     assert files["litert"]["output"]["name"] == interpreter.get_output_details()[0]["name"]
     assert files["litert"]["output"]["shape"] == [None, 10]
     model = keras.saving.load_model(run_dir / "checkpoints" / "best.keras")

@@ -98,11 +98,19 @@ def _saved_model(
     return {
         "path": path.name,
         "signatures": saved_model.SIGNATURES,
-        "output": {"name": io_names("saved_model", path)["output"], "dtype": "float32"},
+        **_named_io(io_names("saved_model", path)),
         "max_pixels": max_pixels,  # serve_bytes refuses a larger image (export.max_pixels)
         "bytes": _size(path),
         **measured,
         "max_difference_serve_bytes_png": encoded["max_difference"],
+    }
+
+
+def _named_io(names: dict[str, str]) -> dict:
+    """The `serve` signature's input and output, named as TensorFlow reports them (of any size: no shape)."""
+    return {
+        "input": {"name": names["input"], "dtype": "uint8"},
+        "output": {"name": names["output"], "dtype": "float32"},
     }
 
 
