@@ -78,6 +78,13 @@ def test_cosine_warms_up_then_decays_to_alpha():
     assert build_learning_rate("constant", 0.3, 10, 10) == 0.3
 
 
+def test_a_warmup_longer_than_the_run_is_cut_so_the_run_reaches_its_peak_rate():
+    """experiment=cifar_vgg19_modern warms up for 5 epochs; a 4-epoch trial of it never reached its peak."""
+    schedule = build_learning_rate("cosine", 0.1, steps_per_epoch=10, epochs=4, warmup_epochs=5, alpha=0.0)
+    rates = [_lr(schedule, step) for step in range(40)]
+    assert max(rates) == pytest.approx(0.1) and rates.index(max(rates)) == 4, "a tenth of the run: 4 steps"
+
+
 def test_unknown_names_are_one_clear_error():
     from trainer.errors import ConfigError
 
