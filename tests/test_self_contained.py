@@ -43,6 +43,7 @@ def test_evaluate_with_only_the_run_folder_equals_training(cifar_run, tmp_path):
     assert f"Config of {run_dir}/.hydra/config.yaml reused" in log and "overridden here: nothing" in log
 
 
+@pytest.mark.slow  # 14 s; tests/test_config_reuse.py keeps the merge rule in the default suite
 def test_typed_keys_win_over_the_run_config(cifar_run, tmp_path):
     root, run_dir = cifar_run
     typed = ["mode=evaluate", f"checkpoint={run_dir}", "evaluate.split=val"]

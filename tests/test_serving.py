@@ -166,6 +166,7 @@ def test_export_all_formats_each_checked_against_keras(trained_run, tmp_path):
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # 25 s: the default suite keeps the export that passes its check (test_export_all_formats...)
 def test_an_export_that_fails_its_check_is_one_line_and_writes_nothing(trained_run, tmp_path, monkeypatch):
     _, run_dir = trained_run
     monkeypatch.setattr(bundle, "FLOAT_TOLERANCE", 0.0)  # no float export matches to the last bit
