@@ -114,6 +114,14 @@ def test_the_run_folder_is_locked_before_hydra_writes_into_it(tmp_path, monkeypa
 
 
 @pytest.mark.unit
+def test_a_run_folder_given_as_an_interpolation_is_left_to_hydra(tmp_path, monkeypatch):
+    """`hydra.run.dir=${worker_dir:...}` is resolved by Hydra (claimed per run): no folder of that literal name."""
+    monkeypatch.chdir(tmp_path)
+    check_run_dir_argument(["hydra.run.dir=${worker_dir:outputs/same-second,${resume}}"])
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.unit
 def test_a_command_hydra_refuses_leaves_no_locked_folder(tmp_path):
     from trainer.runs import locks
 

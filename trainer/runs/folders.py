@@ -132,8 +132,8 @@ def check_run_dir_argument(arguments: list[str]) -> None:
     if "-m" in arguments or "--multirun" in arguments:
         return  # jobs get their own folders under hydra.sweep.dir
     run_dir, resume = _argument(arguments, "hydra.run.dir"), _argument(arguments, "resume")
-    if run_dir is None:
-        return
+    if run_dir is None or "${" in run_dir:
+        return  # an interpolation (Hydra resolves it): not a folder this check can name
     if resume is not None:
         raise ConfigError(
             f"resume={resume} writes into the resumed run's own folder; drop hydra.run.dir={run_dir} "
