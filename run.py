@@ -91,9 +91,9 @@ def cli(arguments: list[str] | None = None, exit_hard_on_disk_error: bool = True
     try:
         check_arguments(arguments)  # trainer.epoch=2: our one line, not Hydra's seven
         check_group_keys(arguments, CONFIG_DIR)  # dataset.imag_size=64 too, against the dataset chosen
+        check_writable_output(arguments)  # first: the run folder's lock below makes the folder
         check_run_dir_argument(arguments)  # Hydra writes .hydra/ into it before main() runs
         check_resume_argument(arguments)  # ... and makes the run folder from it
-        check_writable_output(arguments)
     except UserError as error:
         _release_claims()
         if os.environ.get("HYDRA_FULL_ERROR") == "1":  # the debug flag: the error with its traceback
