@@ -184,7 +184,7 @@ def test_mirrored_on_one_machine_keeps_one_pipeline_for_every_replica():
     strategy = strategies.mirrored(["/cpu:0"])
     dataset = tf.data.Dataset.range(4)
     assert topology.num_input_pipelines(strategy) == 1
-    assert strategies.training_input(strategy, dataset, lambda context: tf.data.Dataset.range(1)) is dataset
+    assert strategies.distribute_training_data(strategy, dataset, lambda context: tf.data.Dataset.range(1)) is dataset
 
 
 def _share_lines(output: str) -> list[str]:

@@ -206,7 +206,7 @@ def stopped_early(callbacks: list[keras.callbacks.Callback]) -> bool:
     return any(isinstance(item, keras.callbacks.EarlyStopping) and item.stopped_epoch > 0 for item in callbacks)
 
 
-def training_input(settings: Config, data: Data, weights: dict[int, float] | None, start_batch: int = 0):
+def weighted_training_data(settings: Config, data: Data, weights: dict[int, float] | None, start_batch: int = 0):
     """(the training dataset from batch `start_batch` of its stream on, its per-worker builder, fit's
     `class_weight`): with MixUp or CutMix, class weights become each image's sample weight in the pipeline (its
     soft label's weighted mean), not `class_weight`, which would weigh a soft label by its largest share alone."""
