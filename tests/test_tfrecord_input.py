@@ -500,7 +500,7 @@ def test_unequal_converter_shards_are_shared_by_record_ranges_from_the_manifest_
     def no_counting(*args, **kwargs):
         raise AssertionError("the manifest lists every file's count")
 
-    monkeypatch.setattr(tfrecords, "count_records", no_counting)
+    monkeypatch.setattr(tfrecords, "scan_records", no_counting)
     settings = to_settings(compose(_train_overrides(str(tmp_path / "records"))))
     data = load_data(settings.dataset, 2, 0, num_workers=2)
     assert data.train_steps == 6  # 6 records per worker, 1 per step

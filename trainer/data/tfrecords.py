@@ -369,7 +369,7 @@ def _parse_checked(path: str, batch: tf.Tensor, description: dict, first: int) -
     raise DataError(f"{path}: records {first} to {first + len(batch) - 1} do not parse")
 
 
-def count_records(path: str, spec: RecordSpec | None = None, num_classes: int | None = None) -> int:
+def scan_records(path: str, spec: RecordSpec | None = None, num_classes: int | None = None) -> int:
     """Records in a file, every checksum checked (and every label, given `num_classes`).
 
     Raises:
