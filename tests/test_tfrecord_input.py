@@ -15,7 +15,7 @@ from test_cats_dogs import SIZE, make_pets
 
 from conftest import compose, csv_rows, launch_workers, tfrecord_parts
 from trainer.data import pipeline, predict_inputs, record_writer, shares, tfrecords
-from trainer.data.convert import ConvertOptions, convert
+from trainer.data.folder_to_records import ConvertOptions, convert
 from trainer.data.preprocess import Preprocess
 from trainer.data.shares import Records
 from trainer.errors import DataError
@@ -541,7 +541,7 @@ def test_predict_reads_a_clean_record_file_in_tf_data_without_python_per_record(
     from test_cats_dogs import make_pets
 
     from trainer.data import predict_inputs, record_rows
-    from trainer.data.convert import ConvertOptions, convert
+    from trainer.data.folder_to_records import ConvertOptions, convert
     from trainer.data.preprocess import Preprocess
 
     make_pets(tmp_path / "in", per_class=5)

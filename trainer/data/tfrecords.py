@@ -1,5 +1,5 @@
-"""TFRecord image files: the feature spec shared by the writer (`trainer.data.convert`) and the reader, and the
-checks of the files themselves (globs, compression, first record, every record's checksum and label).
+"""TFRecord image files: the feature spec shared by the writer (`trainer.data.folder_to_records`) and the reader,
+and the checks of the files themselves (globs, compression, first record, every record's checksum and label).
 
 Two layouts:
 - `raw`, the classic Cats-vs-Dogs recipe: `label` (int64) and `img_raw` (the
