@@ -22,7 +22,7 @@ from trainer.config.schema import CallbacksConfig, Config, LoggerConfig
 from trainer.data.mixing import with_class_weights
 from trainer.errors import ConfigError
 from trainer.evaluation.report import FILES as REPORT_FILES
-from trainer.models.registry import build_target
+from trainer.models.targets import build_target
 from trainer.tasks.data import Data
 from trainer.tracking.loggers import MLflowTracker, Tracker
 from trainer.training.losses import class_weights, count_labels
