@@ -54,7 +54,7 @@ def _decode_ceiling(photos: Path, workers: int, rounds: int) -> tuple[float, flo
 
 
 def converter(folder: Path, quick: bool) -> list[Row]:
-    from trainer.data.convert import ConvertOptions, convert
+    from trainer.data.folder_to_records import ConvertOptions, convert
 
     count = 60 if quick else 3000  # enough that starting the worker processes (~0.5 s, spawn) weighs little
     photos = _photos(folder, count)

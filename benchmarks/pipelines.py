@@ -202,14 +202,14 @@ def worker_shares(folder: Path, quick: bool) -> list[Row]:
     what `distribute_datasets_from_function` gives each worker's InputContext (tests/test_tfrecord_input.py and
     tests/test_worker_shares.py train two loopback workers on them)."""
     from trainer.data import shares, tfrecords
-    from trainer.data.binary import BinaryLayout, count_records
+    from trainer.data.binary import BinaryLayout, records_by_size
     from trainer.data.sources import FixedLengthReader, Source, TFRecordReader
 
     count = 256 if quick else 1024
     rows = []
     for num_files, label in ((8, "whole files, 8 shards"), (1, "record ranges, 1 shard")):
         files = pet_records(folder, "raw", count, shards=num_files)
-        counts = [tfrecords.count_records(path) for path in files]
+        counts = [tfrecords.scan_records(path) for path in files]
         plan = shares.plan(files, counts, 2, 16)
         most = max(_records_read(Source(worker, TFRecordReader())) for worker in plan.workers)
         rows.append(
@@ -221,7 +221,7 @@ def worker_shares(folder: Path, quick: bool) -> list[Row]:
         (folder / f"part{index}").mkdir(exist_ok=True)
     files = [cifar_files(folder / f"part{index}", per_file)[0] for index in range(5)]
     train = 5 * per_file - per_file // 2
-    plan = shares.plan(files, [count_records(path, layout) for path in files], 2, 64, limit=train)
+    plan = shares.plan(files, [records_by_size(path, layout) for path in files], 2, 64, limit=train)
     reader = FixedLengthReader(layout.record_bytes)
     most = max(_records_read(Source(worker, reader)) for worker in plan.workers)
     label = "CIFAR .bin, 5 files, validation held out"

@@ -182,7 +182,7 @@ def tfrecord_parts(files, spec, labeled: bool = True, num_classes: int | None = 
 
     paths = [str(file) for file in files]
     if shares is None:
-        shares = Records.whole_files(paths, sum(tfrecords.count_records(path, spec) for path in paths))
+        shares = Records.whole_files(paths, sum(tfrecords.scan_records(path, spec) for path in paths))
     reader = TFRecordReader(tfrecords.compression_of(paths, spec.compression))
     return Source(shares, reader), TFRecordDecoder(spec, num_classes if labeled else None, labeled)
 
@@ -196,7 +196,7 @@ def binary_parts(files, layout, records=None, num_classes: int | None = None):
 
     paths = [str(file) for file in files]
     if records is None:
-        records = Records.whole_files(paths, sum(binary.count_records(path, layout) for path in paths))
+        records = Records.whole_files(paths, sum(binary.records_by_size(path, layout) for path in paths))
     return Source(records, FixedLengthReader(layout.record_bytes)), BinaryDecoder(layout, num_classes)
 
 

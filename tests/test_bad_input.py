@@ -20,8 +20,8 @@ from test_cats_dogs import _classic_records
 
 from conftest import cifar_overrides, compose, pattern_records, run_cli, write_cifar
 from trainer.data import tfrecords
-from trainer.data.convert import ConvertOptions, convert
-from trainer.data.convert import main as convert_main
+from trainer.data.folder_to_records import ConvertOptions, convert
+from trainer.data.folder_to_records import main as convert_main
 from trainer.errors import UserError
 from trainer.tasks import run_task
 

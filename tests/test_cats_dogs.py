@@ -14,8 +14,8 @@ from PIL import Image
 
 from conftest import ROOT, SUBPROCESS_ENV, TINY_MODEL, check_run_metrics, compose, tfrecord_parts
 from trainer.data import pipeline, record_rows, tfrecords
-from trainer.data.convert import ConvertOptions, convert, main
 from trainer.data.decode import decode_image
+from trainer.data.folder_to_records import ConvertOptions, convert, main
 from trainer.data.images import reason_for
 from trainer.data.preprocess import Preprocess
 from trainer.errors import DataError

@@ -15,7 +15,7 @@ from PIL import Image
 from test_cats_dogs import SIZE, make_pets
 
 from trainer.data import record_rows, record_writer, tfrecords
-from trainer.data.convert import ConvertOptions, convert, main
+from trainer.data.folder_to_records import ConvertOptions, convert, main
 from trainer.errors import UserError
 
 OPTIONS = ConvertOptions(image_size=SIZE, records_per_shard=5, workers=1)

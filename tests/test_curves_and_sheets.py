@@ -12,7 +12,7 @@ from PIL import Image
 from test_cats_dogs import make_pets
 
 from conftest import TINY_MODEL, cifar_overrides, compose, write_cifar
-from trainer.data.convert import ConvertOptions, convert
+from trainer.data.folder_to_records import ConvertOptions, convert
 from trainer.tasks import run_task
 from trainer.tracking.curves import draw_curves
 from trainer.tracking.sheets import sheet_layout, tile_origin

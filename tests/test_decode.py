@@ -17,8 +17,8 @@ from PIL import Image, ImageOps
 from conftest import ROOT, SUBPROCESS_ENV, compose, csv_rows
 from trainer.config.store import to_settings
 from trainer.data import predict_inputs, tfrecords
-from trainer.data.convert import ConvertOptions, convert
 from trainer.data.decode import decode_image, decode_rgb, exif_orientation
+from trainer.data.folder_to_records import ConvertOptions, convert
 from trainer.data.images import decode_files
 from trainer.data.preprocess import Preprocess
 from trainer.runs.checkpoints import ModelInfo

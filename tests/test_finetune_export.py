@@ -14,7 +14,7 @@ import tensorflow as tf
 from test_cats_dogs import make_pets
 
 from conftest import compose, csv_rows, run_cli
-from trainer.data.convert import ConvertOptions, convert
+from trainer.data.folder_to_records import ConvertOptions, convert
 from trainer.data.preprocess import to_model_size
 from trainer.errors import DataError
 from trainer.models.finetune import base_layers

@@ -226,7 +226,7 @@ def test_resume_refuses_a_command_line_that_changes_the_experiment(saved_run, ov
 @pytest.mark.integration
 def test_resume_alone_takes_the_run_config_and_allows_safe_changes(saved_run, caplog):
     from conftest import compose
-    from trainer.config.resume import bind_to_run
+    from trainer.config.bind import bind_to_run
 
     cli = [f"resume={saved_run}", "trainer.epochs=5", "trainer.verbose=1", "trainer.threads=1"]
     with caplog.at_level("INFO"):

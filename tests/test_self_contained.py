@@ -14,7 +14,7 @@ from test_cats_dogs import make_pets
 
 from conftest import TINY_MODEL, compose, run_cli, tfrecord_parts
 from trainer.data import pipeline, tfrecords
-from trainer.data.convert import ConvertOptions, convert
+from trainer.data.folder_to_records import ConvertOptions, convert
 from trainer.data.preprocess import Preprocess
 from trainer.errors import DataError
 from trainer.tasks import run_task

@@ -15,7 +15,7 @@ from test_cats_dogs import SIZE, make_pets
 
 from conftest import compose, csv_rows, launch_workers, tfrecord_parts
 from trainer.data import pipeline, predict_inputs, record_writer, shares, tfrecords
-from trainer.data.convert import ConvertOptions, convert
+from trainer.data.folder_to_records import ConvertOptions, convert
 from trainer.data.preprocess import Preprocess
 from trainer.data.shares import Records
 from trainer.errors import DataError
@@ -500,7 +500,7 @@ def test_unequal_converter_shards_are_shared_by_record_ranges_from_the_manifest_
     def no_counting(*args, **kwargs):
         raise AssertionError("the manifest lists every file's count")
 
-    monkeypatch.setattr(tfrecords, "count_records", no_counting)
+    monkeypatch.setattr(tfrecords, "scan_records", no_counting)
     settings = to_settings(compose(_train_overrides(str(tmp_path / "records"))))
     data = load_data(settings.dataset, 2, 0, num_workers=2)
     assert data.train_steps == 6  # 6 records per worker, 1 per step
@@ -541,7 +541,7 @@ def test_predict_reads_a_clean_record_file_in_tf_data_without_python_per_record(
     from test_cats_dogs import make_pets
 
     from trainer.data import predict_inputs, record_rows
-    from trainer.data.convert import ConvertOptions, convert
+    from trainer.data.folder_to_records import ConvertOptions, convert
     from trainer.data.preprocess import Preprocess
 
     make_pets(tmp_path / "in", per_class=5)

@@ -11,7 +11,7 @@ from conftest import binary_parts, compose, launch_workers, pattern_records, wri
 from trainer.config import to_settings
 from trainer.data import pipeline, shares
 from trainer.data.augmentation import Augmentation
-from trainer.data.binary import BinaryLayout, count_records
+from trainer.data.binary import BinaryLayout, records_by_size
 from trainer.data.preprocess import Preprocess
 from trainer.tasks.data import load_data
 
@@ -57,7 +57,7 @@ def test_binary_shares_are_disjoint_and_cover_the_train_split_once(
 ):
     files = _binary_files(tmp_path, counts)
     total = sum(counts) - val_size
-    plan = shares.plan(files, [count_records(path, CIFAR) for path in files], num_workers, records_per_step, total)
+    plan = shares.plan(files, [records_by_size(path, CIFAR) for path in files], num_workers, records_per_step, total)
     assert plan.whole_files == whole_files
     read = [_share_indices(worker) for worker in plan.workers]
     assert [len(indices) for indices in read] == [worker.count for worker in plan.workers]
@@ -184,7 +184,7 @@ def test_mirrored_on_one_machine_keeps_one_pipeline_for_every_replica():
     strategy = strategies.mirrored(["/cpu:0"])
     dataset = tf.data.Dataset.range(4)
     assert topology.num_input_pipelines(strategy) == 1
-    assert strategies.training_input(strategy, dataset, lambda context: tf.data.Dataset.range(1)) is dataset
+    assert strategies.distribute_training_data(strategy, dataset, lambda context: tf.data.Dataset.range(1)) is dataset
 
 
 def _share_lines(output: str) -> list[str]:

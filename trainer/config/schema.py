@@ -239,7 +239,7 @@ class EvaluateConfig:
 @dataclass
 class PredictConfig:
     input: str | None = None  # a folder of images, a glob of images, .bin or TFRecord files
-    format: str = "auto"  # auto (by file name) | images | records (.bin) | tfrecord
+    format: str = "auto"  # auto (by file name) | images | binary (fixed-length .bin) | tfrecord | records (old binary)
     output: str | None = None  # the CSV; default: predictions.csv in the run folder
     workers: int = 0  # image files decoded at once (tf.data); 0: one per core
     tta: str = "none"  # none | flip: the mean of the probabilities of each image and its mirror image
@@ -248,8 +248,8 @@ class PredictConfig:
     def __post_init__(self) -> None:
         require(self.tta in TTA, "predict.tta", "none or flip", self.tta)
         require(self.top_k >= 0, "predict.top_k", ">= 0 (0: none)", self.top_k)
-        formats = ("auto", "images", "records", "tfrecord")
-        require(self.format in formats, "predict.format", "auto, images, records or tfrecord", self.format)
+        formats = ("auto", "images", "binary", "tfrecord", "records")  # records: binary's old name, still read
+        require(self.format in formats, "predict.format", "auto, images, binary or tfrecord", self.format)
         require(self.workers >= 0, "predict.workers", ">= 0 (0: one per core)", self.workers)
 
 

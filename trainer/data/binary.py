@@ -107,7 +107,7 @@ def locate(
     return paths
 
 
-def count_records(path: str | os.PathLike, layout: BinaryLayout) -> int:
+def records_by_size(path: str | os.PathLike, layout: BinaryLayout) -> int:
     """Number of records in one file, checking that its size is a whole number of records."""
     size = os.path.getsize(path)
     if size == 0:
@@ -126,7 +126,7 @@ def stored_labels(path: str | os.PathLike, layout: BinaryLayout) -> np.ndarray:
     Raises:
         DataError: the file size is not a whole number of records.
     """
-    count = count_records(path, layout)
+    count = records_by_size(path, layout)
     records = np.memmap(path, dtype=np.uint8, mode="r", shape=(count, layout.record_bytes))
     return np.array(records[:, layout.label_index], dtype=np.int64)
 
@@ -170,9 +170,9 @@ def make_splits(
     for path in [*train_paths, *test_paths]:
         read_labels(path, layout, num_classes)
     train_files = [str(path) for path in train_paths]
-    train_counts = [count_records(path, layout) for path in train_paths]
+    train_counts = [records_by_size(path, layout) for path in train_paths]
     num_train = sum(train_counts)
-    test = Records.whole_files([str(path) for path in test_paths], sum(count_records(p, layout) for p in test_paths))
+    test = Records.whole_files([str(path) for path in test_paths], sum(records_by_size(p, layout) for p in test_paths))
     if 0 < val_size < 1:
         val_size = max(1, round(val_size * num_train))
     val_size = int(val_size)

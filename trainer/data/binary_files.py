@@ -69,7 +69,10 @@ class BinaryFiles:
             {name: Source(split, reader) for name, split in splits.items()},
             BinaryDecoder(layout, self.num_classes),
             self.class_names,
-            lambda: ([str(path) for path in train_paths], [binary.count_records(path, layout) for path in train_paths]),
+            lambda: (
+                [str(path) for path in train_paths],
+                [binary.records_by_size(path, layout) for path in train_paths],
+            ),
         )
 
     def predict_chunks(self, kind: str, files: list, preprocess, num_classes: int, batch_size: int):

@@ -45,7 +45,8 @@ Chunk = tuple[list[Item], tf.Tensor | None]  # items, and images for those witho
 
 
 TFRECORD_SUFFIXES = (".tfrecord", ".tfrecords", ".tfrec", ".record")
-KINDS = {"images": "images", "records": "records", "tfrecord": "tfrecords"}  # predict.format -> kind
+KINDS = {"images": "images", "binary": "records", "tfrecord": "tfrecords"}  # predict.format -> kind
+FORMAT_ALIASES = {"records": "binary"}  # predict.format's old names, still read: old -> today's
 
 
 def is_tfrecord_name(name: str) -> bool:
@@ -94,6 +95,13 @@ def resolve_inputs(spec: str, format: str = "auto") -> tuple[str, list[Path | st
     Raises:
         DataError: nothing matches, or a remote input is not TFRecords.
     """
+    if format in FORMAT_ALIASES:
+        log.warning(
+            "predict.format=%s is deprecated: it is predict.format=%s, the same fixed-length .bin records",
+            format,
+            FORMAT_ALIASES[format],
+        )
+        format = FORMAT_ALIASES[format]
     if "://" in spec:
         try:
             names = sorted(name for name in tf.io.gfile.glob(spec) if not tf.io.gfile.isdir(name))

@@ -40,7 +40,7 @@ def _count(files: list[str], manifest: dict | None, split: str, spec, num_classe
     entry = _manifest_entry(manifest, split, files)
     if entry:
         return int(entry["count"])
-    return sum(tfrecords.count_records(file, spec, num_classes) for file in files)
+    return sum(tfrecords.scan_records(file, spec, num_classes) for file in files)
 
 
 def _file_counts(files: list[str], manifest: dict | None, spec) -> list[int]:
@@ -50,7 +50,7 @@ def _file_counts(files: list[str], manifest: dict | None, spec) -> list[int]:
     if len(listed) == len(entry.get("files", [])) and listed:
         return [int(listed[file.rsplit("/", 1)[-1]]) for file in files]
     log.info("Counting the records of %d train file(s) for the worker shares <strategy=multi_worker>", len(files))
-    return [tfrecords.count_records(file, spec) for file in files]
+    return [tfrecords.scan_records(file, spec) for file in files]
 
 
 def _bad_record_finder(files: dict[str, list[str]], spec: tfrecords.RecordSpec, num_classes: int):

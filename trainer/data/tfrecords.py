@@ -1,5 +1,5 @@
-"""TFRecord image files: the feature spec shared by the writer (`trainer.data.convert`) and the reader, and the
-checks of the files themselves (globs, compression, first record, every record's checksum and label).
+"""TFRecord image files: the feature spec shared by the writer (`trainer.data.folder_to_records`) and the reader,
+and the checks of the files themselves (globs, compression, first record, every record's checksum and label).
 
 Two layouts:
 - `raw`, the classic Cats-vs-Dogs recipe: `label` (int64) and `img_raw` (the
@@ -369,7 +369,7 @@ def _parse_checked(path: str, batch: tf.Tensor, description: dict, first: int) -
     raise DataError(f"{path}: records {first} to {first + len(batch) - 1} do not parse")
 
 
-def count_records(path: str, spec: RecordSpec | None = None, num_classes: int | None = None) -> int:
+def scan_records(path: str, spec: RecordSpec | None = None, num_classes: int | None = None) -> int:
     """Records in a file, every checksum checked (and every label, given `num_classes`).
 
     Raises:

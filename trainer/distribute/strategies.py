@@ -117,7 +117,7 @@ def describe(strategy: tf.distribute.Strategy, name: str) -> None:
     log.info("Strategy %s with %d replica(s) <strategy=%s>", kind, strategy.num_replicas_in_sync, name)
 
 
-def training_input(
+def distribute_training_data(
     strategy: tf.distribute.Strategy,
     dataset: tf.data.Dataset,
     for_worker: Callable[[tf.distribute.InputContext], tf.data.Dataset] | None = None,

@@ -58,9 +58,9 @@ def print_config_tree(cfg: DictConfig, path: Path | None = None) -> str:
 
 def with_run_config(cfg: DictConfig, overrides: Sequence[str]) -> DictConfig:
     """For evaluate/predict/export/inspect of a run folder: the run's saved config, what was typed on top.
-    For `resume=RUN`: the run's saved config, the command line checked against it (trainer.config.resume)."""
+    For `resume=RUN`: the run's saved config, the command line checked against it (trainer.config.bind)."""
     if cfg.mode == "train" and cfg.get("resume"):
-        from trainer.config.resume import bind_to_run
+        from trainer.config.bind import bind_to_run
         from trainer.runs.resume import resolve_resume
 
         return bind_to_run(cfg, Path(resolve_resume(cfg.resume, cfg.output_dir)), overrides)

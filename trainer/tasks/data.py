@@ -28,7 +28,7 @@ from trainer.data.parts import DatasetPart, Splits
 from trainer.data.preprocess import Preprocess
 from trainer.data.sources import Source
 from trainer.errors import ConfigError, DataError, op_error_reason
-from trainer.models.registry import build_target
+from trainer.models.targets import build_target
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,8 @@ class Data:
     resize_mode: str  # how encoded images are made square before the resize (`trainer.data.decode`)
     augment: Augmentation  # its model view becomes the training wrapper's random layers
     class_counts: dict[str, dict[str, int]] | None = None  # per split, when known without reading the images
-    # Under multi-worker training, the train pipeline of one worker's share (`distribute.training_input`).
+    # Under multi-worker training, the train pipeline of one worker's share
+    # (`trainer.distribute.strategies.distribute_training_data`).
     train_for_worker: Callable[[tf.distribute.InputContext], tf.data.Dataset] | None = None
     train_steps: int | None = None  # multi-worker: the steps per epoch that every worker's share holds
     # The same training input from batch N of its stream on: (train, train_for_worker), for a resumed run.

@@ -22,7 +22,7 @@ from trainer.config.schema import CallbacksConfig, Config, LoggerConfig
 from trainer.data.mixing import with_class_weights
 from trainer.errors import ConfigError
 from trainer.evaluation.report import FILES as REPORT_FILES
-from trainer.models.registry import build_target
+from trainer.models.targets import build_target
 from trainer.tasks.data import Data
 from trainer.tracking.loggers import MLflowTracker, Tracker
 from trainer.training.losses import class_weights, count_labels
@@ -206,7 +206,7 @@ def stopped_early(callbacks: list[keras.callbacks.Callback]) -> bool:
     return any(isinstance(item, keras.callbacks.EarlyStopping) and item.stopped_epoch > 0 for item in callbacks)
 
 
-def training_input(settings: Config, data: Data, weights: dict[int, float] | None, start_batch: int = 0):
+def weighted_training_data(settings: Config, data: Data, weights: dict[int, float] | None, start_batch: int = 0):
     """(the training dataset from batch `start_batch` of its stream on, its per-worker builder, fit's
     `class_weight`): with MixUp or CutMix, class weights become each image's sample weight in the pipeline (its
     soft label's weighted mean), not `class_weight`, which would weigh a soft label by its largest share alone."""

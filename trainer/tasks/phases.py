@@ -180,12 +180,12 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
             backup.save(phase.start)
         first = max(folder.done, phase.start)
         # Each phase's fit reads the input stream from its start; a resumed one goes on where its backup was made.
-        train, train_for_worker, class_weight = parts.training_input(
+        train, train_for_worker, class_weight = parts.weighted_training_data(
             settings, plan.data, weights, (first - phase.start) * steps
         )
         try:
             model.fit(
-                strategies.training_input(strategy, train, train_for_worker),
+                strategies.distribute_training_data(strategy, train, train_for_worker),
                 initial_epoch=first,
                 epochs=phase.end,
                 steps_per_epoch=steps,

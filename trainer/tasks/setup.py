@@ -21,7 +21,7 @@ from trainer.distribute import strategies
 from trainer.distribute.cluster import WORKER_PREFIX
 from trainer.errors import ConfigError
 from trainer.evaluation.report import ReportOptions, write_report
-from trainer.models.registry import build_target
+from trainer.models.targets import build_target
 from trainer.models.tta import with_tta
 from trainer.runs import checkpoints
 from trainer.tasks.data import Data

@@ -85,7 +85,7 @@ def _metrics(run_dir: Path) -> dict[str, Any]:
         return {}
 
 
-def append_row(summary: Path, row: dict[str, Any]) -> None:
+def append_summary_row(summary: Path, row: dict[str, Any]) -> None:
     """Appends one row (writing the header first if the file is new), holding an exclusive lock."""
     summary.parent.mkdir(parents=True, exist_ok=True)
     with open(summary, "a+", newline="") as handle:
@@ -101,7 +101,8 @@ def append_row(summary: Path, row: dict[str, Any]) -> None:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def read_rows(summary: Path) -> list[dict[str, str]]:
+def read_summary(summary: Path) -> list[dict[str, str]]:
+    """Every row of a sweep's summary file (the history of one run is `trainer.runs.history.read_rows`)."""
     with open(summary, newline="") as handle:
         return list(csv.DictReader(handle))
 
@@ -202,13 +203,13 @@ class SweepSummary(Callback):
             "run_dir": str(run_dir),
             **{key: metrics.get(key, "") for key in COLUMNS[3:8]},
         }
-        append_row(sweep_folder(run_dir, hydra.sweep) / self.filename, row)
+        append_summary_row(sweep_folder(run_dir, hydra.sweep) / self.filename, row)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         summary = Path(config.hydra.sweep.dir) / self.filename
         if not summary.exists():
             return
-        rows = read_rows(summary)
+        rows = read_summary(summary)
         failed = sum(row["status"] == "failed" for row in rows)
         mode = config.get("objective", {}).get("mode", "max")
         print(f"Sweep summary: {len(rows)} jobs, {failed} failed -> {summary}")
@@ -345,4 +346,4 @@ class SweepHParams(Callback):
 
 
 def _rows_or_empty(summary: Path) -> list[dict[str, str]]:
-    return read_rows(summary) if summary.is_file() else []
+    return read_summary(summary) if summary.is_file() else []

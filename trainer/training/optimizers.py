@@ -11,7 +11,7 @@ from typing import Any
 
 import keras
 
-from trainer.models.registry import build_target
+from trainer.models.targets import build_target
 
 
 def constant(lr: float, steps_per_epoch: int, epochs: int, **_) -> float:
