@@ -357,6 +357,8 @@ def test_overlapping_globs_are_read_once_and_the_log_says_so(tmp_path, caplog):
         (["train.tfrecords_000"], "auto", "tfrecords"),
         (["shard-0", "shard-1"], "tfrecord", "tfrecords"),
         (["a.bin"], "auto", "records"),
+        (["data"], "binary", "records"),
+        (["data"], "records", "records"),  # predict.format's old name for binary: read, with a warning
         (["a.jpg", "b.png"], "auto", "images"),
     ],
 )
