@@ -166,14 +166,21 @@ def _blank_png(side: int) -> str:
 
 
 def _requirements() -> list[str]:
-    """The pins of vggtrain's own dependencies as installed here: the serving environment MLflow builds."""
+    """The pins of vggtrain's own dependencies as installed here: the serving environment MLflow builds (outside
+    an installed vggtrain, e.g. a checkout on PYTHONPATH: TensorFlow and Keras, which the model needs)."""
+    try:
+        declared = importlib.metadata.requires("vggtrain") or []
+    except importlib.metadata.PackageNotFoundError:
+        declared = ["tensorflow", "keras"]
     pins = [f"mlflow=={mlflow.__version__}"]
-    for requirement in importlib.metadata.requires("vggtrain") or []:
+    for requirement in declared:
         if "extra ==" in requirement:
             continue
-        name = requirement.split(";")[0].split("[")[0].strip()
-        name = name.split(">")[0].split("<")[0].split("=")[0].split("!")[0].split("~")[0].strip()
-        pins.append(f"{name}=={importlib.metadata.version(name)}")
+        name = re.split(r"[\s;\[<>=!~]", requirement.strip(), maxsplit=1)[0]
+        try:
+            pins.append(f"{name}=={importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            pins.append(name)
     return pins
 
 
