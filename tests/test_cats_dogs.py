@@ -356,6 +356,7 @@ def test_training_on_separable_cats_and_dogs_reaches_high_accuracy(tmp_path):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # 14 s; mirrored training stays in the default suite (tests/test_distribute.py)
 def test_raw_records_train_under_mirrored_and_the_process_exits(tmp_path):
     """Under MirroredStrategy one pipeline feeds both replicas, and `run.py` exits (the test model: the point is the
     process and its console)."""

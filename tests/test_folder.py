@@ -183,6 +183,7 @@ def test_each_bad_folder_is_one_line_naming_it(tmp_path):
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # 16 s; the share arithmetic is in the default suite (tests/test_worker_shares.py)
 def test_each_worker_reads_its_own_whole_files(tmp_path):
     root = make_folder(tmp_path / "photos", "splits", per_class=4)
     data = load_data(_settings(root).dataset, batch_size=4, seed=0, num_workers=2)
