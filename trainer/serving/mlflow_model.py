@@ -188,13 +188,16 @@ def log_model(uri: str, run_id: str, checkpoint: Path, register_as: str | None =
     """Logs `checkpoint` (its inference model) as the MLflow Model `model` of the run `run_id`, with this
     package as its code, the class names and image size as metadata; registered as `register_as` when given.
     Returns the model's URI."""
-    _, info = checkpoints.load(checkpoint)
+    info = checkpoints.read_info(checkpoint)
+    if info is None:
+        raise ValueError(f"{checkpoint} holds no vggtrain.json")  # a checkpoint this run wrote always does
     previous = mlflow.get_tracking_uri()
     mlflow.set_tracking_uri(uri)  # the fluent API below reads it
     interactive = keras.config.is_interactive_logging_enabled()
     keras.config.disable_interactive_logging()  # no Keras progress bar while MLflow loads the model back
     pyfunc_log = logging.getLogger("mlflow.pyfunc")
-    level, pyfunc_log.level = pyfunc_log.level, logging.ERROR  # its advice on pickling, its check of the example
+    level = pyfunc_log.level
+    pyfunc_log.setLevel(logging.ERROR)  # its advice on pickling, its check of the input example
     try:
         with mlflow.start_run(run_id=run_id):
             logged = mlflow.pyfunc.log_model(
