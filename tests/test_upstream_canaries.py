@@ -135,26 +135,6 @@ def test_keras_cutmix_label_weight_is_still_not_the_share_of_pixels_kept():
     )
 
 
-# --- MLflow: save_model writes the input example before it makes the folder -------------------------------------
-
-
-@pytest.mark.unit
-def test_mlflow_keras_save_model_still_fails_on_a_new_folder_with_an_input_example(tmp_path):
-    import mlflow.keras
-
-    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
-    example = np.zeros((1, 3), np.float32)
-    try:
-        mlflow.keras.save_model(model, path=str(tmp_path / "model"), input_example=example)
-    except FileNotFoundError:
-        return
-    pytest.fail(
-        "upstream fixed mlflow.keras.save_model writing the input example before making the folder "
-        "(mlflow/mlflow#16183): remove the makedirs of trainer/tracking/loggers.py::_save_keras_model (logging "
-        "through mlflow.keras.log_model again) and this canary"
-    )
-
-
 # --- Hydra: a failed job's exception only in the private `_return_value` ------------------------------------------
 
 
