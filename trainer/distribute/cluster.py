@@ -131,13 +131,19 @@ def tf_config_of_cluster_spec(text: str) -> str:
     return json.dumps({"cluster": cluster, "task": {"type": VERTEX_POOLS[task["type"]], "index": index}})
 
 
+def _tf_config_text() -> str | None:
+    """TF_CONFIG, or where it is absent the one Vertex AI's CLUSTER_SPEC describes; None without either."""
+    if os.environ.get("TF_CONFIG"):
+        return os.environ["TF_CONFIG"]
+    return tf_config_of_cluster_spec(os.environ["CLUSTER_SPEC"]) if os.environ.get("CLUSTER_SPEC") else None
+
+
 def may_be_chief(task_index: str | None) -> bool:
     """Whether this process can be the chief, as far as the environment (and a `strategy.task_index=` given on
     the command line) tells before the config is composed: a TF_CONFIG or Slurm task other than the chief, or a
     task index above 0, is not. A TF_CONFIG that does not parse is left to the run's own one-line check."""
-    text = os.environ.get("TF_CONFIG")
     try:
-        text = text or (tf_config_of_cluster_spec(os.environ["CLUSTER_SPEC"]) if "CLUSTER_SPEC" in os.environ else None)
+        text = _tf_config_text()
         if text:
             return _from_tf_config(text).is_chief
     except ConfigError:
@@ -155,10 +161,9 @@ def worker_role(source: str, workers: list[str] | None, task_index: int | None) 
     """
     if source not in CLUSTER_SOURCES:
         raise ConfigError(f"strategy.cluster must be one of {list(CLUSTER_SOURCES)}; got {source!r}")
-    if source in ("auto", "tf_config") and not os.environ.get("TF_CONFIG") and os.environ.get("CLUSTER_SPEC"):
-        os.environ["TF_CONFIG"] = tf_config_of_cluster_spec(os.environ["CLUSTER_SPEC"])  # TensorFlow's reader too
-    if source in ("auto", "tf_config") and os.environ.get("TF_CONFIG"):
-        return _from_tf_config(os.environ["TF_CONFIG"])
+    if source in ("auto", "tf_config") and (text := _tf_config_text()):
+        os.environ["TF_CONFIG"] = text  # from CLUSTER_SPEC alone: TensorFlow's own resolver reads it too
+        return _from_tf_config(text)
     if source in ("auto", "workers") and workers:
         if task_index is None or not 0 <= task_index < len(workers):
             raise ConfigError(
