@@ -85,7 +85,8 @@ def write_atomic(path: str | os.PathLike, write: Callable[[Path], Any]) -> Path:
             write(temporary)
         except OSError as error:
             _release_hdf5(temporary)
-            raise DiskError(f"cannot write {path}: {_reason(error)}; the previous file is unchanged") from None
+            kept = "; the previous file is unchanged" if os.path.exists(path) else ""
+            raise DiskError(f"cannot write {path}: {_reason(error)}{kept}") from None
     return Path(path)
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from trainer.config import reuse, to_settings
+from trainer.runs.atomic import write_atomic
 
 log = logging.getLogger(__name__)
 # Modes that read a trained run: with checkpoint=RUN they start from the run's own config.
@@ -51,8 +52,7 @@ def print_config_tree(cfg: DictConfig, path: Path | None = None) -> str:
     recorder.print(tree)
     text = recorder.export_text()
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+        write_atomic(path, lambda temporary: temporary.write_text(text))  # a full disk: one DiskError line
     return text
 
 

@@ -22,7 +22,6 @@ from trainer.config.schema import Config
 from trainer.distribute import strategies, topology
 from trainer.distribute.accumulation import accumulate_across_replicas
 from trainer.distribute.agreement import Workers
-from trainer.errors import DiskError
 from trainer.models.finetune import set_trainable
 from trainer.models.preprocessing import Models
 from trainer.runs.backup import RunBackup, mark_ended
@@ -213,9 +212,6 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
             folder.invocation["outcome"] = "interrupted" if stop.signum == signal.SIGINT else "preempted"
             folder.invocation["stopped"] = STOPPED_BY[stop.signum]
             return folder.invocation["outcome"]
-        except DiskError as error:
-            hint = f"Free space or fix permissions, then continue with: python run.py resume={folder.run_dir}"
-            raise DiskError(f"{error}. {hint}") from None
         switched_here = True
         for outcome, ended in (("pruned", pruned(extra)), ("stopped_early", parts.stopped_early(extra))):
             if ended:

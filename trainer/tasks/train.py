@@ -28,7 +28,7 @@ from trainer.data.decode import DECODE
 from trainer.distribute import topology
 from trainer.distribute.agreement import chief_numbers
 from trainer.distribute.failures import collective_errors
-from trainer.errors import ConfigError, Interrupted
+from trainer.errors import ConfigError, DiskError, Interrupted
 from trainer.models.preprocessing import Models, build_models
 from trainer.models.registry import build_model
 from trainer.runs import history, locks
@@ -238,6 +238,7 @@ def open_run_folder(settings: Config, plan: Plan) -> Iterator[Folder]:
     Raises:
         RunLocked: another process holds the folder.
         ConfigError: the run finished already, or has more epochs done than `trainer.epochs`.
+        DiskError: a file of the run folder could not be written; it says how to resume.
     """
     run_name, tags = settings.name or _job_name() or Path(plan.output_dir).name, list(settings.tags)
     log.info("Run %s, tags [%s] <name=%s tags=%s>", run_name, ", ".join(tags), settings.name, tags)
@@ -249,24 +250,38 @@ def open_run_folder(settings: Config, plan: Plan) -> Iterator[Folder]:
         plan.data.named_bad_records(),
         loggers.tracking(plan.trackers, run_dir, run_name, tags, params, _sweep_folder()),
     ):
-        backup_dir = run_dir / "backup"
-        for folder in (run_dir, run_dir / "checkpoints"):
-            remove_temporaries(folder)  # left by a killed process; this one holds the folder
-        # Another worker's folder is new on each start: what is done is the chief's to say.
-        done, ended = prepare_resume(run_dir, backup_dir, settings.resume) if plan.chief else (0, "")
-        done, ended = agree_on_progress(plan.strategy, done, ended)
-        if settings.resume and not plan.chief:
-            log.info("The chief's backup holds %d finished epoch(s): training goes on from there", done)
-        gate = None
-        if plan.chief:
-            bind_data(run_dir, plan.data.fingerprint, settings.resume, settings.allow_data_change, done)
-        if plan.chief and plan.data.files:  # a part of no files (records made in memory) has none to hash
-            gate = DigestGate(
-                FileDigests(plan.data.files), run_dir / DATA_FILE, settings.resume, settings.allow_data_change
-            )
-        if done > settings.trainer.epochs:
-            raise ConfigError(f"resume={settings.resume}: {done} epochs are done already; raise trainer.epochs")
-        yield Folder(run_dir, backup_dir, done, ended, invocation, run_name, tags, gate)
+        try:
+            done, ended, gate = _take_over(settings, plan, run_dir)
+            yield Folder(run_dir, run_dir / "backup", done, ended, invocation, run_name, tags, gate)
+        except DiskError as error:  # set-up, training or the test evaluation: what is written is consistent
+            hint = f"Free space or fix permissions, then continue with: python run.py resume={run_dir}"
+            raise DiskError(f"{error}. {hint}") from None
+
+
+def _take_over(settings: Config, plan: Plan, run_dir: Path) -> tuple[int, str, DigestGate | None]:
+    """(epochs done, why training ended, the data's digest gate) of the folder this process now holds: what a
+    killed process left is removed, the backup read, the data bound to the run.
+
+    Raises:
+        ConfigError: the run has more epochs done than `trainer.epochs`.
+    """
+    for folder in (run_dir, run_dir / "checkpoints"):
+        remove_temporaries(folder)  # left by a killed process; this one holds the folder
+    # Another worker's folder is new on each start: what is done is the chief's to say.
+    done, ended = prepare_resume(run_dir, run_dir / "backup", settings.resume) if plan.chief else (0, "")
+    done, ended = agree_on_progress(plan.strategy, done, ended)
+    if settings.resume and not plan.chief:
+        log.info("The chief's backup holds %d finished epoch(s): training goes on from there", done)
+    gate = None
+    if plan.chief:
+        bind_data(run_dir, plan.data.fingerprint, settings.resume, settings.allow_data_change, done)
+    if plan.chief and plan.data.files:  # a part of no files (records made in memory) has none to hash
+        gate = DigestGate(
+            FileDigests(plan.data.files), run_dir / DATA_FILE, settings.resume, settings.allow_data_change
+        )
+    if done > settings.trainer.epochs:
+        raise ConfigError(f"resume={settings.resume}: {done} epochs are done already; raise trainer.epochs")
+    return done, ended, gate
 
 
 def _resume_hint(run_dir: Path, chief: bool, epochs: int) -> str:
