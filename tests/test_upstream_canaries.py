@@ -76,7 +76,7 @@ def test_keras_compile_config_still_drops_the_loss_scale_optimizer_it_wraps(tmp_
     assert skipped and not isinstance(loaded.optimizer, keras.optimizers.LossScaleOptimizer), (
         f"upstream fixed the compile config that named the bare optimizer under mixed_float16 (Keras "
         f"{keras.__version__} loads {type(loaded.optimizer).__name__}, skipped: {skipped}): the hand-wrapped "
-        f"LossScaleOptimizer in trainer/tasks/phases.py::compile_model can go, and this canary"
+        f"LossScaleOptimizer in trainer/training/compiling.py::compile_model can go, and this canary"
     )
 
 
