@@ -29,7 +29,7 @@ from trainer.runs.backup import restore as restore_backup
 from trainer.runs.checkpoints import ModelInfo
 from trainer.runs.resume import CHIEF_RUN
 from trainer.search.trial import pruned, pruning_callbacks
-from trainer.tasks import parts
+from trainer.tasks import parts, weights
 from trainer.tasks.plan import Folder, Phase, Plan
 from trainer.tracking.tensorboard import RunLabel, SampleImages
 from trainer.training.callbacks import STOPPED_BY, TIME_BUDGET, Preempted, RunFiles, TimeBudget, training_callbacks
@@ -122,7 +122,7 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
     extra = parts.build_callbacks(settings.callbacks, settings.optimizer.schedule.name, settings.trainer.validate)
     extra += pruning_callbacks(settings.trial, plan.metric, plan.chief)  # a search's trial with a pruner
     loggers_ = _loggers(plan, folder)
-    weights = parts.class_weight(settings, plan.data)
+    class_weights = weights.class_weight(settings, plan.data)
     progress = plan.chief and settings.trainer.verbose == 1 and sys.stderr.isatty()
     switched_here = False  # a phase ended in this process and the next one starts here
     budget = time_budget(settings, plan)
@@ -144,8 +144,8 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
             backup.save(phase.start)
         first = max(folder.done, phase.start)
         # Each phase's fit reads the input stream from its start; a resumed one goes on where its backup was made.
-        train, train_for_worker, class_weight = parts.weighted_training_data(
-            settings, plan.data, weights, (first - phase.start) * steps
+        train, train_for_worker, class_weight = weights.weighted_training_data(
+            settings, plan.data, class_weights, (first - phase.start) * steps
         )
         try:
             model.fit(
