@@ -18,9 +18,9 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from trainer.cli.arguments import check_arguments, check_group_keys
+from trainer.cli.hints import missing_extra
 from trainer.config import register
-from trainer.config.hints import missing_extra
-from trainer.config.typos import check_arguments, check_group_keys
 from trainer.errors import DiskError, UserError, one_line
 from trainer.runs import locks
 from trainer.runs.folders import (

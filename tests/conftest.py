@@ -53,10 +53,10 @@ def _one_run_leaves_no_global_state():
     import keras
     from tensorflow.python.framework import config as tf_config  # the only switch back; tests may use it
 
-    from trainer.tasks import setup
+    from trainer.tasks import runtime
 
     tf_config.disable_op_determinism()
-    setup._determinism["on"] = False
+    runtime._determinism["on"] = False
     keras.mixed_precision.set_global_policy("float32")
 
 

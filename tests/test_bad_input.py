@@ -407,7 +407,7 @@ def test_a_typo_in_a_group_sections_key_is_one_line_naming_the_nearest(tmp_path,
 
 def test_an_open_section_and_a_sweep_over_options_are_left_to_the_config(tmp_path):
     from run import CONFIG_DIR
-    from trainer.config.typos import check_group_keys
+    from trainer.cli.arguments import check_group_keys
 
     check_group_keys(["dataset=custom", "dataset._target_=x.Y", "dataset.anything=1"], CONFIG_DIR)  # open schema
     check_group_keys(["-m", "model=vgg19,custom", "model.dropot=0.3"], CONFIG_DIR)  # each job composes its own
@@ -470,6 +470,6 @@ def test_predict_names_a_bad_image_record_after_record_0_in_its_row(tmp_path):
 
 def test_a_key_whose_default_is_missing_is_a_key(tmp_path):
     from run import CONFIG_DIR
-    from trainer.config.typos import check_group_keys
+    from trainer.cli.arguments import check_group_keys
 
     check_group_keys(["dataset=folder", "dataset.data_dir=photos"], CONFIG_DIR)  # data_dir: ??? until given

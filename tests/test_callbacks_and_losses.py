@@ -12,8 +12,9 @@ from conftest import cifar_overrides, compose, tiny_overrides
 from trainer.config import to_settings
 from trainer.errors import ConfigError
 from trainer.tasks.data import load_data
-from trainer.tasks.parts import build_callbacks, class_weight
+from trainer.tasks.parts import build_callbacks
 from trainer.tasks.train import train
+from trainer.tasks.weights import class_weight
 from trainer.training.losses import build_loss, class_weights
 
 

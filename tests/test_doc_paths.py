@@ -23,6 +23,7 @@ TEXTS = sorted(
         ROOT / "run.py",
         *ROOT.glob("trainer/**/*.py"),
         *ROOT.glob("benchmarks/*.py"),
+        *ROOT.glob("tools/*.py"),
         *ROOT.glob("hydra_plugins/**/*.py"),
     ]
 )

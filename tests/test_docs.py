@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 
 from conftest import ROOT
-from trainer.config import groups, reference, schema
+from tools import config_reference as reference
+from trainer.config import groups, schema
 from trainer.config.store import SCHEMAS
 from trainer.data import augmentation
 
@@ -46,7 +47,7 @@ def test_the_reference_lists_every_key_with_its_default():
 def test_the_committed_reference_is_what_the_schemas_generate():
     """docs/reference/config.md is read on GitHub and in editors as well as in the built manual."""
     committed = (ROOT / "docs" / "reference" / "config.md").read_text()
-    assert committed == reference.page(), "regenerate it: python -m trainer.config.reference > docs/reference/config.md"
+    assert committed == reference.page(), "regenerate it: python -m tools.config_reference > docs/reference/config.md"
 
 
 @pytest.mark.unit

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from conftest import ROOT
-from trainer.config.hints import missing_extra
+from trainer.cli.hints import missing_extra
 
 
 def _nothing_installed(module: str) -> bool:

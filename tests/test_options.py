@@ -62,7 +62,7 @@ def test_mixed_float16_checkpoint_and_backup_keep_their_optimizer_state_without_
     and a resume restores it into the freshly compiled model."""
     from trainer.config import to_settings
     from trainer.runs.backup import RunBackup, restore
-    from trainer.tasks.phases import compile_model
+    from trainer.training.compiling import compile_model
 
     cfg = compose(["debug=smoke", "trainer.precision=mixed_float16"], tmp_path)  # 4 steps
     try:

@@ -10,7 +10,7 @@ from conftest import cifar_overrides, compose
 from trainer.config import to_settings
 from trainer.errors import ConfigError
 from trainer.tasks import parts
-from trainer.tasks.setup import build_strategy
+from trainer.tasks.runtime import build_strategy
 from trainer.tracking.loggers import MLflowTracker
 from trainer.tracking.tensorboard import TensorBoard
 from trainer.training.optimizers import build_optimizer

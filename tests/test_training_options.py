@@ -19,8 +19,8 @@ from trainer.models.preprocessing import build_models, inner_layers
 from trainer.models.tta import with_tta
 from trainer.runs import checkpoints
 from trainer.runs.history import columns, read_rows
-from trainer.tasks.phases import compile_model
 from trainer.training.callbacks import Checkpoints, averaged_weights
+from trainer.training.compiling import compile_model
 
 CLASSES = 10
 

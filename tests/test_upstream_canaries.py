@@ -76,7 +76,7 @@ def test_keras_compile_config_still_drops_the_loss_scale_optimizer_it_wraps(tmp_
     assert skipped and not isinstance(loaded.optimizer, keras.optimizers.LossScaleOptimizer), (
         f"upstream fixed the compile config that named the bare optimizer under mixed_float16 (Keras "
         f"{keras.__version__} loads {type(loaded.optimizer).__name__}, skipped: {skipped}): the hand-wrapped "
-        f"LossScaleOptimizer in trainer/tasks/phases.py::compile_model can go, and this canary"
+        f"LossScaleOptimizer in trainer/training/compiling.py::compile_model can go, and this canary"
     )
 
 
@@ -206,8 +206,8 @@ def test_tensorflow_still_has_no_public_switch_to_turn_op_determinism_off():
     public = [name for name, module in modules.items() if hasattr(module, "disable_op_determinism")]
     assert not public, (
         f"upstream added a public switch to turn op determinism off ({public[0]}.disable_op_determinism): use it "
-        f"in tests/conftest.py instead of tensorflow.python, turn it off in trainer/tasks/setup.py::setup_determinism "
-        f"(no warning that it stays on), and remove this canary"
+        f"in tests/conftest.py instead of tensorflow.python, turn it off in "
+        f"trainer/tasks/runtime.py::setup_determinism (no warning that it stays on), and remove this canary"
     )
 
 

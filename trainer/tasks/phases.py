@@ -20,7 +20,6 @@ import tensorflow as tf
 from trainer.config.fields import duration_seconds
 from trainer.config.schema import Config
 from trainer.distribute import strategies, topology
-from trainer.distribute.accumulation import accumulate_across_replicas
 from trainer.distribute.agreement import Workers
 from trainer.models.finetune import set_trainable
 from trainer.models.preprocessing import Models
@@ -29,49 +28,14 @@ from trainer.runs.backup import restore as restore_backup
 from trainer.runs.checkpoints import ModelInfo
 from trainer.runs.resume import CHIEF_RUN
 from trainer.search.trial import pruned, pruning_callbacks
-from trainer.tasks import parts
+from trainer.tasks import parts, weights
 from trainer.tasks.plan import Folder, Phase, Plan
 from trainer.tracking.tensorboard import RunLabel, SampleImages
 from trainer.training.callbacks import STOPPED_BY, TIME_BUDGET, Preempted, RunFiles, TimeBudget, training_callbacks
-from trainer.training.losses import build_loss
-from trainer.training.metrics import training_metrics
-from trainer.training.optimizers import build_learning_rate, build_optimizer
+from trainer.training.compiling import compile_model
 from trainer.training.tracing import build_step_state
 
 log = logging.getLogger(__name__)
-
-
-def compile_model(model: keras.Model, settings: Config, lr: float, steps_per_epoch: int, epochs: int) -> None:
-    """Compiles with the configured optimizer and schedule at peak rate `lr`; call inside the scope."""
-    opt = settings.optimizer
-    schedule = opt.schedule
-    learning_rate = build_learning_rate(
-        schedule.name,
-        lr,
-        steps_per_epoch,
-        epochs,
-        warmup_epochs=schedule.warmup_epochs,
-        alpha=schedule.alpha,
-        boundaries=list(schedule.boundaries),
-        factor=schedule.factor,
-    )
-    options = opt.keras_options()
-    if settings.trainer.grad_accum_steps > 1:
-        options["gradient_accumulation_steps"] = settings.trainer.grad_accum_steps
-    optimizer = accumulate_across_replicas(build_optimizer(opt._target_, learning_rate, options))
-    if settings.trainer.precision == "mixed_float16":
-        # Wrapped here rather than by compile, so the checkpoint's compile config names the loss-scale
-        # optimizer: load_model rebuilds it under any global policy and loads its saved variables (wrapped
-        # by compile, a float32 process rebuilt a bare Adam: "Skipping variable loading ... (117 vs 121)").
-        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-    soft = settings.dataset.augment.mixing  # MixUp's and CutMix's labels
-    model.compile(
-        optimizer=optimizer,
-        loss=build_loss(settings.trainer.label_smoothing, soft),
-        metrics=training_metrics(soft),  # with the data loss: Keras's loss adds the L2 penalty
-        jit_compile={"auto": "auto", "true": True, "false": False}[settings.trainer.jit_compile],
-        steps_per_execution=settings.trainer.steps_per_execution,
-    )
 
 
 # --- 4. fit the phases ----------------------------------------------------------------------------------------
@@ -157,7 +121,7 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
     extra = parts.build_callbacks(settings.callbacks, settings.optimizer.schedule.name, settings.trainer.validate)
     extra += pruning_callbacks(settings.trial, plan.metric, plan.chief)  # a search's trial with a pruner
     loggers_ = _loggers(plan, folder)
-    weights = parts.class_weight(settings, plan.data)
+    class_weights = weights.class_weight(settings, plan.data)
     progress = plan.chief and settings.trainer.verbose == 1 and sys.stderr.isatty()
     switched_here = False  # a phase ended in this process and the next one starts here
     budget = time_budget(settings, plan)
@@ -179,8 +143,8 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
             backup.save(phase.start)
         first = max(folder.done, phase.start)
         # Each phase's fit reads the input stream from its start; a resumed one goes on where its backup was made.
-        train, train_for_worker, class_weight = parts.weighted_training_data(
-            settings, plan.data, weights, (first - phase.start) * steps
+        train, train_for_worker, class_weight = weights.weighted_training_data(
+            settings, plan.data, class_weights, (first - phase.start) * steps
         )
         try:
             model.fit(

@@ -1,7 +1,9 @@
-"""What a training run is made of, decided before anything trains: its phases, its plan and its folder.
+"""What a training run is made of, decided before anything trains: its phases, its plan and its folder; the
+checks and log lines of the options that change what a step does.
 
     python run.py                                  # one phase: the whole network trains
     python run.py experiment=cats_dogs_finetune    # two: the head on a frozen base, then fine-tuning
+    python run.py trainer.grad_accum_steps=4 optimizer.ema_momentum=0.999    # each logged, checked against the run
 
 `trainer.tasks.train` makes the `Plan` and holds the `Folder`; `trainer.tasks.phases` fits
 each `Phase` of them.
@@ -9,6 +11,7 @@ each `Phase` of them.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,8 +20,14 @@ import keras
 import tensorflow as tf
 
 from trainer.config.schema import Config
+from trainer.errors import ConfigError
 from trainer.tasks.data import Data
 from trainer.tracking import loggers
+from trainer.training.optimizers import fitted_warmup
+
+log = logging.getLogger(__name__)
+
+EMA_START_LEFT = 0.05  # an EMA that still holds more of the initial weights than this at the end is warned about
 
 
 @dataclass(frozen=True)
@@ -71,3 +80,84 @@ class Folder:
     run_name: str
     tags: list[str] = field(default_factory=list)
     gate: keras.callbacks.Callback | None = None  # the whole-file data check at the first epoch end (the chief's)
+
+
+def check_updates(settings: Config, steps_per_epoch: int) -> None:
+    """Refuses a run that would never update the model; warns where a warm-up or an average cannot fit the run.
+
+    Raises:
+        ConfigError: `trainer.grad_accum_steps` is more than the steps of the whole run.
+    """
+    epochs, accumulate = settings.trainer.epochs, settings.trainer.grad_accum_steps
+    steps = steps_per_epoch * epochs
+    if accumulate > steps:
+        raise ConfigError(
+            f"trainer.grad_accum_steps={accumulate} is more than the {steps} steps of the whole run "
+            f"({steps_per_epoch} per epoch x trainer.epochs={epochs}): the model would never be updated; "
+            f"use at most {steps}"
+        )
+    schedule = settings.optimizer.schedule
+    if schedule.name == "cosine" and schedule.warmup_epochs >= epochs:
+        log.warning(
+            "optimizer.schedule.warmup_epochs=%g is not shorter than trainer.epochs=%d: warming up over %g "
+            "epoch(s) instead, a tenth of the run, so that the rate reaches its peak",
+            schedule.warmup_epochs,
+            epochs,
+            fitted_warmup(schedule.warmup_epochs, epochs),
+        )
+    momentum, updates = settings.optimizer.ema_momentum, steps // accumulate
+    if momentum is not None and momentum**updates > EMA_START_LEFT:
+        log.warning(
+            "The run makes %d updates, and an EMA of momentum %g still holds %.0f%% of the initial weights after "
+            "them: the averaged weights (validated, saved and exported) stay close to the untrained model; "
+            "train longer or lower the momentum (%.4g forgets the start in this run) <optimizer.ema_momentum=%g>",
+            updates,
+            momentum,
+            100 * momentum**updates,
+            EMA_START_LEFT ** (1 / updates),
+            momentum,
+        )
+
+
+def log_training_options(settings: Config, steps_per_epoch: int) -> None:
+    """One line for each option that changes what a step does: gradient accumulation, EMA, MixUp/CutMix."""
+    accumulate, batch = settings.trainer.grad_accum_steps, settings.trainer.batch_size
+    if accumulate > 1:
+        log.info(
+            "Effective global batch %d = %d accumulated batches x %d: one update every %d steps, %d updates "
+            "per epoch <trainer.grad_accum_steps=%d>",
+            accumulate * batch,
+            accumulate,
+            batch,
+            accumulate,
+            steps_per_epoch // accumulate,
+            accumulate,
+        )
+        if steps_per_epoch % accumulate:
+            log.warning(
+                "%d steps per epoch are not a multiple of trainer.grad_accum_steps=%d: updates straddle epochs",
+                steps_per_epoch,
+                accumulate,
+            )
+    momentum = settings.optimizer.ema_momentum
+    if momentum is not None:
+        log.info(
+            "EMA of the weights (momentum %g): validation, the checkpoints, the test evaluation and the export "
+            "use the averaged weights <optimizer.ema_momentum=%g>",
+            momentum,
+            momentum,
+        )
+    augment, smoothing = settings.dataset.augment, settings.trainer.label_smoothing
+    if augment.mixing:
+        both = augment.mixup_alpha and augment.cutmix_alpha
+        log.info(
+            "MixUp alpha %g, CutMix alpha %g: %g of the images mixed%s, labels one-hot and mixed with them%s "
+            "<dataset.augment.mixup_alpha=%g dataset.augment.cutmix_alpha=%g>",
+            augment.mixup_alpha,
+            augment.cutmix_alpha,
+            augment.mix_prob,
+            f", CutMix for {augment.mix_switch_prob:g} of those" if both else "",
+            f", smoothed by {smoothing:g}" if smoothing else "",
+            augment.mixup_alpha,
+            augment.cutmix_alpha,
+        )

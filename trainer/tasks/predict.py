@@ -27,7 +27,7 @@ from trainer.runs.atomic import atomic_path, write_json
 from trainer.runs.outputs import check_prediction_output
 from trainer.runs.spreadsheet import safe_row
 from trainer.tasks.data import build_part
-from trainer.tasks.setup import setup_strategy
+from trainer.tasks.runtime import setup_strategy
 
 log = logging.getLogger(__name__)
 

@@ -41,14 +41,9 @@ from trainer.search.trial import record_outcome
 from trainer.tasks import parts
 from trainer.tasks import phases as fitting
 from trainer.tasks.data import Data, load_data
-from trainer.tasks.plan import Folder, Plan, phases
-from trainer.tasks.setup import (
-    Evaluation,
-    check_replica_batches,
-    evaluate_checkpoint,
-    run_folder,
-    setup_strategy,
-)
+from trainer.tasks.evaluate import Evaluation, evaluate_checkpoint
+from trainer.tasks.plan import Folder, Plan, check_updates, log_training_options, phases
+from trainer.tasks.runtime import check_replica_batches, run_folder, setup_strategy
 from trainer.tasks.watch import is_evaluator, watch
 from trainer.tracking import loggers
 from trainer.tracking.curves import wait_for_drawings
@@ -125,8 +120,8 @@ def plan_run(settings: Config) -> Plan:
         batch,
         f" trainer.steps_per_epoch={steps}" if settings.trainer.steps_per_epoch else "",
     )
-    parts.check_updates(settings, steps)
-    parts.log_training_options(settings, steps)
+    check_updates(settings, steps)
+    log_training_options(settings, steps)
     opt = settings.optimizer
     lr = peak_learning_rate(opt.lr, batch, opt.lr_batch_size, replicas, opt.scale_with_replicas)
     if opt.lr_batch_size and lr != opt.lr:

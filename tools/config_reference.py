@@ -1,6 +1,6 @@
 """The config reference of the docs, generated from the schemas: every key, its type, default and meaning.
 
-    python -m trainer.config.reference > docs/reference/config.md     # the page, committed (tests/test_docs.py)
+    python -m tools.config_reference > docs/reference/config.md     # the page, committed (tests/test_docs.py)
 
 The meaning of a key is the comment on its line in `trainer/config/schema.py`, so the
 reference cannot drift from the code: a key without a comment shows as such.
@@ -141,7 +141,7 @@ def _schema_class(name: str) -> type:
 def markdown() -> str:
     """The whole reference, group options first, then the other sections and the top-level keys."""
     lines = [
-        "Generated from the typed schemas in `trainer/config/schema.py` (`python -m trainer.config.reference`).",
+        "Generated from the typed schemas in `trainer/config/schema.py` (`python -m tools.config_reference`).",
         "Every key can be set on the command line (`python run.py trainer.epochs=5`) or in a YAML file of `conf/`;",
         "a typo, a wrong type or an out-of-range value stops the run at start-up with the key's name.",
         "",

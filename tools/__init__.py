@@ -1,0 +1,1 @@
+"""Repository tools, run from the repository root (`python -m tools.NAME`); not part of the installed package."""
