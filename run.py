@@ -20,6 +20,7 @@ from omegaconf import DictConfig
 
 from trainer.cli.arguments import check_arguments, check_group_keys
 from trainer.cli.hints import missing_extra
+from trainer.cli.hydra_files import one_line_when_hydra_cannot_save
 from trainer.config import register
 from trainer.errors import DiskError, UserError, one_line
 from trainer.runs import locks
@@ -102,7 +103,8 @@ def cli(arguments: list[str] | None = None, exit_hard_on_disk_error: bool = True
     saved, sys.argv = sys.argv, [sys.argv[0] if sys.argv else "run.py", *arguments]
     sweep.OUTCOME.clear()
     try:
-        result = main()
+        with one_line_when_hydra_cannot_save():  # Hydra writes .hydra/ before main() runs
+            result = main()
         if sweep.OUTCOME.get("failed"):  # the table is printed; the exit code says some jobs failed
             outcome = sweep.OUTCOME
             sys.exit(f"error: {outcome['failed']} of {outcome['jobs']} jobs failed; see {outcome['summary']}")

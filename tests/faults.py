@@ -30,6 +30,7 @@ VARYING = (  # parts of a name that change from run to run or epoch to epoch, sh
     (re.compile(r"epoch\d+-step\d+-[0-9a-f]+"), "*"),
     (re.compile(r"pending-epoch\d+"), "pending-*"),
     (re.compile(r"events\.out\.tfevents\..*"), "events.out.tfevents.*"),
+    (re.compile(r"^\.report-[^/]+/"), "report/"),  # the report's temporary folder, renamed once complete
 )
 WRITING = set("wax+")
 

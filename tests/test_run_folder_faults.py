@@ -39,6 +39,12 @@ LAST = [
     ("backup/training_metadata.json.bkp", 1),
     ("confusion_matrix_test.csv", 1),
     ("confusion_matrix_test.png", 1),
+    ("report/per_class.csv", 1),  # the report: written in a temporary folder, renamed once complete
+    ("report/mistakes.png", 1),
+    ("report/borderline.png", 1),
+    ("report/calibration.png", 1),
+    ("report/confusion_matrix.png", 1),  # a copy (os.sendfile)
+    ("report/report.html", 1),
     ("metrics.json", 1),
     ("invocations.jsonl", 2),  # the end line, after metrics.json: the run is finished, one warning
 ]
@@ -54,18 +60,22 @@ FIRST = [  # the epoch-1 writing of the files written every epoch
     ("backup/training_metadata.json", 1),
 ]
 DEFAULT = {  # the default suite: one of each kind of writer; the slow tier runs every file
-    ".hydra/config.yaml",
-    "run.log",
-    "config_tree.txt",
-    "history.csv",
-    "curves.png",
-    "checkpoints/last.keras",
-    "backup/*.state.npz",
-    "metrics.json",
-    "invocations.jsonl",
+    ".hydra/config.yaml",  # Hydra's
+    "run.log",  # logging's
+    "config_tree.txt",  # before the folder is held
+    "curves.png",  # a background thread
+    "checkpoints/last.keras",  # Keras's zip
+    "backup/*.state.npz",  # NumPy's
+    "report/mistakes.png",  # a temporary folder
+    "invocations.jsonl",  # after everything
 }
 NOT_BY_PYTHON = ("tensorboard/*/events.out.tfevents.*", ".lock")  # TensorFlow's C++ writer; a lock holds no bytes
 RENAMED = {"checkpoints/best.keras": "checkpoints/best.pending-*.keras"}  # written under one name, kept under another
+
+
+def _arguments(tmp_path, run_dir):
+    """A tiny run of two epochs, with the evaluation report that training writes by default."""
+    return [*train_arguments(tmp_path, run_dir, EPOCHS), "evaluate.report=true"]
 
 
 def _cases():
@@ -84,7 +94,7 @@ def test_every_file_of_the_run_folder_has_its_full_disk_case(tmp_path):
     """A file the run starts writing fails this test until LAST names it (or NOT_BY_PYTHON says why not)."""
     run_dir = tmp_path / "run"
     with DiskFull(run_dir) as disk:
-        assert run_cli(train_arguments(tmp_path, run_dir, EPOCHS), cwd=tmp_path).returncode == 0
+        assert run_cli(_arguments(tmp_path, run_dir), cwd=tmp_path).returncode == 0
     assert dict(disk.opened) == {name: write for name, write in LAST}
 
     left = {RENAMED.get(name, name) for name in (logical_name(p, run_dir) for p in run_dir.rglob("*") if p.is_file())}
@@ -98,7 +108,7 @@ def test_every_file_of_the_run_folder_has_its_full_disk_case(tmp_path):
 @pytest.mark.parametrize(("name", "write", "at_byte"), _cases())
 def test_a_disk_that_fills_in_any_file_is_one_line_and_loses_at_most_the_epoch(tmp_path, name, write, at_byte):
     run_dir = tmp_path / "run"
-    arguments = train_arguments(tmp_path, run_dir, EPOCHS)
+    arguments = _arguments(tmp_path, run_dir)
     with DiskFull(run_dir, name, write, at_byte) as disk:
         full = run_cli(arguments, cwd=tmp_path)
         wait_for_drawings()  # python run.py waits for curves.png's thread before it exits

@@ -153,6 +153,22 @@ def test_hydra_job_return_still_keeps_a_failed_jobs_exception_private(capsys):
     )
 
 
+@pytest.mark.unit
+def test_hydra_still_saves_the_run_folders_config_through_its_private_save_config_and_reports_its_error(tmp_path):
+    import inspect
+
+    from hydra.core import utils as hydra_utils
+    from omegaconf import OmegaConf
+
+    assert "_save_config(" in inspect.getsource(hydra_utils.run_job), (
+        "Hydra's run_job no longer writes .hydra/ through _save_config: trainer/cli/hydra_files.py wraps nothing "
+        "now; find what writes it and update both"
+    )
+    (tmp_path / "taken").write_text("")  # a file where the folder should be: the write fails
+    with pytest.raises(OSError):  # not one line of Hydra's: run_and_report prints it with a traceback
+        hydra_utils._save_config(OmegaConf.create({"a": 1}), "config.yaml", tmp_path / "taken")
+
+
 # --- Keras: a failed save_weights leaves its HDF5 file open -------------------------------------------------------
 
 

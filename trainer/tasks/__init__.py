@@ -96,8 +96,5 @@ def run_task(cfg: DictConfig, show_config: bool = False, overrides: Sequence[str
     if show_config:
         print_config_tree(cfg, Path(settings.output_dir) / "config_tree.txt")
     quiet.configure(settings.trainer.tf_logs)
-    mode = str(settings.mode)
-    if mode == "evaluate" and settings.evaluate.watch:  # an evaluator beside training
-        mode = "watch"
-    task = importlib.import_module(f"trainer.tasks.{mode}")  # each mode: its module and function
-    return getattr(task, mode)(settings)
+    task = importlib.import_module(f"trainer.tasks.{settings.mode}")  # each mode: its module and function
+    return getattr(task, str(settings.mode))(settings)

@@ -3,111 +3,34 @@
     python run.py mode=evaluate checkpoint=outputs/2026-11-30/12-00-00 [evaluate.split=val] [evaluate.tta=flip]
     python run.py mode=evaluate checkpoint=RUN evaluate.watch=true    # beside training: trainer.tasks.watch
 
-Evaluation uses the evaluation pipeline (no augmentation) and dropout off. `evaluate_checkpoint` is also
-training's test evaluation (`trainer.tasks.train`) and the watcher's (`trainer.tasks.watch`).
+Evaluation uses the evaluation pipeline (no augmentation) and dropout off.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from pathlib import Path
-
-import tensorflow as tf
 
 from trainer.config.schema import Config
 from trainer.distribute import topology
 from trainer.distribute.failures import collective_errors
-from trainer.evaluation.report import ReportOptions, write_report
-from trainer.models.tta import with_tta
-from trainer.runs import checkpoints
 from trainer.runs.atomic import write_json
-from trainer.tasks.data import Data, load_data
+from trainer.tasks.data import load_data
 from trainer.tasks.runtime import check_replica_batches, run_folder, setup_strategy
-from trainer.tracking.reports import plot_confusion_png, write_confusion_csv
-from trainer.training import metrics
-from trainer.training.tracing import build_step_state
+from trainer.tasks.scoring import Evaluation, evaluate_checkpoint
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Evaluation:
-    """How `evaluate_checkpoint` evaluates: the test-time augmentation, the k of top-k accuracy, the report."""
-
-    tta: str = "none"  # none | flip
-    top_k: int = 5  # top-k accuracy with k = min(top_k, classes - 1) above 2 classes; 0: none
-    report: ReportOptions | None = None  # None: no report
-
-    @classmethod
-    def of(cls, settings: Config, report: bool) -> Evaluation:
-        """The `evaluate` section's choices; the report only where `report` (the chief's evaluation) and asked."""
-        chosen = settings.evaluate
-        options = ReportOptions(chosen.report_images, chosen.cam_layer) if report and chosen.report else None
-        return cls(chosen.tta, chosen.top_k, options)
-
-
-def evaluate_checkpoint(
-    strategy: tf.distribute.Strategy,
-    checkpoint: str | Path,
-    data: Data,
-    split: str,
-    run_dir: Path,
-    how: Evaluation = Evaluation(),
-) -> dict:
-    """Loads a checkpoint, checks that `data` fits it, evaluates it on `split` in one pass (with test-time
-    augmentation `how.tta`: none or flip) and writes the confusion matrix as CSV and PNG; with `how.report`,
-    also the evaluation report (`trainer.evaluation.report`), its temperature fitted on the validation split.
-
-    Returns:
-        The metrics of `trainer.training.metrics.evaluate`, plus the checkpoint's path, the `tta` and with a
-        report its calibration figures.
-
-    Raises:
-        DataError: the data's class names or image size differ from the model's.
-    """
-    class_names = data.class_names
-    with strategy.scope():
-        model, info = checkpoints.load(checkpoint)
-        checkpoints.check_data(checkpoints.resolve(checkpoint), info, class_names, data.input_shape[0], "the dataset")
-        tta = how.tta
-        plain, model = model, with_tta(model, tta)
-        metrics.compile_for_evaluation(model, len(class_names), how.top_k)
-    build_step_state(model, next(iter(data.test.take(1))))  # never a cached split: its cache would be cut short
-    results, matrix = metrics.evaluate(model, getattr(data, split), class_names)
-    write_confusion_csv(run_dir / f"confusion_matrix_{split}.csv", matrix, class_names)
-    plot_confusion_png(
-        run_dir / f"confusion_matrix_{split}.png",
-        matrix,
-        class_names,
-        f"{split} split: accuracy {results['accuracy']:.4f}",
-    )
-    if how.report is not None:
-        held_out = split != "val" and data.num_examples.get("val") and not data.val_is_test  # never fit on test
-        calibrate_on = data.val if held_out else None
-        dataset = getattr(data, split)
-        results.update(write_report(run_dir, model, plain, dataset, class_names, split, how.report, calibrate_on))
-    results["checkpoint"] = str(checkpoints.resolve(checkpoint))
-    results["tta"] = tta
-    log.info(
-        "Evaluated %s on %s%s: accuracy %.4f, loss %.4f over %d examples",
-        results["checkpoint"],
-        split,
-        " with flip TTA (the mean of each image and its mirror) <evaluate.tta=flip>" if tta == "flip" else "",
-        results["accuracy"],
-        results["loss"],
-        results["num_examples"],
-    )
-    return results
-
-
 def evaluate(settings: Config) -> float:
-    """Evaluates `checkpoint` on `evaluate.split`; writes metrics.json and the confusion matrix. With
-    `evaluate.watch=true`, `trainer.tasks.run_task` runs `trainer.tasks.watch` instead.
+    """Evaluates `checkpoint` on `evaluate.split`; writes metrics.json and the confusion matrix.
 
     Returns:
         The accuracy, as a plain float.
     """
+    if settings.evaluate.watch:
+        from trainer.tasks.watch import watch
+
+        return watch(settings)
     strategy = setup_strategy(settings)
     split = settings.evaluate.split
     how = Evaluation.of(settings, report=topology.is_chief(strategy))

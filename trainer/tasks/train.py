@@ -41,9 +41,9 @@ from trainer.search.trial import record_outcome
 from trainer.tasks import parts
 from trainer.tasks import phases as fitting
 from trainer.tasks.data import Data, load_data
-from trainer.tasks.evaluate import Evaluation, evaluate_checkpoint
 from trainer.tasks.plan import Folder, Plan, check_updates, log_training_options, phases
 from trainer.tasks.runtime import check_replica_batches, run_folder, setup_strategy
+from trainer.tasks.scoring import Evaluation, evaluate_checkpoint
 from trainer.tasks.watch import is_evaluator, watch
 from trainer.tracking import loggers
 from trainer.tracking.curves import wait_for_drawings

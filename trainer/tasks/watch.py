@@ -33,9 +33,9 @@ from trainer.errors import ConfigError
 from trainer.runs import checkpoints, history
 from trainer.runs.backup import read_state
 from trainer.tasks.data import Data, load_data
-from trainer.tasks.evaluate import Evaluation, evaluate_checkpoint
 from trainer.tasks.parts import build_trackers
 from trainer.tasks.runtime import setup_strategy
+from trainer.tasks.scoring import Evaluation, evaluate_checkpoint
 from trainer.tracking.loggers import Tracker
 
 log = logging.getLogger(__name__)
