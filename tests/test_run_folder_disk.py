@@ -106,6 +106,7 @@ for through_memory in (True, False):
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # 13 s, and root only; tests/test_run_folder_faults.py fills the disk in each file without root
 def test_a_backup_that_the_disk_cannot_hold_is_one_disk_error_at_every_size(tmp_path):
     with _tmpfs(tmp_path / "disk", "size=8m") as disk:
         result = subprocess.run(

@@ -24,6 +24,8 @@ and the readers check it. The functions are pure and run alike eagerly and insid
 
 from __future__ import annotations
 
+import functools
+
 import tensorflow as tf
 
 from trainer.data.preprocess import to_model_size
@@ -342,16 +344,39 @@ def decode_images(
             corrupt.
     """
     _check_mode(mode)
-    indices = tf.strings.as_string(tf.range(tf.shape(data)[0]))
-    names = tf.strings.join([f"{name}[", indices, "]: "]) if name else tf.fill(tf.shape(data), "")
-    return tf.map_fn(
-        lambda item: _to_size(_decode_one(*item[:3], size, mode, max_pixels, item[3]), size, mode),
-        (data, image_format(data), exif_orientations(data), names),
-        fn_output_signature=tf.TensorSpec([size, size, 3], tf.uint8),
-    )
+    return _batch_decoder(size, mode, max_pixels, name)(data)
+
+
+@functools.cache
+def _batch_decoder(size: int, mode: str, max_pixels: int, name: str | None) -> tf.types.experimental.GenericFunction:
+    """`decode_images` for one choice of its options, traced once per process: each pipeline that decodes (a
+    data set has five or more) calls the same graph function instead of tracing the decoder again (1 s each)."""
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
+    def decode(data: tf.Tensor) -> tf.Tensor:
+        indices = tf.strings.as_string(tf.range(tf.shape(data)[0]))
+        names = tf.strings.join([f"{name}[", indices, "]: "]) if name else tf.fill(tf.shape(data), "")
+        return tf.map_fn(
+            lambda item: _to_size(_decode_one(*item[:3], size, mode, max_pixels, item[3]), size, mode),
+            (data, image_format(data), exif_orientations(data), names),
+            fn_output_signature=tf.TensorSpec([size, size, 3], tf.uint8),
+        )
+
+    return decode
 
 
 @tf.autograph.experimental.do_not_convert  # plain TF ops: autograph's conversion only costs tracing time
 def decode_image(data: tf.Tensor, size: int, mode: str = "resize", max_pixels: int = MAX_PIXELS) -> tf.Tensor:
     """One encoded image (a scalar string) to uint8 [size, size, 3], as `decode_images` decodes each of a batch."""
-    return _to_size(decode_rgb(data, size, mode, max_pixels), size, mode)
+    return _image_decoder(size, mode, max_pixels)(data)
+
+
+@functools.cache
+def _image_decoder(size: int, mode: str, max_pixels: int) -> tf.types.experimental.GenericFunction:
+    """`decode_image` for one choice of its options, traced once per process (as `_batch_decoder`)."""
+
+    @tf.function(input_signature=[tf.TensorSpec([], tf.string)], autograph=False)
+    def decode(data: tf.Tensor) -> tf.Tensor:
+        return _to_size(decode_rgb(data, size, mode, max_pixels), size, mode)
+
+    return decode

@@ -58,8 +58,10 @@ def list_images(folder: str | os.PathLike) -> list[Path]:
 def decode_reason(error: tf.errors.OpError) -> str:
     """One line for a file `decode_image` refused: our assertion's text, else TensorFlow's reason."""
     message = getattr(error, "message", None) or str(error)
-    if "Summarized data: b'" in message:
+    if "Summarized data: b'" in message:  # an assertion run eagerly
         return message.split("Summarized data: b'", 1)[1].split("'", 1)[0]
+    if "assertion failed: [" in message:  # ... or in a graph function
+        return op_error_reason(error)
     return f"corrupt or truncated image ({op_error_reason(error)})"
 
 
