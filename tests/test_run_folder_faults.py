@@ -59,15 +59,13 @@ FIRST = [  # the epoch-1 writing of the files written every epoch
     ("backup/*.state.npz", 1),
     ("backup/training_metadata.json", 1),
 ]
-DEFAULT = {  # the default suite: one of each kind of writer; the slow tier runs every file
-    ".hydra/config.yaml",  # Hydra's
-    "run.log",  # logging's
-    "config_tree.txt",  # before the folder is held
-    "curves.png",  # a background thread
-    "checkpoints/last.keras",  # Keras's zip
+DEFAULT = {  # the default suite: one of each kind of writer (the slow tier runs every file, and
+    # test_every_file_of_the_run_folder_has_its_full_disk_case checks the list in the default suite)
+    ".hydra/config.yaml",  # Hydra's, before the run folder is held: the same command again
+    "run.log",  # logging's: one warning, then the next file fails
+    "checkpoints/last.keras",  # Keras's zip, in epoch 2: the resume redoes that epoch only
     "backup/*.state.npz",  # NumPy's
-    "report/mistakes.png",  # a temporary folder
-    "invocations.jsonl",  # after everything
+    "report/mistakes.png",  # a temporary folder, after training
 }
 NOT_BY_PYTHON = ("tensorboard/*/events.out.tfevents.*", ".lock")  # TensorFlow's C++ writer; a lock holds no bytes
 RENAMED = {"checkpoints/best.keras": "checkpoints/best.pending-*.keras"}  # written under one name, kept under another
