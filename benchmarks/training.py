@@ -93,7 +93,9 @@ def model_preprocessing(folder: Path, quick: bool) -> list[Row]:
         )
     steps = 10 if quick else 40
     rates = {name: [] for name in datasets}
-    for _ in range(1 if quick else TRAINING_ROUNDS):  # alternating rounds, best of each
+    # Alternating rounds, best of each; two more than the other rows: the cost sought (~2%) is within one
+    # round's noise here (the same model measured 0.88 to 1.02 of the float feed in one 3-round run).
+    for _ in range(1 if quick else TRAINING_ROUNDS + 2):
         for name, dataset in datasets.items():
             rates[name].append(fit_rate(models[name], dataset, steps, epochs=3)[0])
     return [
