@@ -143,3 +143,37 @@ def _assert_nothing_written_is_lost(run_dir, name, disk: DiskFull) -> None:
     assert epochs == list(range(1, len(epochs) + 1))
     committed = backup_epoch(run_dir) if (run_dir / "backup" / METADATA).exists() else 0
     assert len(epochs) - committed in (0, 1), f"history.csv has {epochs}, the backup committed epoch {committed}"
+
+
+# mode=evaluate writes a run folder of its own (the trained run is only read): each of its files in turn.
+EVALUATE_FILES = [
+    ".hydra/config.yaml",
+    "run.log",
+    "config_tree.txt",
+    "confusion_matrix_test.csv",
+    "confusion_matrix_test.png",
+    "report/per_class.csv",
+    "report/report.html",
+    "metrics.json",
+]
+
+
+@pytest.mark.integration
+@pytest.mark.slow  # 8 evaluations; the writers are the training run's, whose cases run in the default suite
+@pytest.mark.parametrize("name", EVALUATE_FILES)
+def test_a_disk_that_fills_in_an_evaluations_folder_is_one_line_and_the_same_command_works_again(
+    tmp_path, trained_run, name
+):
+    _, run = trained_run
+    folder = tmp_path / "evaluation"
+    arguments = ["mode=evaluate", f"checkpoint={run}", f"hydra.run.dir={folder}"]
+    with DiskFull(folder, name, 1, 16) as disk:
+        full = run_cli(arguments, cwd=tmp_path)
+    assert disk.hit is not None, f"{name} was not written"
+    output = full.stdout + full.stderr
+    assert "Traceback" not in output and "Logging error" not in output, output[-3000:]
+    assert full.returncode == 1 and full.stderr.strip().splitlines()[-1].startswith(f"error: cannot write {folder}/")
+    assert not folder.exists() or temporaries(folder) == []
+    again = run_cli(arguments, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert (folder / "metrics.json").is_file() and (folder / "report" / "report.html").is_file()
