@@ -1,5 +1,6 @@
-"""Docs that cannot go stale: every `trainer/...` path, `trainer.x.y` name, `tests/file.py::test` and `SomeConfig in
-trainer/x.py` that the docs, the configs, the README and the code's own comments name exists."""
+"""Docs that cannot go stale: every `trainer/...` path, `trainer.x.y` name, `tests/file.py::test`, `SomeConfig in
+trainer/x.py` and `README "Section"` (or `docs/page.md, "Section"`) that the docs, the configs, the README and the
+code's own comments name exists."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ PATH = re.compile(r"(?<![\w/.])trainer/[\w/.]*\w")
 DOTTED = re.compile(r"(?<![\w/.])trainer(?:\.[A-Za-z_]\w*)+")
 TEST = re.compile(r"(?<![\w/.])(tests/[\w/]+\.py)(?:::(\w+))?")
 CLASS_IN = re.compile(r"\b([A-Z]\w+) in (trainer/[\w/]+\.py)")
+SECTION = re.compile(r"\b(README|docs/[\w/-]+\.md),? \"([^\"]+)\"")  # README "Multi-worker training"
 # `trainer.epochs` is a key of the config's `trainer` section, not a module; these two name keys on purpose.
 CONFIG_KEYS = {field.name for field in dataclasses.fields(TrainerConfig)} | {"KEY", "epoch"}  # a placeholder, a typo
 
@@ -75,6 +77,11 @@ def _stale(text: Path) -> list[str]:
     for name, path in CLASS_IN.findall(content):
         if (ROOT / path).is_file() and name not in _top_level_names(ROOT / path):
             found.append(f"{name} in {path}")
+    for page, title in SECTION.findall(content):
+        page = "README.md" if page == "README" else page
+        headings = re.findall(r"^#+ (.+?)\s*$", (ROOT / page).read_text(), re.M) if (ROOT / page).is_file() else []
+        if title not in headings:
+            found.append(f'{page} "{title}"')
     return found
 
 

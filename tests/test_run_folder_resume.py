@@ -26,6 +26,7 @@ from conftest import (
     run_cli,
     run_patched,
     signal_in_first_step,
+    tf_config,
     tiny_overrides,
     train_arguments,
     write_cifar,
@@ -137,11 +138,10 @@ def test_a_worker_may_share_the_folder_its_chief_holds(tmp_path, monkeypatch):
     from trainer.runs import locks
 
     run_dir = tmp_path / "run"
-    workers = {"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}}
-    monkeypatch.setenv("TF_CONFIG", json.dumps({**workers, "task": {"type": "worker", "index": 0}}))
+    monkeypatch.setenv("TF_CONFIG", tf_config([1, 2], 0))
     check_run_dir_argument(["strategy=multi_worker", f"hydra.run.dir={run_dir}"])  # the chief claims it
     try:
-        monkeypatch.setenv("TF_CONFIG", json.dumps({**workers, "task": {"type": "worker", "index": 1}}))
+        monkeypatch.setenv("TF_CONFIG", tf_config([1, 2], 1))
         check_run_dir_argument(["strategy=multi_worker", f"hydra.run.dir={run_dir}"])
         monkeypatch.delenv("TF_CONFIG")
         with pytest.raises(ConfigError, match="is in use by a running training"):

@@ -10,8 +10,8 @@ Two sections changed shape; each change keeps what the old run did:
   tracker's entry with its defaults, `false` no entry.
 
 And `logger.csv`, a flag no code read (`logger=csv` is the option of no tracker), is dropped.
-Remove this module once no run folder of vggtrain 0.1 is read (0.2 or later is the release that
-may say so).
+Remove this module in vggtrain 0.2 (docs/development.md, the ledger's row 10): only run folders of
+vggtrain 0.1 need it.
 """
 
 from __future__ import annotations

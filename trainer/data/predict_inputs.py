@@ -46,7 +46,7 @@ Chunk = tuple[list[Item], tf.Tensor | None]  # items, and images for those witho
 
 TFRECORD_SUFFIXES = (".tfrecord", ".tfrecords", ".tfrec", ".record")
 KINDS = {"images": "images", "binary": "records", "tfrecord": "tfrecords"}  # predict.format -> kind
-FORMAT_ALIASES = {"records": "binary"}  # predict.format's old names, still read: old -> today's
+FORMAT_ALIASES = {"records": "binary"}  # predict.format's old names, read until vggtrain 0.2: old -> today's
 
 
 def is_tfrecord_name(name: str) -> bool:

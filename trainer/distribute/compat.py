@@ -23,7 +23,7 @@ is patched; if one is still there, the run stops with a clear error instead of
 patching code nobody checked. tests/test_compat.py runs the same probe and fails
 once upstream fixes the bugs: then delete this module.
 
-    python run.py strategy=multi_worker   # see README "Multi-worker training"
+    python run.py strategy=multi_worker   # see docs/distributed.md, "Multi-worker training"
 """
 
 from __future__ import annotations
