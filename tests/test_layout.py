@@ -94,17 +94,30 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _imported_modules(path: Path, modules: set[str]) -> set[str]:
+    """The trainer modules a file imports, anywhere in it: `from trainer.x import y` is trainer.x.y where that is a
+    module, else trainer.x itself (its `__init__`, which defines y)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("trainer"):
+            for alias in node.names:
+                inner = f"{node.module}.{alias.name}"
+                found.add(inner if inner in modules else node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name.startswith("trainer"))
+    return found
+
+
 def _module_graph() -> dict[str, set[str]]:
     """Each module of trainer/ -> the modules of its own package it imports, anywhere in the file (deferred and
-    `TYPE_CHECKING` imports included): `from trainer.x import y` counts as trainer.x.y where that is a module."""
+    `TYPE_CHECKING` imports included), the package's `__init__` among them."""
     modules = {_module_name(path) for path in MODULES}
     graph = {}
     for path in MODULES:
         name = _module_name(path)
         package = name.split(".")[:2]
-        imported = {module if module in modules else module.rsplit(".", 1)[0] for module in _imports(path)}
-        graph[name] = {module for module in imported if module in modules and module != name
-                       and module.split(".")[:2] == package and module != ".".join(package)}  # fmt: skip
+        graph[name] = {module for module in _imported_modules(path, modules)
+                       if module in modules and module != name and module.split(".")[:2] == package}  # fmt: skip
     return graph
 
 
@@ -149,3 +162,10 @@ def test_the_circle_check_finds_a_lazy_or_type_checking_circle(tmp_path):
         "def later():\n    from trainer.tasks import data\n"
     )
     assert {"trainer.tasks.train", "trainer.tasks.data"} <= _imports(hidden), "both count as imports"
+    modules = {"trainer.tasks", "trainer.tasks.train", "trainer.tasks.data"}
+    assert _imported_modules(hidden, modules) == {"trainer.tasks.train", "trainer.tasks.data"}
+    through_init = tmp_path / "tta.py"
+    through_init.write_text("from trainer.models import TTA\n")  # a name the package's __init__ defines
+    assert _imported_modules(through_init, {"trainer.models", "trainer.models.tta"}) == {"trainer.models"}
+    package = {"trainer.models": {"trainer.models.tta"}, "trainer.models.tta": {"trainer.models"}}
+    assert _cycles(package) == [["trainer.models", "trainer.models.tta"]], "a circle through __init__ counts"
