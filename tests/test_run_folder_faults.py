@@ -177,3 +177,20 @@ def test_a_disk_that_fills_in_an_evaluations_folder_is_one_line_and_the_same_com
     again = run_cli(arguments, cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     assert (folder / "metrics.json").is_file() and (folder / "report" / "report.html").is_file()
+
+
+@pytest.mark.integration
+@pytest.mark.slow  # an export and its checks, 10 s
+def test_a_disk_that_fills_while_exporting_is_one_line_and_leaves_no_export(tmp_path, trained_run):
+    _, run = trained_run
+    target = tmp_path / "exports" / "pets"
+    arguments = ["mode=export", f"checkpoint={run}", f"export.dir={target}", f"hydra.run.dir={tmp_path / 'run'}"]
+    with DiskFull(target.parent, ".pets.tmp*/serving_info.json", 1, 16) as disk:
+        full = run_cli(arguments, cwd=tmp_path)
+    assert disk.hit is not None
+    output = full.stdout + full.stderr
+    assert "Traceback" not in output and full.returncode == 1, output[-3000:]
+    assert (
+        full.stderr.strip().splitlines()[-1] == f"error: export.dir={target}: cannot write it (No space left on device)"
+    )
+    assert list(target.parent.iterdir()) == [], "no export and no temporary folder"

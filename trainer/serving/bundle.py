@@ -184,6 +184,8 @@ def write_export(
         serving_info["output"]["temperature"] = temperature  # softmax(log(p) / T) inside the model; null: none
         (temporary / INFO_FILE).write_text(json.dumps(serving_info, indent=2) + "\n")
         os.replace(temporary, export_dir)
+    except OSError as error:  # a full disk: nothing is left half-written
+        raise DiskError(f"export.dir={export_dir}: cannot write it ({error.strerror or error})") from None
     finally:
         shutil.rmtree(temporary, ignore_errors=True)
     return serving_info
