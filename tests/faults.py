@@ -87,8 +87,8 @@ class _Full:
 
 
 class DiskFull:
-    """Patches `open` so that the `write`-th opening for writing of the run-folder file named `name` (a glob on
-    `logical_name`) fills the disk after `at_byte` bytes; `write=0` fills nothing and only records.
+    """Patches `open` (and `os.sendfile`) so that the `write`-th opening for writing of the run-folder file named
+    `name` (a glob on `logical_name`) fills the disk after `at_byte` bytes; `write=0` fills nothing and only records.
 
     Attributes:
         hit: the file being written when the disk filled; None while it has room.
