@@ -64,7 +64,6 @@ DEFAULT = {  # the default suite: one of each kind of writer (the slow tier runs
     ".hydra/config.yaml",  # Hydra's, before the run folder is held: the same command again
     "run.log",  # logging's: one warning, then the next file fails
     "checkpoints/last.keras",  # Keras's zip, in epoch 2: the resume redoes that epoch only
-    "backup/*.state.npz",  # NumPy's
     "report/mistakes.png",  # a temporary folder, after training
 }
 NOT_BY_PYTHON = ("tensorboard/*/events.out.tfevents.*", ".lock")  # TensorFlow's C++ writer; a lock holds no bytes
@@ -194,3 +193,13 @@ def test_a_disk_that_fills_while_exporting_is_one_line_and_leaves_no_export(tmp_
         full.stderr.strip().splitlines()[-1] == f"error: export.dir={target}: cannot write it (No space left on device)"
     )
     assert list(target.parent.iterdir()) == [], "no export and no temporary folder"
+
+
+@pytest.mark.integration
+def test_another_job_logging_replaces_run_logs_handler_whole(tmp_path):
+    """run.log's handler is a Hydra job_logging option of its own (conf/hydra/job_logging/run_log.yaml), so
+    `hydra/job_logging=disabled` takes its place instead of leaving it a handler with no file to write."""
+    run_dir = tmp_path / "run"
+    result = run_cli(["hydra/job_logging=disabled", *train_arguments(tmp_path, run_dir, 1)], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (run_dir / "metrics.json").is_file() and not (run_dir / "run.log").exists()
