@@ -184,13 +184,13 @@ def test_a_disk_that_fills_while_exporting_is_one_line_and_leaves_no_export(tmp_
     _, run = trained_run
     target = tmp_path / "exports" / "pets"
     arguments = ["mode=export", f"checkpoint={run}", f"export.dir={target}", f"hydra.run.dir={tmp_path / 'run'}"]
-    with DiskFull(target.parent, ".pets.tmp*/serving_info.json", 1, 16) as disk:
+    with DiskFull(target.parent, ".pets-*/serving_info.json", 1, 16) as disk:
         full = run_cli(arguments, cwd=tmp_path)
     assert disk.hit is not None
     output = full.stdout + full.stderr
     assert "Traceback" not in output and full.returncode == 1, output[-3000:]
     assert (
-        full.stderr.strip().splitlines()[-1] == f"error: export.dir={target}: cannot write it (No space left on device)"
+        full.stderr.strip().splitlines()[-1] == f"error: export.dir={target}: cannot write it: No space left on device"
     )
     assert list(target.parent.iterdir()) == [], "no export and no temporary folder"
 

@@ -176,7 +176,7 @@ def test_an_export_that_fails_its_check_is_one_line_and_writes_nothing(trained_r
         assert json.loads((export_dir / bundle.INFO_FILE).read_text())["files"]["saved_model"]["max_difference"] == 0
         return
     assert "export check: 1/ (serve) differs from Keras's predict by" in result.stderr
-    assert not export_dir.exists() and not list(tmp_path.glob(".serving.tmp*"))
+    assert not export_dir.exists() and not list(tmp_path.glob(".serving*")), "no temporary folder is left"
 
 
 @pytest.mark.integration

@@ -12,11 +12,8 @@ to a temporary folder beside it, then renamed: never half-written.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import shutil
-import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,10 +21,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from trainer.errors import DataError, DiskError
+from trainer.errors import DataError
 from trainer.evaluation import calibration, classes, html
 from trainer.evaluation.gradcam import GradCam, overlay
 from trainer.evaluation.predictions import Predictions, forward, predict_split
+from trainer.runs.atomic import atomic_folder
 from trainer.tracking.reports import plot_confusion_png
 from trainer.tracking.sheets import contact_sheet, note_image, save_png
 
@@ -123,7 +121,7 @@ def write_report(
     summary = classes.summary(matrix)
     for stale in run_dir.glob(f".{FOLDER}-*"):  # a report a kill interrupted (the run holds its folder's lock)
         shutil.rmtree(stale, ignore_errors=True)
-    with _temporary_folder(run_dir, FOLDER) as folder:
+    with atomic_folder(run_dir / FOLDER, replace=True) as folder:  # a resumed run's earlier report is replaced
         classes.write_class_csv(folder / "per_class.csv", rows)
         mistakes, borderline = _sheets(predictions, cam, class_names, split)
         save_png(mistakes, folder / "mistakes.png")
@@ -139,38 +137,6 @@ def write_report(
         (folder / "report.html").write_text(page, encoding="utf-8")
     log.info("Wrote the evaluation report: %s", (run_dir / FOLDER / "report.html").resolve())
     return figures
-
-
-@contextlib.contextmanager
-def _temporary_folder(run_dir: Path, name: str) -> Iterator[Path]:
-    """A temporary folder in `run_dir` that becomes `run_dir/name` once the body has written it all; removed if
-    the body fails. A file that cannot be written (full disk) is one `DiskError` naming its final place."""
-    final = run_dir / name
-    try:
-        folder = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=run_dir))
-    except OSError as error:
-        raise DiskError(f"cannot write {final}: {error.strerror or error}") from None
-    try:
-        yield folder
-    except OSError as error:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise DiskError(f"cannot write {final}: {error.strerror or error}") from None
-    except BaseException as error:
-        shutil.rmtree(folder, ignore_errors=True)
-        if isinstance(error, DiskError):  # it names the temporary folder
-            raise DiskError(str(error).replace(str(folder), str(final))) from None
-        raise
-    _replace(folder, final)
-
-
-def _replace(folder: Path, final: Path) -> None:
-    """Renames the finished `folder` to `final`, replacing an earlier report (a resumed run's)."""
-    old = final.with_name(f".{final.name}-old")
-    shutil.rmtree(old, ignore_errors=True)
-    if final.exists():
-        final.rename(old)
-    folder.rename(final)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def _page(split, count, summary, figures, rows, folder: Path, cam: GradCam | None) -> str:

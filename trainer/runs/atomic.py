@@ -1,4 +1,5 @@
-"""Files a run leaves behind, each written atomically: a temporary file, then a rename.
+"""Files a run leaves behind, each written atomically: a temporary file, then a rename; and whole folders
+(the evaluation report, an export) the same way.
 
 A kill in the middle of a write leaves the previous file intact (and a `.NAME.tmp-*` file that
 the next process holding the run folder's lock removes); a full disk is one `DiskError` line.
@@ -12,7 +13,9 @@ import json
 import os
 import re
 import secrets
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -113,3 +116,37 @@ def write_json(path: str | os.PathLike, data: dict[str, Any]) -> Path:
     """Writes `data` as indented JSON, atomically."""
     text = json.dumps(data, indent=2, sort_keys=True) + "\n"
     return write_atomic(path, lambda temporary: temporary.write_text(text))
+
+
+@contextlib.contextmanager
+def atomic_folder(final: str | os.PathLike, key: str = "", replace: bool = False) -> Iterator[Path]:
+    """Yields a new temporary folder `.NAME-XXXXXXXX` beside `final`; renames it onto `final` once the body has
+    written it all (an earlier `final` replaced where `replace`), and removes it if the body fails.
+
+    Raises:
+        DiskError: the folder or a file in it cannot be written (full disk, permissions): one line naming
+            `final` (as `key=final` where a config key chose it).
+    """
+    final = Path(final)
+    named = f"{key}={final}: cannot write it" if key else f"cannot write {final}"
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        folder = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
+    except OSError as error:
+        raise DiskError(f"{named}: {_reason(error)}") from None
+    try:
+        yield folder
+        if replace and final.exists():
+            old = final.with_name(f".{final.name}-old")
+            shutil.rmtree(old, ignore_errors=True)
+            final.rename(old)
+            folder.rename(final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(folder, final)
+    except OSError as error:
+        raise DiskError(f"{named}: {_reason(error)}") from None
+    except DiskError as error:  # a file of it, named in the temporary folder: name the folder's place
+        raise DiskError(str(error).replace(str(folder), str(final))) from None
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

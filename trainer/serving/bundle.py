@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +24,8 @@ import tensorflow as tf
 
 from trainer.data.decode import MAX_PIXELS
 from trainer.data.preprocess import Preprocess, prepare_images
-from trainer.errors import DataError, DiskError
+from trainer.errors import DataError
+from trainer.runs.atomic import atomic_folder
 from trainer.runs.checkpoints import ModelInfo
 from trainer.serving import portable, saved_model
 from trainer.serving.runners import Runner, in_batches, io_names, load_runner
@@ -159,17 +159,12 @@ def write_export(
 
     Raises:
         DataError: `export_dir` exists already (nothing is overwritten), or a float format fails its check.
-        DiskError: the folder cannot be created.
+        DiskError: the folder cannot be written (full disk, permissions); nothing is left of it.
     """
     export_dir = Path(export_dir)
     if export_dir.exists():
         raise DataError(f"export.dir={export_dir}: already exists; choose a new folder (nothing is overwritten)")
-    temporary = export_dir.parent / f".{export_dir.name}.tmp{os.getpid()}"
-    try:
-        temporary.mkdir(parents=True)
-    except OSError as error:
-        raise DiskError(f"export.dir={export_dir}: cannot create it ({error.strerror})") from None
-    try:
+    with atomic_folder(export_dir, key="export.dir") as temporary:  # a failed export leaves nothing
         prepared = _prepared(check, info)  # what the portable formats take: the model's input, as evaluated
         expected = model.predict(prepared.images, verbose=0)  # the test evaluation's probabilities
         files = {}
@@ -183,11 +178,6 @@ def write_export(
         serving_info = _serving_info(info, files, check, _accuracy(expected, check.labels))
         serving_info["output"]["temperature"] = temperature  # softmax(log(p) / T) inside the model; null: none
         (temporary / INFO_FILE).write_text(json.dumps(serving_info, indent=2) + "\n")
-        os.replace(temporary, export_dir)
-    except OSError as error:  # a full disk: nothing is left half-written
-        raise DiskError(f"export.dir={export_dir}: cannot write it ({error.strerror or error})") from None
-    finally:
-        shutil.rmtree(temporary, ignore_errors=True)
     return serving_info
 
 
