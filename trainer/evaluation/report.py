@@ -25,7 +25,7 @@ from trainer.errors import DataError
 from trainer.evaluation import calibration, classes, html
 from trainer.evaluation.gradcam import GradCam, overlay
 from trainer.evaluation.predictions import Predictions, forward, predict_split
-from trainer.runs.atomic import atomic_folder
+from trainer.runs.atomic import atomic_folder, leftover_folders
 from trainer.tracking.reports import plot_confusion_png
 from trainer.tracking.sheets import contact_sheet, note_image, save_png
 
@@ -119,7 +119,7 @@ def write_report(
         after = calibration.reliability(calibration.scale(predictions.probabilities, temperature), predictions.labels)
     figures = {"ece": before.ece, **({"temperature": temperature, "ece_scaled": after.ece} if after else {})}
     summary = classes.summary(matrix)
-    for stale in run_dir.glob(f".{FOLDER}-*"):  # a report a kill interrupted (the run holds its folder's lock)
+    for stale in leftover_folders(run_dir / FOLDER):  # a report a kill interrupted (the run holds its lock)
         shutil.rmtree(stale, ignore_errors=True)
     with atomic_folder(run_dir / FOLDER, replace=True) as folder:  # a resumed run's earlier report is replaced
         classes.write_class_csv(folder / "per_class.csv", rows)

@@ -118,6 +118,13 @@ def write_json(path: str | os.PathLike, data: dict[str, Any]) -> Path:
     return write_atomic(path, lambda temporary: temporary.write_text(text))
 
 
+def leftover_folders(final: str | os.PathLike) -> list[Path]:
+    """The temporary folders of `atomic_folder(final)` that a killed process left (remove them only while
+    holding the folder's lock)."""
+    final = Path(final)
+    return [path for path in final.parent.glob(f".{final.name}-*") if path.is_dir()]
+
+
 @contextlib.contextmanager
 def atomic_folder(final: str | os.PathLike, key: str = "", replace: bool = False) -> Iterator[Path]:
     """Yields a new temporary folder `.NAME-XXXXXXXX` beside `final`; renames it onto `final` once the body has
