@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -19,6 +20,7 @@ from pathlib import Path
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from conftest import ROOT, SUBPROCESS_ENV, csv_rows, free_ports, launch_workers, run_cli, write_cifar
 from trainer.distribute import cluster
@@ -75,15 +77,21 @@ def test_mirrored_on_two_devices_trains_the_same_weights_as_single(tmp_path):
 
 
 def _start_workers(
-    tmp_path: Path, data: Path, *overrides: str, ports: list[int] | None = None, indices: list[int] = (0, 1)
+    tmp_path: Path,
+    data: Path,
+    *overrides: str,
+    ports: list[int] | None = None,
+    indices: list[int] = (0, 1),
+    own_arguments: dict[int, list[str]] | None = None,
 ) -> list[subprocess.Popen]:
     """Two `python run.py strategy=multi_worker` processes on 127.0.0.1 (or those of `indices`), training the
-    three-layer test model in `tmp_path`, each with a temporary folder of its own (TMPDIR=tmp_path/tmpINDEX)."""
+    three-layer test model in `tmp_path`, each with a temporary folder of its own (TMPDIR=tmp_path/tmpINDEX) and
+    the overrides `own_arguments` gives its index, after the common ones."""
 
     def own_scratch(index: int) -> tuple[list[str], dict[str, str]]:
         scratch = tmp_path / f"tmp{index}"
         scratch.mkdir(exist_ok=True)
-        return [], {"TMPDIR": str(scratch)}
+        return (own_arguments or {}).get(index, []), {"TMPDIR": str(scratch)}
 
     arguments = [*SMALL, f"dataset.data_dir={data}", "strategy=multi_worker", *overrides]
     return launch_workers(arguments, tmp_path, ports, indices, env=SUBPROCESS_ENV, per_worker=own_scratch)
@@ -308,6 +316,66 @@ def test_a_worker_whose_peer_never_comes_says_whom_it_waits_for_and_stops(tmp_pa
         )
     )
     assert not list((tmp_path / "timed_out").glob("outputs/*/*")), "a run that never started leaves no folder"
+
+
+@pytest.mark.e2e
+@pytest.mark.slow  # ~20 s a case
+@pytest.mark.parametrize("when", ["in_training", "at_start_up"])
+def test_a_workers_own_error_stops_its_peer_at_once_with_that_workers_line(tmp_path, when):
+    data = write_cifar(tmp_path / "cifar", records_per_file=32)
+    if when == "in_training":  # a callback fails worker 1 after epoch 2
+        own = "worker 1 fails on purpose after epoch 2"
+        fail = ["+callbacks.fail._target_=tiny_model.FailOnWorker", "+callbacks.fail.task_index=1"]
+        extra = {0: [], 1: []}, [*fail, "+callbacks.fail.epoch=2"]
+    else:  # worker 1's own copy of the data holds a bad label, which its start-up check finds
+        copy = tmp_path / "copy"
+        shutil.copytree(data, copy)
+        records = bytearray((copy / "data_batch_1.bin").read_bytes())
+        records[3073 * 5] = 200  # the label byte of record 5
+        (copy / "data_batch_1.bin").write_bytes(bytes(records))
+        own = f"{copy / 'data_batch_1.bin'}: record 5 has label 200, expected a label in [0, 10) (1 such records)"
+        extra = {0: [], 1: [f"dataset.data_dir={copy}"]}, []
+    ports = free_ports(2)
+    # A timeout far longer than the test: the peer must learn of the error, not wait for a collective to time out.
+    common = ["trainer.epochs=6", "strategy.timeout_seconds=300", *extra[1]]
+    workers = _start_workers(tmp_path, data, *common, ports=ports, own_arguments=extra[0])
+    ended = {}
+    while len(ended) < 2:
+        for index, worker in enumerate(workers):
+            if index not in ended and worker.poll() is not None:
+                ended[index] = time.monotonic()
+        time.sleep(0.1)
+    outputs = [worker.stdout.read() for worker in workers]
+    assert [worker.returncode for worker in workers] == [1, 1], outputs[0][-2000:] + outputs[1][-2000:]
+    assert outputs[1].strip().splitlines()[-1] == f"error: {own}"
+    last = outputs[0].strip().splitlines()[-1]
+    assert last.startswith(f"error: strategy=multi_worker: worker1 at 127.0.0.1:{ports[1]} stopped: error: {own}; ")
+    if when == "in_training":
+        run_dir = next((tmp_path / "outputs").glob("*/*"))
+        assert last.endswith(
+            f"epoch 3 did not finish, epoch 2 is the last saved; restart every worker with resume={run_dir}"
+        )
+    else:  # nothing was trained: the model's variables were being broadcast, which is not the model's fault
+        assert last.endswith("; restart every worker with the same command") and "model._target_" not in last
+    assert "Op:" not in last and "Restart your program" not in last, "TensorFlow's own sentences stay out"
+    assert ended[0] - ended[1] < 60, "the chief stopped once told, not after strategy.timeout_seconds"
+
+
+def lost_peer(**_: object) -> None:
+    """A `_target_` whose call fails as a variable's broadcast fails when a peer stopped."""
+    raise tf.errors.UnavailableError(None, None, "Collective ops is aborted by: /job:worker/task:1 is unhealthy")
+
+
+@pytest.mark.unit
+def test_a_peer_lost_while_a_part_is_built_is_not_blamed_on_the_part():
+    from trainer.distribute.failures import is_peer_failure
+    from trainer.models.targets import build_target
+
+    with pytest.raises(tf.errors.UnavailableError):  # for collective_errors to name the worker, not model._target_
+        build_target("model", "test_distribute.lost_peer", {})
+    assert is_peer_failure(tf.errors.InternalError(None, None, "Collective ops is aborted by: x"))
+    assert not is_peer_failure(tf.errors.InternalError(None, None, "a bug"))
+    assert not is_peer_failure(tf.errors.InvalidArgumentError(None, None, "a bad shape"))
 
 
 def _lines_until(process: subprocess.Popen, text: str, limit: float = 240):

@@ -111,9 +111,10 @@ def test_a_key_of_another_optimizer_is_refused_when_composed():
 def test_the_steps_of_train_can_each_run_alone(cifar_dir, tmp_path):
     """plan_run decides the data, steps, rate and phases; build_run_model the model and what its checkpoints say."""
     from trainer.tasks import train
+    from trainer.tasks.runtime import setup_strategy
 
     settings = to_settings(compose(cifar_overrides(cifar_dir), tmp_path / "run"))
-    plan = train.plan_run(settings)
+    plan = train.plan_run(settings, setup_strategy(settings))
     assert (plan.steps_per_epoch, plan.lr, plan.chief, plan.metric) == (2, 0.001, True, "val_accuracy")
     assert [(phase.start, phase.end) for phase in plan.phases] == [(0, 1)]
     assert plan.data.normalization == "standardize" and plan.data.augment.flip and plan.data.input_shape == (28, 28, 3)

@@ -227,6 +227,23 @@ def test_tensorflow_still_has_no_public_switch_to_turn_op_determinism_off():
     )
 
 
+# --- TensorFlow: a worker's error reaches its peers only through a private call ------------------------------------
+
+
+@pytest.mark.unit
+def test_tensorflow_still_reports_an_error_to_the_cluster_only_through_its_private_context():
+    from tensorflow.python.eager import context
+
+    assert hasattr(context.Context, "report_error_to_cluster"), (
+        "the private call trainer/distribute/failures.py::errors_told_to_peers makes is gone: a worker's own error "
+        "no longer stops its peers at once (they wait for a heartbeat); find its successor"
+    )
+    public = [name for name in dir(tf.distribute.experimental) if "report_error" in name.lower()]
+    assert not public, (
+        f"upstream added a public call ({public[0]}): use it in errors_told_to_peers and remove this canary"
+    )
+
+
 # --- HDF5: a process that failed to write to a full disk crashes at exit --------------------------------------------
 
 FULL_DISK_SAVE = """

@@ -1,12 +1,18 @@
 """A three-layer network for the tests of the run machinery (kills, resumes, sweeps, workers), where the model is
-not the point: it builds and traces in a fraction of VGG19's time.
+not the point: it builds and traces in a fraction of VGG19's time; and a callback that fails one worker.
 
     python run.py model=custom model._target_=tiny_model.build     # with tests/ on PYTHONPATH
+    python run.py +callbacks.fail._target_=tiny_model.FailOnWorker +callbacks.fail.task_index=1 +callbacks.fail.epoch=2
 """
 
 from __future__ import annotations
 
+import json
+import os
+
 import keras
+
+from trainer.errors import DataError
 
 
 def build(
@@ -28,3 +34,17 @@ def build(
     x = keras.layers.Dropout(dropout, name="tiny_dropout")(x)
     outputs = keras.layers.Dense(num_classes, activation="softmax", dtype="float32", name="predictions")(x)
     return keras.Model(inputs, outputs, name="tiny")
+
+
+class FailOnWorker(keras.callbacks.Callback):
+    """Raises a `DataError` at the end of epoch `epoch` on the worker of TF_CONFIG's `task_index` alone, as a bad
+    file in that worker's share would."""
+
+    def __init__(self, task_index: int, epoch: int) -> None:
+        super().__init__()
+        self.task_index, self.epoch = task_index, epoch
+
+    def on_epoch_end(self, epoch, logs=None):
+        own = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {}).get("index", 0)
+        if own == self.task_index and epoch + 1 == self.epoch:
+            raise DataError(f"worker {own} fails on purpose after epoch {self.epoch}")

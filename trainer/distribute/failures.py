@@ -1,7 +1,11 @@
 """What goes wrong while replicas train together, as one line: a lost worker, a timed-out collective,
-a check failing inside the input pipeline.
+a check failing inside the input pipeline, a peer's own error.
 
     TF_CONFIG=... python run.py strategy=multi_worker strategy.timeout_seconds=60
+
+A worker that stops on an error of its own (a bad file in its share, a full disk) tells
+the cluster first (`errors_told_to_peers`), so its peers stop at once with its line
+instead of waiting out a heartbeat or `strategy.timeout_seconds` in a collective.
 """
 
 from __future__ import annotations
@@ -11,10 +15,30 @@ import re
 from collections.abc import Callable, Iterator
 
 import tensorflow as tf
+from tensorflow.python.eager import context
 
-from trainer.errors import ClusterError, DataError, op_error_reason
+from trainer.distribute.topology import in_multi_worker_mode
+from trainer.errors import ClusterError, DataError, UserError, one_line, op_error_reason
 
-_PEER = re.compile(r"/job:(\w+)/replica:\d+/task:(\d+)")
+_PEER = re.compile(r"/job:(\w+)(?:/replica:\d+)?/task:(\d+)")
+# A peer's own error, as `errors_told_to_peers` reports it to the cluster: "vggtrain worker1 stopped: <<error: ...>>"
+# (TensorFlow adds its own sentences and the op's name after it).
+_TOLD = re.compile(r"vggtrain (\w+?\d+) stopped: <<(.*?)>>")
+# What a collective raises when a peer is gone, timed out, or reported an error to the cluster.
+PEER_ERRORS = (
+    tf.errors.UnavailableError,
+    tf.errors.DeadlineExceededError,
+    tf.errors.CancelledError,
+    tf.errors.AbortedError,
+    tf.errors.InternalError,
+)
+
+
+def is_peer_failure(error: BaseException) -> bool:
+    """Whether `error` is a collective's failure (a lost or failed peer, a timeout), not this process's own."""
+    if not isinstance(error, PEER_ERRORS):
+        return False
+    return not isinstance(error, tf.errors.InternalError) or "Collective ops is aborted" in str(error.message)
 
 
 def _lost_task(strategy: tf.distribute.Strategy, message: str) -> str:
@@ -47,20 +71,46 @@ def collective_errors(strategy: tf.distribute.Strategy, progress: Callable[[], s
         yield
     except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as error:
         raise DataError(f"bad input data: {op_error_reason(error)}") from None
-    except (
-        tf.errors.UnavailableError,
-        tf.errors.DeadlineExceededError,
-        tf.errors.CancelledError,
-        tf.errors.AbortedError,
-        tf.errors.InternalError,
-    ) as error:
+    except PEER_ERRORS as error:
         message = " ".join(str(error.message).split())
-        if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) or (
-            isinstance(error, tf.errors.InternalError) and "Collective ops is aborted" not in message
-        ):
+        if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) or not is_peer_failure(error):
             raise
         where = progress() if progress is not None else "restart every worker with the same command"
+        if told := _TOLD.search(message):
+            peer, line = told.groups()
+            raise ClusterError(f"strategy=multi_worker: {_address(strategy, peer)} stopped: {line}; {where}") from None
         raise ClusterError(
             f"strategy=multi_worker: {_lost_task(strategy, message)} stopped answering, or a collective waited "
             f"longer than strategy.timeout_seconds; {where}. Cause: {_cause(error, message)}"
         ) from None
+
+
+def _address(strategy: tf.distribute.Strategy, task: str) -> str:
+    """`worker1 at 127.0.0.1:2223` for the task named `worker1`, or the name alone."""
+    found = re.fullmatch(r"(\w+?)(\d+)", task)
+    return _lost_task(strategy, f"/job:{found[1]}/task:{found[2]}") if found else task
+
+
+def _own_task(strategy: tf.distribute.Strategy) -> str:
+    resolver = strategy.cluster_resolver
+    return f"{resolver.task_type}{resolver.task_id or 0}"
+
+
+@contextlib.contextmanager
+def errors_told_to_peers(strategy: tf.distribute.Strategy) -> Iterator[None]:
+    """A `UserError` of this worker's own (not a lost peer's `ClusterError`) is reported to every task of the
+    multi-worker cluster before it propagates: their collectives abort at once, and `collective_errors` gives
+    them this worker's line. Without a coordination service the peers find out as before (a heartbeat).
+
+    TensorFlow has no public call for this: `context.report_error_to_cluster` is what its own
+    `tf.distribute.experimental.PreemptionCheckpointHandler` calls (ledger: docs/development.md, row 14)."""
+    try:
+        yield
+    except UserError as error:
+        if in_multi_worker_mode(strategy) and not isinstance(error, ClusterError):
+            message = f"vggtrain {_own_task(strategy)} stopped: <<error: {one_line(error)}>>"
+            try:
+                context.context().report_error_to_cluster(tf.errors.ABORTED, message)
+            except (ValueError, AttributeError, tf.errors.OpError):  # no coordination service (or no such call)
+                pass  # the peers find out by their heartbeat, as before
+        raise

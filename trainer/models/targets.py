@@ -12,6 +12,7 @@ from typing import Any
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
+from trainer.distribute.failures import is_peer_failure
 from trainer.errors import ConfigError, UserError
 
 
@@ -48,6 +49,8 @@ def build_target(key: str, target: Any, options: dict[str, Any], **runtime: Any)
         return instantiate({"_target_": target, **options}, **runtime, _convert_="all", _recursive_=False)
     except InstantiationException as error:  # cannot import the target, bad keys, or the target raised
         if isinstance(error.__cause__, UserError):
+            raise error.__cause__ from None
+        if is_peer_failure(error.__cause__):  # a worker lost while the model's variables were broadcast
             raise error.__cause__ from None
         raise ConfigError(f"{key}._target_={target} (keys {sorted(options)}): {_first_line(error)}") from error
 

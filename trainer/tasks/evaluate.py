@@ -12,7 +12,7 @@ import logging
 
 from trainer.config.schema import Config
 from trainer.distribute import topology
-from trainer.distribute.failures import collective_errors
+from trainer.distribute.failures import collective_errors, errors_told_to_peers
 from trainer.runs.atomic import write_json
 from trainer.tasks.data import load_data
 from trainer.tasks.runtime import check_replica_batches, run_folder, setup_strategy
@@ -34,13 +34,15 @@ def evaluate(settings: Config) -> float:
     strategy = setup_strategy(settings)
     split = settings.evaluate.split
     how = Evaluation.of(settings, report=topology.is_chief(strategy))
-    data = load_data(settings.dataset, settings.trainer.batch_size, settings.seed, check_val=split == "val")
-    check_replica_batches(settings.trainer.batch_size, strategy.num_replicas_in_sync, {split: data.num_examples[split]})
-    with run_folder(settings.output_dir, topology.is_chief(strategy)) as run_dir:
-        with collective_errors(strategy), data.named_bad_records():
-            results = evaluate_checkpoint(strategy, settings.checkpoint, data, split, run_dir, how)
-        results["split"] = split
-        write_json(run_dir / "metrics.json", results)
+    with errors_told_to_peers(strategy):  # a worker's own error stops its peers at once, with its line
+        data = load_data(settings.dataset, settings.trainer.batch_size, settings.seed, check_val=split == "val")
+        examples = {split: data.num_examples[split]}
+        check_replica_batches(settings.trainer.batch_size, strategy.num_replicas_in_sync, examples)
+        with run_folder(settings.output_dir, topology.is_chief(strategy)) as run_dir:
+            with collective_errors(strategy), data.named_bad_records():
+                results = evaluate_checkpoint(strategy, settings.checkpoint, data, split, run_dir, how)
+            results["split"] = split
+            write_json(run_dir / "metrics.json", results)
     log.info("%s accuracy %.4f, loss %.4f", split, results["accuracy"], results["loss"])
     written = [
         name for name in sorted(path.name for path in run_dir.iterdir()) if name.endswith((".json", ".csv", ".png"))

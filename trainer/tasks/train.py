@@ -27,7 +27,7 @@ from trainer.config.schema import Config
 from trainer.data.decode import DECODE
 from trainer.distribute import topology
 from trainer.distribute.agreement import chief_numbers
-from trainer.distribute.failures import collective_errors
+from trainer.distribute.failures import collective_errors, errors_told_to_peers
 from trainer.errors import ConfigError, DiskError, Interrupted
 from trainer.models.preprocessing import Models, build_models
 from trainer.models.registry import build_model
@@ -74,16 +74,15 @@ def _objective_metric(settings: Config) -> str:
 # --- 1. plan the run ------------------------------------------------------------------------------------------
 
 
-def plan_run(settings: Config) -> Plan:
-    """The strategy, the run folder and its trackers, the data, the steps per epoch and the peak rate, each
-    checked and logged.
+def plan_run(settings: Config, strategy: tf.distribute.Strategy) -> Plan:
+    """The run folder and its trackers, the data, the steps per epoch and the peak rate on `strategy`
+    (`setup_strategy`'s), each checked and logged.
 
     Raises:
         ConfigError: an unknown objective, a tracking server that cannot be reached (before any data is
             read), or a batch larger than the training split.
     """
     metric = _objective_metric(settings)
-    strategy = setup_strategy(settings)
     chief = topology.is_chief(strategy)
     output_dir = resolve_resume(settings.resume, settings.output_dir)
     # Only the chief logs: the other workers' files go to a temporary folder that is deleted.
@@ -165,7 +164,7 @@ def build_run_model(settings: Config, plan: Plan) -> tuple[Models, ModelInfo]:
     jitter. Returns both with the `ModelInfo` their checkpoints carry."""
     data = plan.data
     keras.mixed_precision.set_global_policy(settings.trainer.precision)  # before any layer is built
-    with plan.strategy.scope():
+    with collective_errors(plan.strategy), plan.strategy.scope():  # variables are broadcast from the chief
         network = build_network(settings, data, plan.strategy.num_replicas_in_sync)
         models = build_models(network, data.normalization, data.augment, settings.seed, data.augment.mixing)
     info = ModelInfo(
@@ -370,13 +369,15 @@ def train(settings: Config) -> float | None:
     if is_evaluator(settings):  # TF_CONFIG's evaluator task: it watches the run instead of training
         with run_folder(settings.output_dir, chief=False):  # removes Hydra's temporary folder of this task
             return watch(settings, evaluator=True)
-    plan = plan_run(settings)
-    models, info = build_run_model(settings, plan)
-    with open_run_folder(settings, plan) as folder:
-        started = time.perf_counter()
-        outcome = fitting.fit_phases(settings, plan, folder, models, info)
-        if outcome not in ("preempted", "interrupted"):
-            metrics = finish(settings, plan, folder, models.inference, outcome, time.perf_counter() - started)
+    strategy = setup_strategy(settings)
+    with errors_told_to_peers(strategy):  # a worker's own error stops its peers at once, with its line
+        plan = plan_run(settings, strategy)
+        models, info = build_run_model(settings, plan)
+        with open_run_folder(settings, plan) as folder:
+            started = time.perf_counter()
+            outcome = fitting.fit_phases(settings, plan, folder, models, info)
+            if outcome not in ("preempted", "interrupted"):
+                metrics = finish(settings, plan, folder, models.inference, outcome, time.perf_counter() - started)
     if outcome not in ("preempted", "interrupted") and plan.chief:
         fold = settings.dataset.fold if settings.dataset.folds else None
         record_outcome(settings.trial, metrics, fold)  # a search's trial: the sweep reads its outcome from the study
