@@ -112,8 +112,9 @@ def test_the_run_summary_names_tensorboard_only_where_it_wrote(tmp_path):
     metrics = {"best_epoch": 1, "epochs_completed": 2, "objective_metric": "val_accuracy", "val_accuracy": 0.5}
     metrics |= {"test_accuracy": 0.5, "test_loss": 0.7, "train_seconds": 3.0}
     assert "tensorboard" not in run_summary(tmp_path, metrics), "logger=csv: no tensorboard folder"
-    (tmp_path / "tensorboard").mkdir()
-    assert f"tensorboard --logdir {tmp_path.resolve() / 'tensorboard'}" in run_summary(tmp_path, metrics)
+    board = str(tmp_path / "tensorboard")
+    assert f"tensorboard --logdir {tmp_path.resolve() / 'tensorboard'}" in run_summary(tmp_path, metrics, board)
+    assert "tensorboard --logdir gs://b/job/logs" in run_summary(tmp_path, metrics, "gs://b/job/logs")
 
 
 def test_predict_on_records_keeps_input_order(trained, tmp_path):

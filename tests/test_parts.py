@@ -75,7 +75,7 @@ def test_each_strategy_option_builds_its_strategy(overrides, kind, replicas):
 def test_the_chosen_trackers_are_built_and_connected(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     settings = to_settings(compose(["logger=[tensorboard,mlflow]", f"logger.tracking_uri={uri}"]))
-    trackers, others = parts.build_trackers(settings.logger, tmp_path / "run")
+    trackers, others = parts.build_trackers(settings.logger, tmp_path / "run" / "tensorboard")
     assert [type(tracker) for tracker in trackers] == [MLflowTracker] and trackers[0].client is not None
     assert [type(other) for other in others] == [TensorBoard] and isinstance(others[0], keras.callbacks.TensorBoard)
     assert others[0].log_dir == str(tmp_path / "run" / "tensorboard")

@@ -13,6 +13,7 @@ with `hydra.utils.instantiate`.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -150,7 +151,9 @@ class CallbacksConfig:
 @dataclass
 class TensorBoardConfig:
     _target_: str = "trainer.tracking.tensorboard.TensorBoard"  # keras.callbacks.TensorBoard, epochs from 1; called
-    # with log_dir=RUN/tensorboard and the keys below
+    # with log_dir and the keys below
+    log_dir: str | None = None  # null: RUN/tensorboard, or AIP_TENSORBOARD_LOG_DIR where Vertex AI sets it; any
+    # tf.io.gfile folder (gs://...)
     write_graph: bool = False  # the model's graph too (large for VGG19)
     update_freq: str = "epoch"  # epoch, or a number of steps between writes
 
@@ -269,7 +272,7 @@ class InspectConfig:
 
 @dataclass
 class ExportConfig:
-    dir: str | None = None  # the export folder (must not exist yet)
+    dir: str | None = None  # the export folder (must not exist yet); null: AIP_MODEL_DIR where Vertex AI sets it
     format: ExportFormat = ExportFormat.saved_model  # saved_model | onnx | litert | all (onnx, litert: [export] extra)
     quantize: Quantize = Quantize.none  # litert: also write model_float16.tflite or model_int8.tflite
     check_images: int = 256  # test images the export is checked on against Keras's predict
@@ -346,7 +349,8 @@ class Config:
                 self.checkpoint,
             )
         if self.mode == "export":
-            require(bool(self.export.dir), "export.dir", "a new folder with mode=export", self.export.dir)
+            given = bool(self.export.dir or os.environ.get("AIP_MODEL_DIR"))  # Vertex AI's model folder
+            require(given, "export.dir", "a new folder with mode=export (or AIP_MODEL_DIR set)", self.export.dir)
         if self.mode == "predict":
             require(
                 bool(self.predict.input),

@@ -3,6 +3,7 @@
     python run.py mode=export checkpoint=outputs/2026-11-30/12-00-00 export.dir=serving/pets
     python run.py mode=export checkpoint=RUN export.dir=serving/pets export.format=all export.quantize=int8
     python run.py mode=export checkpoint=model.keras export.dir=serving/pets      # a bare .keras file works too
+    AIP_MODEL_DIR=gs://b/job/model python run.py mode=export checkpoint=RUN      # Vertex AI's model folder
 
 The model carries its preprocessing and class names. The check images are the
 test split of the run's dataset (its saved config); where that data does not fit
@@ -12,7 +13,12 @@ the model or cannot be read, the check runs on random pixels, with a warning.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -23,9 +29,9 @@ from trainer.errors import DataError
 from trainer.evaluation import calibration
 from trainer.evaluation.predictions import predict_split
 from trainer.models.temperature import with_temperature
-from trainer.runs import checkpoints
+from trainer.runs import checkpoints, storage
 from trainer.serving import portable
-from trainer.serving.bundle import FORMATS, CheckImages, write_export
+from trainer.serving.bundle import FORMATS, INFO_FILE, CheckImages, write_export
 from trainer.tasks.data import Data, load_data
 
 log = logging.getLogger(__name__)
@@ -106,7 +112,14 @@ def _temperature(settings: Config, model, data: Data | str) -> float | None:
     return fitted
 
 
-def _log_report(serving_info: dict, folder: Path) -> None:
+def _log_export(settings: Config, serving_info: dict, folder: str) -> None:
+    log.info(
+        "Exported %s to %s as %s (classes %s)",
+        checkpoints.resolve(settings.checkpoint),
+        folder,
+        ", ".join(serving_info["files"]),
+        serving_info["class_names"],
+    )
     check = serving_info["check"]
     log.info("Checked on %s against Keras's predict (accuracy %s)", check["source"], _percent(check["keras_accuracy"]))
     for format, entry in serving_info["files"].items():
@@ -115,7 +128,7 @@ def _log_report(serving_info: dict, folder: Path) -> None:
                 log.info(
                     "%s %s: %.2f MB, largest difference from Keras %.2g, accuracy %s",
                     format,
-                    folder / item["path"],
+                    folder if item["path"] == "." else storage.join(folder, item["path"]),
                     item["bytes"] / 1e6,
                     item["max_difference"],
                     _percent(item["accuracy"]),
@@ -126,27 +139,55 @@ def _percent(value: float | None) -> str:
     return "n/a (random pixels)" if value is None else f"{100 * value:.2f}%"
 
 
-def export(settings: Config) -> None:
-    """Loads `checkpoint`, writes `export.format` into `export.dir` with serving_info.json, each format checked."""
-    formats = _formats(settings)
+def _write(settings: Config, export_dir: Path) -> dict:
+    """Loads `checkpoint`, writes `export.format` into the new local folder `export_dir` with serving_info.json,
+    each format checked. Returns serving_info.json's content."""
+    formats, checkpoint = _formats(settings), settings.checkpoint
     for format in formats:
         portable.require_extra(format)
-    model, info = checkpoints.load(settings.checkpoint)
-    check_decode(info.decode, f"checkpoint={settings.checkpoint}")  # serve_bytes decodes as this version does
+    model, info = checkpoints.load(checkpoint)
+    check_decode(info.decode, f"checkpoint={checkpoint}")  # serve_bytes decodes as this version does
     data = _fitting_data(settings, info)
     check = _check_images(settings, info, data)
     quantized_on = _calibration(settings, data)
     temperature = _temperature(settings, model, data)
     model = with_temperature(model, temperature)
     export = settings.export
-    serving_info = write_export(
-        model, info, export.dir, formats, check, str(export.quantize), quantized_on, export.max_pixels, temperature
+    return write_export(
+        model, info, export_dir, formats, check, str(export.quantize), quantized_on, export.max_pixels, temperature
     )
-    log.info(
-        "Exported %s to %s as %s (classes %s)",
-        checkpoints.resolve(settings.checkpoint),
-        settings.export.dir,
-        ", ".join(formats),
-        list(info.class_names),
-    )
-    _log_report(serving_info, Path(settings.export.dir))
+
+
+def export_to_model_dir(settings: Config, checkpoint: str, model_dir: str) -> None:
+    """The checked export of `checkpoint` into Vertex AI's `AIP_MODEL_DIR` (any tf.io.gfile folder): the
+    SavedModel's files at its top (`saved_model.pb`, as Vertex AI's prediction containers read it), the other
+    formats and serving_info.json beside them. Written locally first, so a failed check leaves nothing there.
+
+    Raises:
+        DataError: the folder holds a SavedModel already (nothing is overwritten).
+        DiskError: the folder cannot be written.
+    """
+    settings = dataclasses.replace(settings, checkpoint=checkpoint)
+    if storage.exists(storage.join(model_dir, "saved_model.pb")):
+        raise DataError(f"AIP_MODEL_DIR={model_dir}: holds a SavedModel already; nothing is overwritten")
+    with tempfile.TemporaryDirectory(prefix="vggtrain-export-") as temporary:
+        local = Path(temporary) / "export"
+        serving_info = _write(settings, local)
+        saved = serving_info["files"].get("saved_model")
+        if saved:  # its version folder's files go to the top; serving_info.json says so
+            version = local / saved["path"]
+            saved["path"] = "."
+            (local / INFO_FILE).write_text(json.dumps(serving_info, indent=2) + "\n")
+            storage.copy_tree(version, model_dir, "AIP_MODEL_DIR")
+            shutil.rmtree(version)
+        storage.copy_tree(local, model_dir, "AIP_MODEL_DIR")
+    _log_export(settings, serving_info, model_dir)
+
+
+def export(settings: Config) -> None:
+    """Writes `export.format` of `checkpoint` into `export.dir` (or, when that is not given, Vertex AI's
+    AIP_MODEL_DIR) with serving_info.json, each format checked."""
+    if settings.export.dir:
+        _log_export(settings, _write(settings, Path(settings.export.dir)), settings.export.dir)
+    else:
+        export_to_model_dir(settings, settings.checkpoint, os.environ["AIP_MODEL_DIR"])  # the schema checked it

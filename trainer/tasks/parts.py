@@ -11,8 +11,8 @@ Each chosen entry of `callbacks` and `logger` that has a `_target_` is built wit
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
-from pathlib import Path
 from typing import Any
 
 import keras
@@ -89,12 +89,17 @@ def build_callbacks(callbacks: CallbacksConfig, schedule: str, validate: bool = 
     return built
 
 
-def build_trackers(logger: LoggerConfig, run_dir: Path) -> tuple[list[Tracker], list[keras.callbacks.Callback]]:
+def build_trackers(
+    logger: LoggerConfig, tensorboard_dir: str | os.PathLike
+) -> tuple[list[Tracker], list[keras.callbacks.Callback]]:
     """(experiment trackers, other logging callbacks) that `logger=` chose, the trackers connected (a server
-    that cannot be reached fails here, before any data is read). TensorBoard writes into `run_dir/tensorboard`."""
+    that cannot be reached fails here, before any data is read). TensorBoard writes into `tensorboard_dir`
+    (`trainer.tasks.train.tensorboard_dir`: the run's, or the one given)."""
     trackers, others = [], []
     for name, options in _entries(logger).items():
-        runtime = {"log_dir": str(run_dir / "tensorboard")} if name == "tensorboard" else {}
+        if name == "tensorboard":
+            options = {key: value for key, value in options.items() if key != "log_dir"}
+        runtime = {"log_dir": os.fspath(tensorboard_dir)} if name == "tensorboard" else {}
         part = _build(f"logger.{name}", options, **runtime)
         if isinstance(part, Tracker):
             part.connect()

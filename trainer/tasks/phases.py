@@ -27,6 +27,7 @@ from trainer.runs.backup import RunBackup, mark_ended
 from trainer.runs.backup import restore as restore_backup
 from trainer.runs.checkpoints import ModelInfo
 from trainer.runs.resume import CHIEF_RUN
+from trainer.runs.storage import Mirror
 from trainer.search.trial import pruned, pruning_callbacks
 from trainer.tasks import parts, weights
 from trainer.tasks.plan import Folder, Phase, Plan
@@ -57,7 +58,7 @@ def _loggers(plan: Plan, folder: Folder) -> list[keras.callbacks.Callback]:
         return []
     # A few training images, read in order: no shuffle buffer to fill at start-up.
     samples = next(iter(plan.data.train_plain.take(1)))[0][:8].numpy()
-    log_dir = folder.run_dir / "tensorboard"
+    log_dir = plan.tensorboard_dir
     return [*plan.tensorboard, RunLabel(log_dir, folder.run_name, folder.tags), SampleImages(log_dir, samples)]
 
 
@@ -84,6 +85,7 @@ def _run_files(
         ema,
         workers,
         budget,
+        plan.outputs.checkpoints,
     )
 
 
@@ -173,6 +175,7 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
                 " on every worker" if several else "",
                 resume,
             )
+            _sync_mirror(callbacks)
             folder.invocation["outcome"] = "interrupted" if stop.signum == signal.SIGINT else "preempted"
             folder.invocation["stopped"] = STOPPED_BY[stop.signum]
             return folder.invocation["outcome"]
@@ -180,8 +183,17 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
         for outcome, ended in (("pruned", pruned(extra)), ("stopped_early", parts.stopped_early(extra))):
             if ended:
                 mark_ended(folder.backup_dir, outcome)  # a resume after a kill from here only evaluates
+                _sync_mirror(callbacks)
                 return outcome  # no fine-tuning phase after an early stop or a pruning
     return "completed"
+
+
+def _sync_mirror(callbacks: list[keras.callbacks.Callback]) -> None:
+    """AIP_CHECKPOINT_DIR's copy of the backup that a stop or an early end has just committed, which no epoch
+    end copies."""
+    for callback in callbacks:
+        if isinstance(callback, Mirror):
+            callback.sync()
 
 
 def _start_phase(settings: Config, plan: Plan, model: keras.Model, phase: Phase) -> None:

@@ -21,6 +21,7 @@ import tensorflow as tf
 
 from trainer.config.schema import Config
 from trainer.errors import ConfigError
+from trainer.runs.storage import OutputFolders
 from trainer.tasks.data import Data
 from trainer.tracking import loggers
 from trainer.training.optimizers import fitted_warmup
@@ -65,6 +66,8 @@ class Plan:
     lr: float  # the peak rate, after linear scaling
     phases: list[Phase]
     metric: str  # objective.metric
+    tensorboard_dir: str = ""  # where logger=tensorboard writes (`trainer.tasks.train.tensorboard_dir`)
+    outputs: OutputFolders = field(default_factory=OutputFolders)  # Vertex AI's folders (the chief's)
     started: float = field(default_factory=time.monotonic)  # trainer.time_budget counts from here
 
 

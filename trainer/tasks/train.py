@@ -12,6 +12,7 @@ the same files to a temporary folder (saving needs every worker) and delete it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import logging
 import sys
@@ -23,7 +24,7 @@ import keras
 import tensorflow as tf
 from hydra.utils import get_method
 
-from trainer.config.schema import Config
+from trainer.config.schema import Config, LoggerConfig, TensorBoardConfig
 from trainer.data.decode import DECODE
 from trainer.distribute import topology
 from trainer.distribute.agreement import chief_numbers
@@ -31,16 +32,18 @@ from trainer.distribute.failures import collective_errors, errors_told_to_peers
 from trainer.errors import ConfigError, DiskError, Interrupted
 from trainer.models.preprocessing import Models, build_models
 from trainer.models.registry import build_model
-from trainer.runs import history, locks
+from trainer.runs import history, locks, storage
 from trainer.runs.atomic import remove_temporaries, write_json
 from trainer.runs.backup import ENDINGS, read_state, remove_backup
 from trainer.runs.checkpoints import ModelInfo, weights_fingerprint
 from trainer.runs.digest import DigestGate, FileDigests
 from trainer.runs.resume import CHIEF_RUN, DATA_FILE, bind_data, prepare_resume, resolve_resume
+from trainer.runs.storage import OutputFolders
 from trainer.search.trial import record_outcome
 from trainer.tasks import parts
 from trainer.tasks import phases as fitting
 from trainer.tasks.data import Data, load_data
+from trainer.tasks.export import export_to_model_dir
 from trainer.tasks.plan import Folder, Plan, check_updates, log_training_options, phases
 from trainer.tasks.runtime import check_replica_batches, run_folder, setup_strategy
 from trainer.tasks.scoring import Evaluation, evaluate_checkpoint
@@ -86,7 +89,12 @@ def plan_run(settings: Config, strategy: tf.distribute.Strategy) -> Plan:
     chief = topology.is_chief(strategy)
     output_dir = resolve_resume(settings.resume, settings.output_dir)
     # Only the chief logs: the other workers' files go to a temporary folder that is deleted.
-    trackers, tensorboard = parts.build_trackers(settings.logger, Path(output_dir)) if chief else ([], [])
+    outputs = output_folders() if chief else OutputFolders()
+    logger = settings.logger
+    if outputs.tensorboard and logger.tensorboard is None:  # Vertex AI's job asked for a TensorBoard
+        logger = dataclasses.replace(logger, tensorboard=TensorBoardConfig())
+    board = tensorboard_dir(logger, output_dir, outputs)
+    trackers, tensorboard = parts.build_trackers(logger, board) if chief else ([], [])
     keras.utils.set_random_seed(settings.seed)
     batch, replicas = settings.trainer.batch_size, strategy.num_replicas_in_sync
     data = load_data(
@@ -132,7 +140,33 @@ def plan_run(settings: Config, strategy: tf.distribute.Strategy) -> Plan:
             opt.lr_batch_size,
             opt.lr_batch_size,
         )
-    return Plan(strategy, chief, output_dir, trackers, tensorboard, data, steps, lr, phases(settings), metric)
+    return Plan(
+        strategy, chief, output_dir, trackers, tensorboard, data, steps, lr, phases(settings), metric, board, outputs
+    )
+
+
+def output_folders() -> OutputFolders:
+    """Vertex AI's output folders (`AIP_*`), each made and checked writable through tf.io.gfile, and logged.
+
+    Raises:
+        DiskError: a folder cannot be written, naming its variable.
+    """
+    outputs = OutputFolders.from_environment()
+    what = {
+        "AIP_TENSORBOARD_LOG_DIR": "TensorBoard's event files",
+        "AIP_CHECKPOINT_DIR": "a copy of checkpoints/ and backup/ at every epoch end",
+        "AIP_MODEL_DIR": "the SavedModel, at the end of training",
+    }
+    for name, folder in outputs.given().items():
+        storage.check_writable(folder, name)
+        log.info("%s go to %s <%s>", what[name], folder, name)
+    return outputs
+
+
+def tensorboard_dir(logger: LoggerConfig, output_dir: str, outputs: OutputFolders) -> str:
+    """Where TensorBoard writes: `logger.tensorboard.log_dir`, else Vertex AI's folder, else RUN/tensorboard."""
+    given = logger.tensorboard.log_dir if logger.tensorboard is not None else None
+    return given or outputs.tensorboard or str(Path(output_dir) / "tensorboard")
 
 
 # --- 2. build the model ---------------------------------------------------------------------------------------
@@ -261,6 +295,8 @@ def _take_over(settings: Config, plan: Plan, run_dir: Path) -> tuple[int, str, D
     """
     for folder in (run_dir, run_dir / "checkpoints"):
         remove_temporaries(folder)  # left by a killed process; this one holds the folder
+    if plan.chief and settings.resume and plan.outputs.checkpoints:  # the folder lost its backup: the copy's
+        storage.restore_mirror(storage.join(plan.outputs.checkpoints, "backup"), run_dir / "backup")
     # Another worker's folder is new on each start: what is done is the chief's to say.
     done, ended = prepare_resume(run_dir, run_dir / "backup", settings.resume) if plan.chief else (0, "")
     done, ended = agree_on_progress(plan.strategy, done, ended)
@@ -342,6 +378,8 @@ def finish(settings: Config, plan: Plan, folder: Folder, model: keras.Model, out
     }
     write_json(run_dir / "metrics.json", metrics)
     remove_backup(folder.backup_dir)  # only now: a kill before this resumes into the evaluation
+    if plan.outputs.checkpoints:
+        storage.remove_folder(storage.join(plan.outputs.checkpoints, "backup"))
     log.info(  # on every worker: the figures and weights must agree across workers
         "Test accuracy %.4f, test loss %.4f. Final weights sha256 %s",
         metrics["test_accuracy"],
@@ -350,13 +388,13 @@ def finish(settings: Config, plan: Plan, folder: Folder, model: keras.Model, out
     )
     sheets = [run_dir / name for name in parts.ARTIFACTS if name.startswith("report/") and name.endswith(".png")]
     if plan.tensorboard:
-        write_test_metrics(run_dir / "tensorboard", metrics, metrics["best_epoch"], sheets)
+        write_test_metrics(plan.tensorboard_dir, metrics, metrics["best_epoch"], sheets)
     wait_for_drawings()  # curves.png, drawn in the background while the test evaluation ran
     tracked = {**metrics, **parts.class_figures(metrics.get("test_per_class", {}))}
     for tracker in plan.trackers:
         tracker.finish(tracked, [run_dir / artifact for artifact in parts.ARTIFACTS], run_dir)
     if plan.chief:
-        log.info("%s", run_summary(run_dir, metrics))
+        log.info("%s", run_summary(run_dir, metrics, plan.tensorboard_dir if plan.tensorboard else None))
     return metrics
 
 
@@ -381,6 +419,8 @@ def train(settings: Config) -> float | None:
     if outcome not in ("preempted", "interrupted") and plan.chief:
         fold = settings.dataset.fold if settings.dataset.folds else None
         record_outcome(settings.trial, metrics, fold)  # a search's trial: the sweep reads its outcome from the study
+        if plan.outputs.model:  # Vertex AI's model folder: the deployable SavedModel, checked like mode=export's
+            export_to_model_dir(settings, str(folder.run_dir), plan.outputs.model)
     if outcome == "interrupted":  # the folder is released: the lock, the invocation's end line
         raise Interrupted(
             f"interrupted (Ctrl-C); the backup is saved. To continue, run: python run.py resume={folder.run_dir}"

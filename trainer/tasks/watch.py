@@ -131,7 +131,7 @@ def watch(settings: Config, evaluator: bool = False) -> float:
     strategy = tf.distribute.get_strategy() if evaluator else setup_strategy(settings)
     data = load_data(settings.dataset, settings.trainer.batch_size, settings.seed, check_val=True)
     out.mkdir(parents=True, exist_ok=True)
-    trackers = [tracker for tracker in build_trackers(settings.logger, out)[0] if tracker.join(run)]
+    trackers = [tracker for tracker in build_trackers(settings.logger, out / "tensorboard")[0] if tracker.join(run)]
     evals, last_done, accuracy = EvalLog(out, trackers), 0, float("nan")
     idle_since, timeout = time.monotonic(), settings.evaluate.watch_timeout
     log.info("Watching %s: each epoch it commits is evaluated on the val split into %s", run, evals.path)

@@ -75,8 +75,9 @@ RUN_FILES = (
 )
 
 
-def run_summary(run_dir: Path, metrics: dict[str, Any]) -> str:
-    """The end-of-run summary: the folder, the best epoch, val and test accuracy, and the files to open."""
+def run_summary(run_dir: Path, metrics: dict[str, Any], tensorboard: str | None = None) -> str:
+    """The end-of-run summary: the folder, the best epoch, val and test accuracy, and the files to open (and
+    `tensorboard`, the folder TensorBoard wrote to, if any: a path or a gfile URL)."""
     files = [name for name in RUN_FILES if (run_dir / name).exists()]
     val = f"val_accuracy {metrics['val_accuracy']:.4f}, " if "val_accuracy" in metrics else ""  # trainer.validate
     lines = [
@@ -86,6 +87,6 @@ def run_summary(run_dir: Path, metrics: dict[str, Any]) -> str:
         f"(test_loss {metrics['test_loss']:.4f}), {metrics['train_seconds']:.0f} s of training",
         f"  open: {', '.join(files)}",
     ]
-    if (run_dir / "tensorboard").is_dir():  # logger=tensorboard wrote it
-        lines.append(f"  tensorboard --logdir {(run_dir / 'tensorboard').resolve()}")
+    if tensorboard:  # logger=tensorboard wrote there
+        lines.append(f"  tensorboard --logdir {tensorboard if '://' in tensorboard else Path(tensorboard).resolve()}")
     return "\n".join(lines)

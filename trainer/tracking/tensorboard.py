@@ -5,9 +5,12 @@ python run.py logger=tensorboard name=baseline tags=[digits]      # tensorboard 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import keras
+
+from trainer.runs.storage import join
 
 
 class TensorBoard(keras.callbacks.TensorBoard):
@@ -18,13 +21,13 @@ class TensorBoard(keras.callbacks.TensorBoard):
         super().on_epoch_end(epoch + 1, logs)
 
 
-def write_test_metrics(log_dir: Path, metrics: dict, step: int, sheets: list[Path] = ()) -> None:
+def write_test_metrics(log_dir: str | os.PathLike, metrics: dict, step: int, sheets: list[Path] = ()) -> None:
     """The best checkpoint's test figures, as a `test` run beside Keras's `train` and `validation` ones (same
-    tags, at the best epoch), so every run shows them, not only sweeps through HParams; and the PNG `sheets`
-    (those that exist) as images."""
+    tags, at the best epoch) in `log_dir` (a path or a gfile URL), so every run shows them, not only sweeps
+    through HParams; and the PNG `sheets` (those that exist) as images."""
     import tensorflow as tf
 
-    with tf.summary.create_file_writer(str(log_dir / "test")).as_default():
+    with tf.summary.create_file_writer(join(log_dir, "test")).as_default():
         for name in ("accuracy", "loss"):
             tf.summary.scalar(f"epoch_{name}", metrics[f"test_{name}"], step=step)
         for name in ("ece", "balanced_accuracy", "macro_f1"):
@@ -40,14 +43,14 @@ def write_test_metrics(log_dir: Path, metrics: dict, step: int, sheets: list[Pat
 class RunLabel(keras.callbacks.Callback):
     """Writes the run's name and tags to TensorBoard once, as text."""
 
-    def __init__(self, log_dir: Path, name: str, tags: list[str]):
+    def __init__(self, log_dir: str | os.PathLike, name: str, tags: list[str]):
         super().__init__()
         self.log_dir, self.name, self.tags = log_dir, name, tags
 
     def on_train_begin(self, logs=None):
         import tensorflow as tf
 
-        with tf.summary.create_file_writer(str(self.log_dir / "train")).as_default():
+        with tf.summary.create_file_writer(join(self.log_dir, "train")).as_default():
             tf.summary.text("run/name", self.name, step=0)
             tf.summary.text("run/tags", ", ".join(self.tags) or "(none)", step=0)
 
@@ -55,12 +58,12 @@ class RunLabel(keras.callbacks.Callback):
 class SampleImages(keras.callbacks.Callback):
     """Writes a few input images (the model's uint8 inputs) to TensorBoard once at the start."""
 
-    def __init__(self, log_dir: Path, images):
+    def __init__(self, log_dir: str | os.PathLike, images):
         super().__init__()
         self.log_dir, self.images = log_dir, images
 
     def on_train_begin(self, logs=None):
         import tensorflow as tf
 
-        with tf.summary.create_file_writer(str(self.log_dir / "train")).as_default():
+        with tf.summary.create_file_writer(join(self.log_dir, "train")).as_default():
             tf.summary.image("input_images", self.images, step=0, max_outputs=8)

@@ -24,6 +24,7 @@ from trainer.errors import ConfigError, UserError
 from trainer.runs import checkpoints, history
 from trainer.runs.atomic import write_atomic
 from trainer.runs.backup import RunBackup
+from trainer.runs.storage import Mirror
 from trainer.tracking.curves import Curves
 from trainer.training.metrics import CROSS_ENTROPY, honest_loss
 
@@ -336,6 +337,7 @@ class RunFiles:
     ema: bool = False  # the optimizer keeps an EMA of the weights: validation and checkpoints use it
     workers: Workers | None = None  # a multi-worker run: the state restored and the stops are the chief's / all's
     budget: TimeBudget | None = None  # trainer.time_budget: stop before an epoch that would not fit
+    mirror: str | None = None  # AIP_CHECKPOINT_DIR: checkpoints/ and backup/ copied there (`storage.Mirror`)
 
 
 def training_callbacks(
@@ -381,5 +383,6 @@ def training_callbacks(
         backup,
         CommitBest(folder),
         StopOnSignal(backup, files.workers.any_stop if files.workers else None, files.budget),
+        *([Mirror(run_dir, files.mirror)] if files.mirror else []),  # what the epoch end committed
     ]
     return callbacks
