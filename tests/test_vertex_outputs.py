@@ -206,3 +206,21 @@ def test_only_the_chief_of_two_workers_writes_vertex_ais_folders(tmp_path, monke
     assert writers == {str(workers[0].pid)}, "the event files are the chief's only"
     assert (local["model"] / "saved_model.pb").is_file() and (local["checkpoints"] / "checkpoints").is_dir()
     assert "<AIP_" not in outputs[1], "the other worker names none of the folders"
+
+
+@pytest.mark.unit
+def test_a_sweeps_job_writes_into_its_own_sub_folder_of_each():
+    outputs = storage.OutputFolders(model="gs://b/j/model", tensorboard="gs://b/j/logs")
+    assert outputs.within("3") == storage.OutputFolders(model="gs://b/j/model/3", tensorboard="gs://b/j/logs/3")
+
+
+@pytest.mark.e2e
+@pytest.mark.slow  # two jobs, each exported (35 s); the unit test above keeps the rule
+def test_the_jobs_of_a_sweep_on_vertex_ai_each_get_their_own_folders(tmp_path, monkeypatch):
+    local = _vertex(monkeypatch, tmp_path, "model", "tensorboard")
+    overrides = train_arguments(tmp_path, tmp_path / "unused", epochs=1)[:-1]  # not hydra.run.dir
+    result = run_cli(["-m", *overrides, "seed=0,1", f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for job in ("0", "1"):
+        assert (local["model"] / job / "saved_model.pb").is_file()
+        assert _events(local["tensorboard"] / job) == ["test", "train", "validation"]

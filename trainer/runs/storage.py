@@ -48,6 +48,10 @@ class OutputFolders:
     def from_environment(cls, environ: Mapping[str, str] = os.environ) -> OutputFolders:
         return cls(**{field: environ.get(name) or None for field, name in VARIABLES.items()})
 
+    def within(self, *names: str) -> OutputFolders:
+        """The same folders' sub-folder `names` (a sweep's job: its jobs share the variables)."""
+        return OutputFolders(**{field: join(value, *names) if value else None for field, value in vars(self).items()})
+
     def given(self) -> dict[str, str]:
         """{environment variable: folder} of those set."""
         return {VARIABLES[field]: getattr(self, field) for field in VARIABLES if getattr(self, field)}

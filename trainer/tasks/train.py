@@ -89,7 +89,7 @@ def plan_run(settings: Config, strategy: tf.distribute.Strategy) -> Plan:
     chief = topology.is_chief(strategy)
     output_dir = resolve_resume(settings.resume, settings.output_dir)
     # Only the chief logs: the other workers' files go to a temporary folder that is deleted.
-    outputs = output_folders() if chief else OutputFolders()
+    outputs = output_folders(output_dir) if chief else OutputFolders()
     logger = settings.logger
     if outputs.tensorboard and logger.tensorboard is None:  # Vertex AI's job asked for a TensorBoard
         logger = dataclasses.replace(logger, tensorboard=TensorBoardConfig())
@@ -145,13 +145,16 @@ def plan_run(settings: Config, strategy: tf.distribute.Strategy) -> Plan:
     )
 
 
-def output_folders() -> OutputFolders:
-    """Vertex AI's output folders (`AIP_*`), each made and checked writable through tf.io.gfile, and logged.
+def output_folders(output_dir: str) -> OutputFolders:
+    """Vertex AI's output folders (`AIP_*`), each made and checked writable through tf.io.gfile, and logged; a
+    sweep's job (`output_dir` in the sweep folder) writes into their sub-folder of the job's own (`3/`).
 
     Raises:
         DiskError: a folder cannot be written, naming its variable.
     """
-    outputs = OutputFolders.from_environment()
+    outputs, sweep = OutputFolders.from_environment(), _sweep_folder()
+    if sweep is not None and outputs.given():  # the jobs share the variables, not the folders
+        outputs = outputs.within(*Path(output_dir).relative_to(sweep).parts)
     what = {
         "AIP_TENSORBOARD_LOG_DIR": "TensorBoard's event files",
         "AIP_CHECKPOINT_DIR": "a copy of checkpoints/ and backup/ at every epoch end",
