@@ -618,3 +618,62 @@ def test_the_tfjob_of_the_docs_gives_each_replica_its_role(monkeypatch):
             assert any(argument.startswith("checkpoint=") for argument in command), "the evaluator's run folder"
     assert roles["Chief"].is_chief and roles["Chief"].num_workers == 2
     assert not roles["Worker"].is_chief and roles["Evaluator"].is_evaluator
+
+
+def _block(text: str, opening: str) -> str:
+    """The first code block of `text` that starts with the fence line `opening` (e.g. "```bash\n#!/bin/bash")."""
+    return text.split(opening, 1)[1].split("```", 1)[0]
+
+
+@pytest.mark.unit
+def test_the_sbatch_script_of_the_docs_gives_each_task_its_role_and_address(monkeypatch):
+    """The docs' sbatch script, each task's environment as `srun` writes it for that allocation: TensorFlow's
+    SlurmClusterResolver (as `strategy.cluster=slurm` builds it) gives one worker per node on the port base, and
+    rank 0 is the chief."""
+    from trainer.distribute import strategies
+
+    script = _block((ROOT / "docs" / "distributed.md").read_text(), "```bash\n#!/bin/bash\n")
+    options = dict(re.findall(r"^#SBATCH --([\w-]+)=(\S+)$", script, re.MULTILINE))
+    nodes, per_node = int(options["nodes"]), int(options["ntasks-per-node"])
+    (command,) = [line.split() for line in script.splitlines() if line.startswith("srun ")]
+    assert command[1:4] == ["python", "run.py", "strategy=multi_worker"] and "strategy.cluster=slurm" in command
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    for rank in range(nodes * per_node):
+        slurm = {
+            "SLURM_PROCID": str(rank),
+            "SLURM_NTASKS": str(nodes * per_node),
+            "SLURM_STEP_NUM_TASKS": str(nodes * per_node),
+            "SLURM_STEP_NODELIST": f"gpu[01-{nodes:02d}]",
+            "SLURM_STEP_TASKS_PER_NODE": f"{per_node}(x{nodes})",
+        }
+        for name, value in slurm.items():
+            monkeypatch.setenv(name, value)
+        role = cluster.worker_role("slurm", None, None)
+        resolver = strategies._resolver("slurm", None, None)
+        workers = [f"gpu{node:02d}:{8888 + task}" for node in range(1, nodes + 1) for task in range(per_node)]
+        assert resolver.cluster_spec().as_dict() == {"worker": workers}
+        assert (resolver.task_type, resolver.task_id) == ("worker", rank)
+        assert role.is_chief is (rank == 0) and role.num_workers == nodes * per_node
+
+
+@pytest.mark.unit
+def test_the_ray_call_of_the_docs_runs_run_py_on_workers_whose_first_is_the_chief(monkeypatch):
+    """The docs' Ray `TensorflowTrainer` call: each of its `num_workers` gets the worker-only TF_CONFIG Ray's
+    TensorflowConfig writes, and runs `python run.py strategy=multi_worker`; worker 0 is the chief."""
+    import ast
+
+    code = _block((ROOT / "docs" / "distributed.md").read_text(), "```python\nimport subprocess\n")
+    tree = ast.parse("import subprocess\n" + code)
+    calls = {node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id: node
+             for node in ast.walk(tree) if isinstance(node, ast.Call)}  # fmt: skip
+    command = ast.literal_eval(calls["run"].args[0])
+    assert command[:3] == ["python", "run.py", "strategy=multi_worker"]
+    (workers,) = [ast.literal_eval(keyword.value) for keyword in calls["ScalingConfig"].keywords]
+    addresses = [f"10.0.0.{index + 1}:{20000 + index}" for index in range(workers)]
+    roles = []
+    for index in range(workers):
+        tf_config = {"cluster": {"worker": addresses}, "task": {"type": "worker", "index": index}}
+        monkeypatch.setenv("TF_CONFIG", json.dumps(tf_config))
+        roles.append(cluster.worker_role("auto", None, None))
+    assert [role.is_chief for role in roles] == [True] + [False] * (workers - 1)
+    assert workers == 2 and all(role.num_workers == workers for role in roles)
