@@ -282,6 +282,27 @@ def test_restarting_only_the_killed_worker_gives_one_line_on_each_not_a_split_ru
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # ~20 s
+def test_a_chief_gone_between_answering_and_the_cluster_connecting_is_one_line_within_the_startup_timeout(tmp_path):
+    # What a restarted worker met when its chief ended just after its port answered: a port that accepts the
+    # connection and never registers the worker. TensorFlow alone waited an hour for it.
+    data = write_cifar(tmp_path / "cifar")
+    ports = free_ports(2)
+    with socket.create_server(("127.0.0.1", ports[0])):
+        (worker1,) = _start_workers(tmp_path, data, "strategy.startup_timeout=8", ports=ports, indices=[1])
+        output = worker1.communicate(timeout=120)[0]
+    assert worker1.returncode == 1, output[-2000:]
+    assert (
+        output.strip()
+        .splitlines()[-1]
+        .startswith(
+            f"error: strategy=multi_worker: worker0 at 127.0.0.1:{ports[0]} did not come up within "
+            "strategy.startup_timeout=8 s"
+        )
+    ), output[-2000:]
+
+
+@pytest.mark.e2e
 @pytest.mark.slow  # ~30 s: two lone workers wait for peers that never come
 def test_a_worker_whose_peer_never_comes_says_whom_it_waits_for_and_stops(tmp_path):
     data = write_cifar(tmp_path / "cifar")

@@ -244,6 +244,22 @@ def test_tensorflow_still_reports_an_error_to_the_cluster_only_through_its_priva
     )
 
 
+@pytest.mark.unit
+def test_tensorflow_still_bounds_the_clusters_registration_only_through_its_private_context():
+    import inspect
+
+    from tensorflow.python.eager import context
+
+    private = inspect.signature(context.Context.configure_coordination_service).parameters
+    assert "cluster_register_timeout_in_ms" in private, (
+        "the private call trainer/distribute/startup.py::register_within makes changed: a worker whose chief left "
+        "while the cluster connected waits TensorFlow's hour again; find its successor"
+    )
+    options = [tf.distribute.MultiWorkerMirroredStrategy, tf.distribute.experimental.CommunicationOptions]
+    public = [name for option in options for name in inspect.signature(option).parameters if "regist" in name]
+    assert not public, f"upstream added a public option ({public[0]}): use it in register_within, remove this canary"
+
+
 # --- HDF5: a process that failed to write to a full disk crashes at exit --------------------------------------------
 
 FULL_DISK_SAVE = """

@@ -520,7 +520,7 @@ class MultiWorkerStrategyConfig(StrategyConfig):
     workers: list[str] | None = None  # host:port of every worker, same order on all of them
     task_index: int | None = None  # this worker's position in `workers`
     timeout_seconds: float = 600.0  # a collective waiting longer (a worker died) fails the run
-    startup_timeout: float = 600.0  # seconds to wait for every worker to come up (logged every 10 s)
+    startup_timeout: float = 600.0  # seconds to wait for every worker to come up (logged every 10 s), then to connect
     slurm_port_base: int = 8888  # cluster=slurm: the port of a node's first task (the next tasks count up)
 
     def __post_init__(self) -> None:

@@ -9,6 +9,10 @@ for ever, ignoring Ctrl-C and SIGTERM (only `kill -9` ended it). So each worker 
 port, to show its peers it is up, and waits until every peer's port answers: a peer still waiting the
 same way, or one whose TensorFlow server runs already. Then it closes its port for TensorFlow's server
 and builds the strategy, which connects at once.
+
+A peer can still leave between its port answering and the registration with the cluster's coordination
+service (the chief, worker 0 without one): a restarted worker whose chief ended just then waited an hour,
+TensorFlow's default registration timeout. `register_within` bounds it by `strategy.startup_timeout` too.
 """
 
 from __future__ import annotations
@@ -94,16 +98,49 @@ def wait_for_peers(address: str, peers: dict[str, str], timeout: float, every: f
                 stopped = f"stopped by {_NAMES[received[0]]}"
                 raise ClusterError(f"strategy=multi_worker: {stopped} while waiting for {waiting}")
             if missing and waited > timeout:
-                raise ClusterError(
-                    f"strategy=multi_worker: {_names(missing)} did not come up within "
-                    f"strategy.startup_timeout={timeout:g} s; start every worker of the cluster (the same "
-                    f"command, each with its own task index), or check the addresses"
-                )
+                raise not_up(missing, timeout)
             if missing and time.monotonic() >= next_report:
                 log.info("Waiting for %s (%.0f s of strategy.startup_timeout=%g)", _names(missing), waited, timeout)
                 next_report += every
             if missing:
                 time.sleep(0.5)
+
+
+def not_up(missing: dict[str, str], timeout: float) -> ClusterError:
+    """The error of a worker whose peers `missing` did not come up within `strategy.startup_timeout`."""
+    return ClusterError(
+        f"strategy=multi_worker: {_names(missing)} did not come up within strategy.startup_timeout={timeout:g} s; "
+        "start every worker of the cluster (the same command, each with its own task index), or check the addresses"
+    )
+
+
+def register_within(resolver, timeout: float) -> None:
+    """Configures the coordination service as `MultiWorkerMirroredStrategy` would, with `timeout` seconds for
+    every task to register instead of TensorFlow's hour (the strategy leaves a service configured before it).
+
+    TensorFlow has no public option for it: `configure_coordination_service` is private (ledger:
+    docs/development.md, row 15)."""
+    from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
+    from tensorflow.python.distribute import multi_worker_util
+    from tensorflow.python.eager import context
+
+    spec = resolver.cluster_spec()
+    jobs = [name for name in ("chief", "worker") if name in spec.jobs]
+    if resolver.task_type not in jobs or context.context().coordination_service is not None:
+        return
+    coordinated = [coordination_config_pb2.CoordinatedJob(name=job, num_tasks=spec.num_tasks(job)) for job in jobs]
+    context.context().configure_coordination_service(
+        service_type="standalone",
+        service_leader=multi_worker_util.coordination_leader(spec),
+        coordinated_jobs=coordinated,
+        cluster_register_timeout_in_ms=int(timeout * 1000),
+    )
+
+
+def leader(peers: dict[str, str]) -> dict[str, str]:
+    """The peer that hosts the coordination service, as TensorFlow picks it: the chief, else worker 0."""
+    name = "chief0" if "chief0" in peers else "worker0"
+    return {name: peers[name]} if name in peers else {}
 
 
 def _names(peers: dict[str, str]) -> str:

@@ -99,16 +99,21 @@ def multi_worker(
     seconds, or at once on Ctrl-C or SIGTERM (`trainer.distribute.startup`). Then a collective that waits
     longer than `timeout_seconds` (a worker died) fails instead of hanging.
     """
-    from trainer.distribute import compat
-    from trainer.distribute.startup import wait_for_peers
+    from trainer.distribute import compat, startup
 
     compat.apply()
     options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=timeout_seconds)
     resolver = _resolver(cluster, workers, task_index, slurm_port_base)
     address, peers = _addresses(resolver)
     if address is not None:
-        wait_for_peers(address, peers, startup_timeout)
-    return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
+        startup.wait_for_peers(address, peers, startup_timeout)
+        startup.register_within(resolver, startup_timeout)
+    try:
+        return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
+    except tf.errors.OpError as error:  # a peer left while the cluster connected
+        log.debug("The cluster did not connect: %s", error)
+        gone = {name: peer for name, peer in peers.items() if not startup.listening(peer)}
+        raise startup.not_up(gone or startup.leader(peers) or peers, startup_timeout) from None
 
 
 def describe(strategy: tf.distribute.Strategy, name: str) -> None:
