@@ -149,7 +149,9 @@ def test_a_killed_then_preempted_worker_run_resumes_to_the_weights_of_a_run_neve
     killed = time.monotonic()
     output = "".join(lines) + chief.communicate(timeout=120)[0]
     assert chief.returncode == 1, output[-3000:]
-    assert time.monotonic() - killed < 60, "the survivor must stop within strategy.timeout_seconds"
+    took = time.monotonic() - killed
+    print(f"the survivor stopped {took:.1f} s after worker 1 was killed")  # for the note (pytest -s)
+    assert took < 60, "the survivor must stop within strategy.timeout_seconds"
     run_dir = next((tmp_path / "outputs").glob("*/*"))
     last = output.strip().splitlines()[-1]
     assert re.search(r"error: strategy=multi_worker: worker1 at 127\.0\.0\.1:\d+ stopped answering", last), last
