@@ -367,6 +367,11 @@ class WandbTracker(Tracker):
         for path in files:
             self.run.save(str(path), base_path=str(run_dir), policy="now")
         self.run.finish(exit_code=0 if ok else 1)
+        # finish() only tells W&B's service process the run is done; the service writes and closes
+        # RUN/wandb/ later. Its teardown waits for that, so the folder is whole when the run returns.
+        import wandb
+
+        wandb.teardown()
 
 
 @contextlib.contextmanager
