@@ -12,6 +12,7 @@ with, so no task reads the dataset section twice.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import logging
 import posixpath
@@ -35,15 +36,28 @@ log = logging.getLogger(__name__)
 WORKER_SEED_STRIDE = 7919  # input pipeline i seeds with seed + i * stride: apart from each pipeline's own seed + 1
 
 
+def _pipeline(name: str, doc: str) -> functools.cached_property:
+    """A pipeline of `Data`, built by `Data.pipelines[name]` when first read: a task builds only what it reads
+    (`mode=evaluate` no training pipeline), and training's first step waits for none it reads later."""
+
+    def build(data: Data) -> tf.data.Dataset:
+        return data.pipelines[name]()
+
+    build.__doc__ = doc
+    return functools.cached_property(build)
+
+
 @dataclass
 class Data:
     """The three splits of one dataset, ready for `fit`/`evaluate`, and what the model is built with."""
 
-    train: tf.data.Dataset
-    train_plain: tf.data.Dataset  # the training split once, in order, with the evaluation preprocessing
-    val: tf.data.Dataset
-    test: tf.data.Dataset
-    test_stored: tf.data.Dataset  # the test split as a client holds it: resized to resize_to, not yet cropped
+    train = _pipeline("train", "Shuffled, augmented, endless training batches (`trainer.data.pipeline`).")
+    train_plain = _pipeline("train_plain", "The training split once, in order, with the evaluation preprocessing.")
+    val = _pipeline("val", "The validation split once, in order.")
+    test = _pipeline("test", "The test split once, in order.")
+    test_stored = _pipeline("test_stored", "The test split as a client holds it: resized to resize_to, not cropped.")
+
+    pipelines: dict[str, Callable[[], tf.data.Dataset]]  # each of the five above, built when first read
     num_examples: dict[str, int]  # records per split
     class_names: list[str]
     input_shape: tuple[int, int, int]
@@ -212,12 +226,16 @@ def load_data(
     if num_workers > 1:
         train_for_worker, train_steps = _worker_input(splits, num_workers, batch_size, train)
     size = preprocess.output_size
+    evaluated = functools.partial(pipeline.eval_dataset, decoder=decoder, preprocess=preprocess, batch_size=batch_size)
+    stored = Preprocess(preprocess.image_size)  # resized to what the model is served, not cropped
     return Data(
-        train=train(sources["train"], batch_size, 0),
-        train_plain=pipeline.eval_dataset(sources["train"], decoder, preprocess, batch_size),
-        val=pipeline.eval_dataset(sources["val"], decoder, preprocess, batch_size, cache),
-        test=pipeline.eval_dataset(sources["test"], decoder, preprocess, batch_size),
-        test_stored=pipeline.eval_dataset(sources["test"], decoder, Preprocess(preprocess.image_size), batch_size),
+        pipelines={
+            "train": lambda: train(sources["train"], batch_size, 0),
+            "train_plain": lambda: evaluated(sources["train"]),
+            "val": lambda: evaluated(sources["val"], cache=cache),
+            "test": lambda: evaluated(sources["test"]),
+            "test_stored": lambda: evaluated(sources["test"], preprocess=stored),
+        },
         num_examples={split: source.count for split, source in sources.items()},
         class_names=splits.class_names,
         input_shape=(size, size, 3),
