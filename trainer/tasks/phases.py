@@ -52,12 +52,12 @@ def _log_xla(model: keras.Model, jit_compile: str) -> None:
         )
 
 
-def _loggers(plan: Plan, folder: Folder, first: tuple[tf.Tensor, tf.Tensor]) -> list[keras.callbacks.Callback]:
-    """TensorBoard (`logger=tensorboard`), with the run's name and tags and the first images of batch `first`."""
+def _loggers(plan: Plan, folder: Folder, first_batch: tuple[tf.Tensor, tf.Tensor]) -> list[keras.callbacks.Callback]:
+    """TensorBoard (`logger=tensorboard`), with the run's name and tags and the first images of `first_batch`."""
     if not plan.tensorboard:
         return []
     log_dir = plan.tensorboard_dir
-    samples = first[0][:8].numpy()
+    samples = first_batch[0][:8].numpy()
     return [*plan.tensorboard, RunLabel(log_dir, folder.run_name, folder.tags), SampleImages(log_dir, samples)]
 
 
@@ -123,8 +123,8 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
     extra += pruning_callbacks(settings.trial, plan.metric, plan.chief)  # a search's trial with a pruner
     # The first training batch, read in order (no shuffle buffer to fill at start-up): TensorBoard's sample
     # images, and what each phase's step state is built from.
-    first = next(iter(plan.data.train_plain.take(1)))
-    loggers_ = _loggers(plan, folder, first)
+    first_batch = next(iter(plan.data.train_plain.take(1)))
+    loggers_ = _loggers(plan, folder, first_batch)
     class_weights = weights.class_weight(settings, plan.data)
     progress = plan.chief and settings.trainer.verbose == 1 and sys.stderr.isatty()
     switched_here = False  # a phase ended in this process and the next one starts here
@@ -132,7 +132,7 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
     for phase in plan.phases:
         if folder.done >= phase.end:
             continue
-        _start_phase(settings, plan, model, phase, first)
+        _start_phase(settings, plan, model, phase, first_batch)
         files = _run_files(settings, plan, folder, models, info, budget)
         callbacks = training_callbacks(files, loggers_, [*extra, *plan.trackers], progress)
         if folder.gate is not None:  # first: it checks the data before anything of the epoch is saved
@@ -199,10 +199,10 @@ def _sync_mirror(callbacks: list[keras.callbacks.Callback]) -> None:
 
 
 def _start_phase(
-    settings: Config, plan: Plan, model: keras.Model, phase: Phase, first: tuple[tf.Tensor, tf.Tensor]
+    settings: Config, plan: Plan, model: keras.Model, phase: Phase, first_batch: tuple[tf.Tensor, tf.Tensor]
 ) -> None:
-    """Freezes what the phase freezes and compiles for its epochs (its step functions' state built from batch
-    `first` before `fit`, so each is traced once), logging both."""
+    """Freezes what the phase freezes and compiles for its epochs (its step functions' state built from
+    `first_batch` before `fit`, so each is traced once), logging both."""
     if settings.model.PRETRAINED_BASE:
         trainable = set_trainable(model, phase.unfreeze_from)
         log.info(
@@ -215,7 +215,7 @@ def _start_phase(
         )
     with plan.strategy.scope():
         compile_model(model, settings, plan.lr * phase.lr_scale, plan.steps_per_epoch, phase.end - phase.start)
-    build_step_state(model, first)
+    build_step_state(model, first_batch)
     schedule = settings.optimizer.schedule.name
     if len(plan.phases) > 1 and schedule != "constant":
         log.info(
