@@ -229,3 +229,21 @@ def test_parameter_distributions_match_the_per_example_recipe():
         ours_share = np.bincount(ours_values.astype(int), minlength=5) / len(ours_values)
         recipe_share = np.bincount(recipe_values.astype(int), minlength=5) / len(recipe_values)
         np.testing.assert_allclose(ours_share, recipe_share, atol=0.07)
+
+
+def test_each_split_pipeline_is_built_when_first_read_and_once(monkeypatch):
+    """`mode=evaluate` builds no training pipeline, and training's first step waits for none it reads later."""
+    from conftest import compose
+    from trainer.config import to_settings
+    from trainer.tasks.data import load_data
+
+    built = []
+    for name in ("train_dataset", "eval_dataset"):
+        original = getattr(pipeline, name)
+        monkeypatch.setattr(pipeline, name, lambda *a, _f=original, _n=name, **k: built.append(_n) or _f(*a, **k))
+    data = load_data(to_settings(compose(["debug=smoke"])).dataset, 16, 0)
+    assert built == [], "nothing is built before it is read"
+    assert data.test is data.test and built == ["eval_dataset"]
+    assert data.train is data.train and built == ["eval_dataset", "train_dataset"]
+    images, labels = next(iter(data.test))
+    assert images.dtype == tf.uint8 and images.shape[1:] == (32, 32, 3) and labels.shape == (16,)
