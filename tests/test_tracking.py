@@ -105,10 +105,15 @@ def test_mlflow_server_gets_one_run_with_params_metrics_and_artifacts(tmp_path, 
 @pytest.mark.integration
 def test_mlflow_default_is_an_embedded_sqlite_database_in_outputs(tmp_path, cifar_dir, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     run_dir = tmp_path / "outputs" / "run"
     metrics = _train(cifar_dir, run_dir, "logger=[tensorboard,mlflow]")
     database = tmp_path / "outputs" / "mlflow.db"
     assert database.is_file()
+    # Logging the model points MLflow's global URI at the run's store for a moment, and leaves it as it was:
+    # it left MLFLOW_TRACKING_URI=<launch folder>/mlflow.db, where the next run of the process then logged.
+    assert "MLFLOW_TRACKING_URI" not in os.environ and not mlflow.is_tracking_uri_set()
+    assert not (tmp_path / "mlflow.db").exists()
     _check_run(MlflowClient(tracking_uri=f"sqlite:///{database}"), metrics)
     assert json.loads((run_dir / "tracking.json").read_text())["mlflow"]
     assert _tensorboard_texts(run_dir / "tensorboard" / "train") == {"run/name": "tracked", "run/tags": "smoke, ci"}

@@ -191,8 +191,11 @@ def log_model(uri: str, run_id: str, checkpoint: Path, register_as: str | None =
     info = checkpoints.read_info(checkpoint)
     if info is None:
         raise ValueError(f"{checkpoint} holds no vggtrain.json")  # a checkpoint this run wrote always does
-    previous = mlflow.get_tracking_uri()
-    mlflow.set_tracking_uri(uri)  # the fluent API below reads it
+    # The fluent API below reads MLflow's global URI. set_tracking_uri sets MLFLOW_TRACKING_URI too, so both go
+    # back as they were: "restored" to get_tracking_uri()'s default, the variable named <cwd>/mlflow.db, which
+    # the next run of this process (a sweep's job) took for the user's choice of store.
+    previous = mlflow.get_tracking_uri() if mlflow.is_tracking_uri_set() else None
+    mlflow.set_tracking_uri(uri)
     interactive = keras.config.is_interactive_logging_enabled()
     keras.config.disable_interactive_logging()  # no Keras progress bar while MLflow loads the model back
     pyfunc_log = logging.getLogger("mlflow.pyfunc")
@@ -212,7 +215,7 @@ def log_model(uri: str, run_id: str, checkpoint: Path, register_as: str | None =
                 metadata={"class_names": list(info.class_names), "image_size": info.image_size},
             )
     finally:
-        mlflow.set_tracking_uri(previous)
+        mlflow.set_tracking_uri(previous)  # None: unset again, as MLflow's own _use_tracking_uri does
         pyfunc_log.setLevel(level)
         if interactive:
             keras.config.enable_interactive_logging()
