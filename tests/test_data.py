@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import pattern_records, write_cifar
+from conftest import compose, pattern_records, write_cifar
+from trainer.config import to_settings
 from trainer.data import binary, pipeline
 from trainer.data.augmentation import Augmentation
 from trainer.data.decoders import BinaryDecoder
@@ -15,6 +16,7 @@ from trainer.data.shares import Records, ranges_of
 from trainer.data.sources import FixedLengthReader, Source
 from trainer.errors import DataError
 from trainer.models.preprocessing import augmentation_layers
+from trainer.tasks.data import load_data
 
 pytestmark = pytest.mark.unit
 
@@ -233,10 +235,6 @@ def test_parameter_distributions_match_the_per_example_recipe():
 
 def test_each_split_pipeline_is_built_when_first_read_and_once(monkeypatch):
     """`mode=evaluate` builds no training pipeline, and training's first step waits for none it reads later."""
-    from conftest import compose
-    from trainer.config import to_settings
-    from trainer.tasks.data import load_data
-
     built = []
     for name in ("train_dataset", "eval_dataset"):
         original = getattr(pipeline, name)
