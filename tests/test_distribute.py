@@ -700,3 +700,62 @@ def test_the_ray_call_of_the_docs_runs_run_py_on_workers_whose_first_is_the_chie
         roles.append(cluster.worker_role("auto", None, None))
     assert [role.is_chief for role in roles] == [True] + [False] * (workers - 1)
     assert workers == 2 and all(role.num_workers == workers for role in roles)
+
+
+@pytest.mark.unit
+def test_a_step_longer_than_the_timeout_stops_the_cluster_once_and_quick_steps_never():
+    import threading
+
+    from trainer.distribute.watchdog import StepWatchdog
+
+    told: list[str] = []
+    before = threading.active_count()
+    watchdog = StepWatchdog(0.4, "worker1", told.append, every=0.05)
+    try:
+        assert threading.active_count() == before + 1, "one thread, however many steps and collectives"
+        for _ in range(6):  # steps within the timeout
+            watchdog.on_train_batch_begin(0)
+            time.sleep(0.1)
+            watchdog.on_train_batch_end(0)
+        time.sleep(0.6)  # between steps (an epoch's end, a checkpoint): nothing is timed
+        assert told == []
+        watchdog.on_test_batch_begin(0)  # a validation step that never ends: a peer hung
+        time.sleep(1.0)
+        assert len(told) == 1, "once"
+        assert re.fullmatch(
+            r"vggtrain worker1 stopped: <<error: a step waited \d+ s for its peers, longer than "
+            r"strategy\.timeout_seconds=0\.4: .*>>",
+            told[0],
+        ), told[0]
+    finally:
+        watchdog.close()
+    assert threading.active_count() == before
+
+
+@pytest.mark.e2e
+@pytest.mark.slow  # ~40 s
+def test_a_hung_worker_stops_its_peer_after_the_timeout_with_one_line(tmp_path):
+    data = write_cifar(tmp_path / "cifar", records_per_file=32)
+    hang = ["+callbacks.hang._target_=tiny_model.HangOnWorker", "+callbacks.hang.task_index=1"]
+    common = ["trainer.epochs=6", "strategy.timeout_seconds=8", *hang, "+callbacks.hang.epoch=2"]
+    chief, hung = _start_workers(tmp_path, data, *common)
+    lines = list(_lines_until(chief, "Epoch 1/"))
+    started = time.monotonic()
+    try:
+        output = "".join(lines) + chief.communicate(timeout=120)[0]
+        took = time.monotonic() - started
+    finally:
+        hung.kill()  # alive and hung for ever, as the worker it stands for: nothing can end it but a kill
+        hung.communicate()
+    print(f"the chief stopped {took:.1f} s after epoch 1 ended (its peer hung at epoch 2's start)")
+    assert chief.returncode == 1, output[-3000:]
+    last = output.strip().splitlines()[-1]
+    assert re.match(
+        r"error: strategy=multi_worker: a step waited \d+ s for its peers, longer than strategy\.timeout_seconds=8: ",
+        last,
+    ), last
+    run_dir = next((tmp_path / "outputs").glob("*/*"))
+    assert last.endswith(
+        f"epoch 2 did not finish, epoch 1 is the last saved; restart every worker with resume={run_dir}"
+    )
+    assert took < 8 + 30, "after the timeout, not TensorFlow's hour"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import keras
 
@@ -48,3 +49,17 @@ class FailOnWorker(keras.callbacks.Callback):
         own = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {}).get("index", 0)
         if own == self.task_index and epoch + 1 == self.epoch:
             raise DataError(f"worker {own} fails on purpose after epoch {self.epoch}")
+
+
+class HangOnWorker(keras.callbacks.Callback):
+    """Sleeps for ever at the start of epoch `epoch` on the worker of TF_CONFIG's `task_index` alone, as a worker
+    whose input hangs on a dead mount would: alive, sending heartbeats, never joining the next collective."""
+
+    def __init__(self, task_index: int, epoch: int) -> None:
+        super().__init__()
+        self.task_index, self.epoch = task_index, epoch
+
+    def on_epoch_begin(self, epoch, logs=None):
+        own = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {}).get("index", 0)
+        while own == self.task_index and epoch + 1 == self.epoch:
+            time.sleep(1)

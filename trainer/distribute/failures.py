@@ -1,11 +1,11 @@
 """What goes wrong while replicas train together, as one line: a lost worker, a timed-out collective,
 a check failing inside the input pipeline, a peer's own error.
 
-    TF_CONFIG=... python run.py strategy=multi_worker strategy.timeout_seconds=60
+    TF_CONFIG=... python run.py strategy=multi_worker strategy.heartbeat_seconds=30
 
 A worker that stops on an error of its own (a bad file in its share, a full disk) tells
 the cluster first (`errors_told_to_peers`), so its peers stop at once with its line
-instead of waiting out a heartbeat or `strategy.timeout_seconds` in a collective.
+instead of waiting out a heartbeat or `strategy.timeout_seconds` (`trainer.distribute.watchdog`).
 """
 
 from __future__ import annotations
@@ -78,10 +78,12 @@ def collective_errors(strategy: tf.distribute.Strategy, progress: Callable[[], s
         where = progress() if progress is not None else "restart every worker with the same command"
         if told := _TOLD.search(message):
             peer, line = told.groups()
+            if peer == _own_task(strategy):  # this worker's own step watchdog: its line says what it waited for
+                raise ClusterError(f"strategy=multi_worker: {line.removeprefix('error: ')}; {where}") from None
             raise ClusterError(f"strategy=multi_worker: {_address(strategy, peer)} stopped: {line}; {where}") from None
         raise ClusterError(
-            f"strategy=multi_worker: {_lost_task(strategy, message)} stopped answering, or a collective waited "
-            f"longer than strategy.timeout_seconds; {where}. Cause: {_cause(error, message)}"
+            f"strategy=multi_worker: {_lost_task(strategy, message)} stopped answering (no heartbeat for "
+            f"strategy.heartbeat_seconds); {where}. Cause: {_cause(error, message)}"
         ) from None
 
 

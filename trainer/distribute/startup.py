@@ -114,9 +114,11 @@ def not_up(missing: dict[str, str], timeout: float) -> ClusterError:
     )
 
 
-def register_within(resolver, timeout: float) -> None:
+def register_within(resolver, timeout: float, heartbeat_seconds: float = 10.0) -> None:
     """Configures the coordination service as `MultiWorkerMirroredStrategy` would, with `timeout` seconds for
-    every task to register instead of TensorFlow's hour (the strategy leaves a service configured before it).
+    every task to register instead of TensorFlow's hour (the strategy leaves a service configured before it),
+    and a task that sends no heartbeat for `heartbeat_seconds` (a killed worker, a lost machine) declared dead:
+    the service then aborts every other task's collectives.
 
     TensorFlow has no public option for it: `configure_coordination_service` is private (ledger:
     docs/development.md, row 15)."""
@@ -134,6 +136,7 @@ def register_within(resolver, timeout: float) -> None:
         service_leader=multi_worker_util.coordination_leader(spec),
         coordinated_jobs=coordinated,
         cluster_register_timeout_in_ms=int(timeout * 1000),
+        heartbeat_timeout_in_ms=int(heartbeat_seconds * 1000),
     )
 
 

@@ -21,6 +21,7 @@ from trainer.config.fields import duration_seconds
 from trainer.config.schema import Config
 from trainer.distribute import strategies, topology
 from trainer.distribute.agreement import Workers
+from trainer.distribute.watchdog import step_watchdog
 from trainer.models.finetune import set_trainable
 from trainer.models.preprocessing import Models
 from trainer.runs.backup import RunBackup, mark_ended
@@ -135,6 +136,7 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
         _start_phase(settings, plan, model, phase, first_batch)
         files = _run_files(settings, plan, folder, models, info, budget)
         callbacks = training_callbacks(files, loggers_, [*extra, *plan.trackers], progress)
+        callbacks += step_watchdog(strategy)  # multi-worker: a step waiting on a hung peer stops the cluster
         if folder.gate is not None:  # first: it checks the data before anything of the epoch is saved
             callbacks.insert(0, folder.gate)
         if switched_here:

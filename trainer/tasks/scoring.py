@@ -15,6 +15,7 @@ from pathlib import Path
 import tensorflow as tf
 
 from trainer.config.schema import Config
+from trainer.distribute.watchdog import step_watchdog
 from trainer.evaluation.report import ReportOptions, write_report
 from trainer.models.tta import with_tta
 from trainer.runs import checkpoints
@@ -69,7 +70,7 @@ def evaluate_checkpoint(
         plain, model = model, with_tta(model, tta)
         metrics.compile_for_evaluation(model, len(class_names), how.top_k)
     build_step_state(model, next(iter(data.test.take(1))))  # never a cached split: its cache would be cut short
-    results, matrix = metrics.evaluate(model, getattr(data, split), class_names)
+    results, matrix = metrics.evaluate(model, getattr(data, split), class_names, step_watchdog(strategy))
     write_confusion_csv(run_dir / f"confusion_matrix_{split}.csv", matrix, class_names)
     plot_confusion_png(
         run_dir / f"confusion_matrix_{split}.png",

@@ -109,15 +109,18 @@ def compile_for_evaluation(model: keras.Model, num_classes: int, k: int = 5) -> 
     model.compile(loss="sparse_categorical_crossentropy", metrics=metrics)
 
 
-def evaluate(model: keras.Model, dataset, class_names: list[str], verbose: int = 0) -> tuple[dict, np.ndarray]:
-    """Evaluates a model compiled by `compile_for_evaluation` on a dataset of (image, label) batches.
+def evaluate(
+    model: keras.Model, dataset, class_names: list[str], callbacks: list | None = None, verbose: int = 0
+) -> tuple[dict, np.ndarray]:
+    """Evaluates a model compiled by `compile_for_evaluation` on a dataset of (image, label) batches, with
+    `callbacks` (the multi-worker step watchdog).
 
     Returns:
         (metrics, confusion matrix): metrics holds loss (the cross-entropy), regularization_loss (the L2
         penalty Keras adds to it), accuracy, top-k accuracy
         (more than 2 classes), balanced accuracy, macro F1 and `per_class` precision/recall/F1/support.
     """
-    logs = honest_loss(model.evaluate(dataset, verbose=verbose, return_dict=True))
+    logs = honest_loss(model.evaluate(dataset, verbose=verbose, return_dict=True, callbacks=callbacks))
     matrix = np.asarray(logs.pop("confusion_matrix"), dtype=np.int64)
     metrics = {name: float(value) for name, value in logs.items()}
     figures = classes.summary(matrix)
