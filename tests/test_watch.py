@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
+import os
+import shutil
 import subprocess
 import sys
+import threading
 import time
+import zipfile
+from pathlib import Path
 
 import pytest
 
 from conftest import ROOT, SUBPROCESS_ENV, csv_rows, run_cli, tiny_overrides, write_cifar
+from trainer.runs.backup import METADATA
+from trainer.runs.checkpoints import INFO_ENTRY
+from trainer.tracking.loggers import Tracker
 
 
 @pytest.mark.e2e
@@ -113,3 +123,151 @@ def test_watching_a_run_that_has_ended_evaluates_what_is_there_and_stops(tmp_pat
         (logged,) = client.get_metric_history(ids["mlflow"], f"eval/{row['split']}_accuracy")
         assert (logged.step, logged.value) == (int(row["epoch"]), pytest.approx(float(row["accuracy"])))
     assert client.get_run(ids["mlflow"]).info.status == "FINISHED", "the watcher leaves the run as training left it"
+
+
+# A run folder written over time, in this process: a thread commits the epochs of a tiny trained run as the run
+# would (history.csv, last.keras, then the backup), waiting for the watcher to evaluate before it goes on.
+
+
+class RecordingTracker(Tracker):
+    """`logger.mlflow._target_=test_watch.RecordingTracker`: joins any run and keeps what it is given in `logged`."""
+
+    key = "mlflow"
+    logged: list[tuple[str, int, dict[str, float]]] = []  # (run id, step, metrics)
+
+    def __init__(self, **options):
+        super().__init__()
+        self.run_id = None
+
+    def _join(self, run_id, ids) -> bool:
+        self.run_id = run_id
+        return True
+
+    def _log(self, step, metrics) -> None:
+        RecordingTracker.logged.append((self.run_id, step, metrics))
+
+
+def _write_atomic(path: Path, write) -> None:
+    temporary = path.with_name(f".{path.name}.tmp")
+    write(temporary)
+    os.replace(temporary, path)
+
+
+def _write_text(path: Path, text: str) -> None:
+    _write_atomic(path, lambda temporary: temporary.write_text(text))
+
+
+def _checkpoint_of_epoch(source: Path, target: Path, epoch: int) -> None:
+    """A copy of the checkpoint `source` whose vggtrain.json says it holds `epoch`."""
+
+    def write(temporary: Path) -> None:
+        with zipfile.ZipFile(source) as old, zipfile.ZipFile(temporary, "w") as new:
+            for item in old.infolist():
+                data = old.read(item)
+                if item.filename == INFO_ENTRY:
+                    data = json.dumps({**json.loads(data), "epoch": epoch}).encode()
+                new.writestr(item, data)
+
+    _write_atomic(target, write)
+
+
+class SimulatedRun(threading.Thread):
+    """Writes `run` over time from the 1-epoch run `source`: each epoch of `commits` (the last one is the last
+    epoch: earlier ones go by uncommitted), `tracking.json` once the watcher evaluated `tracking_after` epochs
+    (None: never), then metrics.json. Each commit waits for the watcher to evaluate the one before."""
+
+    def __init__(self, source: Path, run: Path, evaluations: Path, commits: list[int], tracking_after: int | None):
+        super().__init__(daemon=True)
+        self.source, self.folder, self.evaluations = source, run, evaluations
+        self.commits, self.tracking_after = commits, tracking_after
+        self.error: BaseException | None = None  # raised again by `finish`
+        shutil.copytree(source / ".hydra", run / ".hydra")
+        (run / "checkpoints").mkdir()
+        (run / "backup").mkdir()
+
+    def _wait_for_evaluations(self, count: int) -> None:
+        for _ in range(600):
+            if self.evaluations.is_file() and len(csv_rows(self.evaluations)) >= count:
+                return
+            time.sleep(0.05)
+
+    def _commit(self, epoch: int) -> None:
+        (row,) = csv_rows(self.source / "history.csv")
+        rows = io.StringIO()
+        writer = csv.DictWriter(rows, list(row))
+        writer.writeheader()
+        writer.writerows({**row, "epoch": number} for number in range(1, epoch + 1))
+        _write_text(self.folder / "history.csv", rows.getvalue())
+        _checkpoint_of_epoch(
+            self.source / "checkpoints" / "last.keras", self.folder / "checkpoints" / "last.keras", epoch
+        )
+        weights = f"weights-{epoch}.weights.h5"
+        (self.folder / "backup" / weights).write_bytes(b"")  # the watcher reads the epoch, never the weights
+        _write_text(self.folder / "backup" / METADATA, json.dumps({"epoch": epoch, "batch": 0, "weights": weights}))
+
+    def run(self) -> None:
+        try:
+            self._write()
+        except BaseException as error:
+            self.error = error
+
+    def finish(self) -> None:
+        self.join(timeout=60)
+        if self.error is not None:
+            raise self.error
+
+    def _write(self) -> None:
+        for done, epoch in enumerate(self.commits):
+            if done == self.tracking_after:
+                _write_text(self.folder / "tracking.json", json.dumps({"mlflow": "the-run"}))
+            self._commit(epoch)
+            self._wait_for_evaluations(done + 1)
+        shutil.copy(self.source / "checkpoints" / "best.keras", self.folder / "checkpoints" / "best.keras")
+        shutil.copy(self.source / "metrics.json", self.folder / "metrics.json")
+        shutil.rmtree(self.folder / "backup")
+
+
+@pytest.fixture(scope="module")
+def one_epoch_run(tmp_path_factory) -> Path:
+    """A tiny run trained for 1 epoch: the files a simulated run copies."""
+    root = tmp_path_factory.mktemp("source")
+    run_dir = root / "run"
+    trained = run_cli([*tiny_overrides(write_cifar(root / "cifar")), f"hydra.run.dir={run_dir}"], cwd=root)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    return run_dir
+
+
+def _watch_simulated_run(tmp_path, monkeypatch, source: Path, commits: list[int], tracking_after: int | None):
+    """Starts the watcher on an empty run folder that a `SimulatedRun` then writes; returns (result, eval rows)."""
+    monkeypatch.setattr("trainer.tasks.watch.POLL_SECONDS", 0.05)
+    RecordingTracker.logged.clear()
+    run_dir, watcher = tmp_path / "run", tmp_path / "watcher"
+    writer = SimulatedRun(source, run_dir, watcher / "eval_history.csv", commits, tracking_after)
+    writer.start()
+    arguments = ["mode=evaluate", f"checkpoint={run_dir}", "evaluate.watch=true", "evaluate.watch_timeout=30"]
+    tracker = ["logger=mlflow", "logger.mlflow._target_=test_watch.RecordingTracker"]
+    watched = run_cli([*arguments, *tracker, f"hydra.run.dir={watcher}"], cwd=tmp_path)
+    writer.finish()
+    assert watched.returncode == 0, watched.stderr[-3000:]
+    return watched, csv_rows(watcher / "eval_history.csv")
+
+
+@pytest.mark.integration
+def test_a_watcher_started_before_the_run_logs_into_its_tracker_once_tracking_json_appears(
+    tmp_path, monkeypatch, one_epoch_run
+):
+    """A TFJob's or Vertex's evaluator starts with the chief, before tracking.json exists; here it appears only
+    after the first epoch was evaluated. Every evaluation reaches the run's tracked run, the first one too."""
+    watched, rows = _watch_simulated_run(tmp_path, monkeypatch, one_epoch_run, [1, 2], tracking_after=1)
+    assert [(row["epoch"], row["split"]) for row in rows] == [("1", "val"), ("2", "val"), ("1", "test")]
+    logged = {
+        (run_id, step, key): value
+        for run_id, step, metrics in RecordingTracker.logged
+        for key, value in metrics.items()
+    }
+    expected = {
+        ("the-run", int(row["epoch"]), f"eval/{row['split']}_{name}"): pytest.approx(float(row[name]))
+        for row in rows
+        for name in ("accuracy", "loss")
+    }
+    assert logged == expected

@@ -7,7 +7,8 @@ What TF Model Garden's `continuous_eval` and Keras 2's `SidecarEvaluator` did. I
 (the backup holds it), so it never sees an epoch a kill would redo. An epoch it was too slow for is
 skipped. It writes `eval_history.csv` (a row per evaluation) and TensorBoard scalars under
 `tensorboard/eval/` in its own folder (and `eval/val_accuracy`... into the run's MLflow run, by the id in
-its `tracking.json`), and only reads the run folder: it may run on any machine that
+its `tracking.json`: a watcher started before the run joins it once the run writes that file, and logs there the
+epochs it evaluated before), and only reads the run folder: it may run on any machine that
 sees it, and never takes the run's lock. When the run writes `metrics.json`, it evaluates the last epoch
 if it has not yet, then `best.keras` on the test split, and ends; without a new epoch for
 `evaluate.watch_timeout` seconds, it ends too.
@@ -36,7 +37,7 @@ from trainer.tasks.data import Data, load_data
 from trainer.tasks.parts import build_trackers
 from trainer.tasks.runtime import setup_strategy
 from trainer.tasks.scoring import Evaluation, evaluate_checkpoint
-from trainer.tracking.loggers import Tracker
+from trainer.tracking.loggers import RUN_IDS_FILE, Tracker, read_run_ids
 
 log = logging.getLogger(__name__)
 
@@ -95,10 +96,26 @@ class EvalLog:
     """eval_history.csv and the TensorBoard scalars under tensorboard/eval/, in the watcher's own folder, and
     `eval/<split>_<metric>` in the run's tracked runs (MLflow) at the epoch's step."""
 
-    def __init__(self, folder: Path, trackers: list[Tracker] = ()):
+    def __init__(self, folder: Path):
         self.path = folder / FILE
         self.writer = tf.summary.create_file_writer(str(folder / "tensorboard" / "eval"))
-        self.trackers = trackers
+        self.trackers: list[Tracker] = []
+        self.logged: list[tuple[int, dict[str, float]]] = []  # (step, figures) given to trackers, for a late one
+
+    def join(self, run: Path, waiting: list[Tracker]) -> list[Tracker]:
+        """Joins each tracker of `waiting` whose run id the run's tracking.json holds (the run writes it as it
+        starts, maybe after this watcher did), and logs into it what was logged before. Returns the trackers
+        still waiting for their id; one that cannot join is dropped (its `join` says why)."""
+        ids = read_run_ids(run)
+        still = []
+        for tracker in waiting:
+            if tracker.key not in ids:
+                still.append(tracker)
+            elif tracker.join(run):
+                for step, figures in self.logged:
+                    tracker.log(step, figures)
+                self.trackers.append(tracker)
+        return still
 
     def add(self, epoch: int, split: str, metrics: dict) -> None:
         new = not self.path.is_file()
@@ -111,8 +128,10 @@ class EvalLog:
             for name in ("accuracy", "loss"):
                 tf.summary.scalar(f"{split}_{name}" if split != "val" else f"epoch_{name}", metrics[name])
         self.writer.flush()
+        figures = {f"eval/{split}_{name}": metrics[name] for name in ("accuracy", "loss")}
+        self.logged.append((epoch, figures))
         for tracker in self.trackers:
-            tracker.log(epoch, {f"eval/{split}_{name}": metrics[name] for name in ("accuracy", "loss")})
+            tracker.log(epoch, figures)
 
 
 def _evaluate(settings: Config, strategy, data: Data, file: Path, split: str, out: Path) -> dict:
@@ -131,11 +150,16 @@ def watch(settings: Config, evaluator: bool = False) -> float:
     strategy = tf.distribute.get_strategy() if evaluator else setup_strategy(settings)
     data = load_data(settings.dataset, settings.trainer.batch_size, settings.seed, check_val=True)
     out.mkdir(parents=True, exist_ok=True)
-    trackers = [tracker for tracker in build_trackers(settings.logger, out / "tensorboard")[0] if tracker.join(run)]
-    evals, last_done, accuracy = EvalLog(out, trackers), 0, float("nan")
+    evals, last_done, accuracy = EvalLog(out), 0, float("nan")
+    waiting = evals.join(run, build_trackers(settings.logger, out / "tensorboard")[0])
+    if waiting:
+        names = ", ".join(tracker.key for tracker in waiting)
+        log.info("%s: no run id in %s yet: logging there once the run writes one", names, run / RUN_IDS_FILE)
     idle_since, timeout = time.monotonic(), settings.evaluate.watch_timeout
     log.info("Watching %s: each epoch it commits is evaluated on the val split into %s", run, evals.path)
     while True:
+        if waiting:
+            waiting = evals.join(run, waiting)
         ended = (run / "metrics.json").is_file()
         done = committed_epochs(run)
         last = run / "checkpoints" / "last.keras"
@@ -147,6 +171,10 @@ def watch(settings: Config, evaluator: bool = False) -> float:
             evals.add(info.epoch, "val", metrics)
             last_done, accuracy, idle_since = info.epoch, metrics["accuracy"], time.monotonic()
             continue  # the next epoch may be committed already
+        stopping = not ended and time.monotonic() - idle_since > timeout
+        if waiting and (ended or stopping):
+            names = ", ".join(tracker.key for tracker in waiting)
+            log.info("%s: %s never held its run id: the figures are only in %s", names, RUN_IDS_FILE, evals.path)
         if ended:
             best = run / "checkpoints" / "best.keras"
             best_info = checkpoints.read_info(best)
@@ -154,7 +182,7 @@ def watch(settings: Config, evaluator: bool = False) -> float:
             evals.add(best_info.epoch if best_info else done, "test", test)
             log.info("The run ended (metrics.json): evaluated %d epoch(s) and best.keras on test", last_done)
             return accuracy
-        if time.monotonic() - idle_since > timeout:
+        if stopping:
             log.info("No new epoch for %g s <evaluate.watch_timeout=%g>: stopping", timeout, timeout)
             return accuracy
         time.sleep(POLL_SECONDS)
