@@ -271,3 +271,18 @@ def test_a_watcher_started_before_the_run_logs_into_its_tracker_once_tracking_js
         for name in ("accuracy", "loss")
     }
     assert logged == expected
+
+
+@pytest.mark.integration
+def test_a_watcher_says_which_epochs_it_evaluated(tmp_path, monkeypatch, one_epoch_run):
+    """Epochs 3-4 go by uncommitted (too fast for the watcher); a run without tracking.json ends it all the same."""
+    watched, rows = _watch_simulated_run(tmp_path, monkeypatch, one_epoch_run, [1, 2, 5], tracking_after=None)
+    assert [(row["epoch"], row["split"]) for row in rows] == [("1", "val"), ("2", "val"), ("5", "val"), ("1", "test")]
+    assert RecordingTracker.logged == [], "no tracking.json: nothing to log into"
+    lines = (watched.stdout + watched.stderr).splitlines()
+    (last,) = [line for line in lines if "The run ended" in line]
+    assert last.endswith(
+        "The run ended (metrics.json) after 5 epochs: evaluated 3 epochs on val (1-2, 5) and best.keras (epoch 1) "
+        "on test"
+    )
+    assert [line for line in lines if line.endswith("Epoch(s) 3-4 went by unevaluated: evaluating epoch 5")]

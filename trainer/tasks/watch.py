@@ -92,6 +92,26 @@ def committed_epochs(run: Path) -> int:
     return state.epoch if state else 0
 
 
+def _ranges(epochs: list[int]) -> str:
+    """[1, 2, 3, 5] as "1-3, 5"."""
+    spans: list[list[int]] = []
+    for epoch in epochs:
+        if spans and epoch == spans[-1][1] + 1:
+            spans[-1][1] = epoch
+        else:
+            spans.append([epoch, epoch])
+    return ", ".join(str(first) if first == last else f"{first}-{last}" for first, last in spans)
+
+
+def _epochs(count: int) -> str:
+    return f"{count} epoch" if count == 1 else f"{count} epochs"
+
+
+def _summary(evaluated: list[int]) -> str:
+    """What the watcher evaluated: "3 epochs on val (1-2, 5)", "no epoch on val"."""
+    return f"{_epochs(len(evaluated))} on val ({_ranges(evaluated)})" if evaluated else "no epoch on val"
+
+
 class EvalLog:
     """eval_history.csv and the TensorBoard scalars under tensorboard/eval/, in the watcher's own folder, and
     `eval/<split>_<metric>` in the run's tracked runs (MLflow) at the epoch's step."""
@@ -150,7 +170,7 @@ def watch(settings: Config, evaluator: bool = False) -> float:
     strategy = tf.distribute.get_strategy() if evaluator else setup_strategy(settings)
     data = load_data(settings.dataset, settings.trainer.batch_size, settings.seed, check_val=True)
     out.mkdir(parents=True, exist_ok=True)
-    evals, last_done, accuracy = EvalLog(out), 0, float("nan")
+    evals, evaluated, accuracy = EvalLog(out), [], float("nan")
     waiting = evals.join(run, build_trackers(settings.logger, out / "tensorboard")[0])
     if waiting:
         names = ", ".join(tracker.key for tracker in waiting)
@@ -161,15 +181,18 @@ def watch(settings: Config, evaluator: bool = False) -> float:
         if waiting:
             waiting = evals.join(run, waiting)
         ended = (run / "metrics.json").is_file()
+        last_done = evaluated[-1] if evaluated else 0
         done = committed_epochs(run)
         last = run / "checkpoints" / "last.keras"
         info = checkpoints.read_info(last) if last.is_file() else None
         if info is not None and last_done < info.epoch <= done:
             if info.epoch > last_done + 1:
-                log.info("Epochs %d-%d went by while evaluating: evaluating epoch %d", last_done + 1, done, done)
+                gone = _ranges(list(range(last_done + 1, info.epoch)))
+                log.info("Epoch(s) %s went by unevaluated: evaluating epoch %d", gone, info.epoch)
             metrics = _evaluate(settings, strategy, data, last, "val", out)
             evals.add(info.epoch, "val", metrics)
-            last_done, accuracy, idle_since = info.epoch, metrics["accuracy"], time.monotonic()
+            evaluated.append(info.epoch)
+            accuracy, idle_since = metrics["accuracy"], time.monotonic()
             continue  # the next epoch may be committed already
         stopping = not ended and time.monotonic() - idle_since > timeout
         if waiting and (ended or stopping):
@@ -180,9 +203,20 @@ def watch(settings: Config, evaluator: bool = False) -> float:
             best_info = checkpoints.read_info(best)
             test = _evaluate(settings, strategy, data, best, "test", out)
             evals.add(best_info.epoch if best_info else done, "test", test)
-            log.info("The run ended (metrics.json): evaluated %d epoch(s) and best.keras on test", last_done)
+            of_best = f" (epoch {best_info.epoch})" if best_info else ""
+            log.info(
+                "The run ended (metrics.json) after %s: evaluated %s and best.keras%s on test",
+                _epochs(done),
+                _summary(evaluated),
+                of_best,
+            )
             return accuracy
         if stopping:
-            log.info("No new epoch for %g s <evaluate.watch_timeout=%g>: stopping", timeout, timeout)
+            log.info(
+                "No new epoch for %g s <evaluate.watch_timeout=%g>: stopping after evaluating %s",
+                timeout,
+                timeout,
+                _summary(evaluated),
+            )
             return accuracy
         time.sleep(POLL_SECONDS)
