@@ -5,7 +5,7 @@ python -m benchmarks --only cifar_pipeline tfrecord_reader
 
 from __future__ import annotations
 
-from benchmarks import converter, demo, flops, folders, pipelines, search, serving, sources, training
+from benchmarks import converter, demo, flops, folders, pipelines, search, serving, soak, sources, training
 from benchmarks.common import Row
 
 CASES = {
@@ -28,6 +28,7 @@ CASES = {
     "demo": demo.demo,
     "step_flops": flops.step_flops,
     "search_pruning": search.search_pruning,
+    "soak": soak.soak,
 }
 
 __all__ = ["CASES", "Row"]

@@ -348,6 +348,8 @@ def test_converter_skips_bad_images_and_rejects_bad_folders(tmp_path):
             ["strategy=mirrored", "strategy.cpu_devices=2", "trainer.batch_size=2"],
             "error: trainer.batch_size=2 leaves the last batch of the test split (359 records) 1 record(s) for 2",
         ),
+        (["strategy=multi_worker", "strategy.heartbeat_seconds=0"], "error: strategy.heartbeat_seconds must be > 0"),
+        (["strategy=multi_worker", "strategy.timeout_seconds=-5"], "error: strategy.timeout_seconds must be > 0"),
         (  # MLflow's file store: a traceback from MLflow at the end of the run
             ["logger=mlflow", "logger.tracking_uri=file:///tmp/mlruns"],
             "error: logger.tracking_uri=file:///tmp/mlruns: MLflow's file store is in maintenance mode",
@@ -399,6 +401,27 @@ def test_a_typo_in_a_key_is_our_one_line_with_or_without_plus(tmp_path, argument
 def test_a_typo_in_a_group_sections_key_is_one_line_naming_the_nearest(tmp_path, arguments, expected):
     """`dataset.`, `model.`, `optimizer.` keys depend on the option chosen: checked against the composed section,
     with `+` or without, before Hydra's seven lines and before anything is written."""
+    result = run_cli([*arguments, f"hydra.run.dir={tmp_path}/r"], cwd=tmp_path)
+    assert result.returncode == 1 and not (tmp_path / "r").exists()
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {expected}"), lines
+
+
+@pytest.mark.parametrize(
+    "arguments, expected",
+    [
+        (["trainer.epochs=one"], "trainer.epochs must be an integer; got 'one'"),  # Hydra: a 6-line merge error
+        (["optimizer=adamm"], "optimizer must be one of adam, adamw, sgd; got 'adamm'"),  # Hydra: 10 lines
+        (["+experiment=nope"], "experiment must be one of cats_dogs_finetune, cifar_vgg19,"),
+        (["dataset=folder", "dataset.image_size=abc"], "dataset.image_size must be an integer; got 'abc'"),
+        (["trainer.deterministic=maybe"], "trainer.deterministic must be true or false; got 'maybe'"),
+        (["trainer.precision=float17"], "trainer.precision must be one of float32, mixed_float16, mixed_bfloat16"),
+        (["sed=3"], "sed is not a top-level key; did you mean seed?"),
+    ],
+)
+def test_a_wrong_value_or_option_is_one_line_naming_the_key_and_the_choices(tmp_path, arguments, expected):
+    """Hydra's merge error and its missing-option error (with the search path in the middle) become one line:
+    the key, what it got, and the type or the options it takes, before anything is written."""
     result = run_cli([*arguments, f"hydra.run.dir={tmp_path}/r"], cwd=tmp_path)
     assert result.returncode == 1 and not (tmp_path / "r").exists()
     lines = result.stderr.strip().splitlines()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -258,6 +259,42 @@ def test_tensorflow_still_bounds_the_clusters_registration_only_through_its_priv
     options = [tf.distribute.MultiWorkerMirroredStrategy, tf.distribute.experimental.CommunicationOptions]
     public = [name for option in options for name in inspect.signature(option).parameters if "regist" in name]
     assert not public, f"upstream added a public option ({public[0]}): use it in register_within, remove this canary"
+
+
+# --- A collective with a timeout holds a sleeping thread for the whole timeout ------------------------------------
+
+
+def _threads() -> int:
+    return int(re.search(r"^Threads:\s+(\d+)", Path("/proc/self/status").read_text(), re.M)[1])
+
+
+@pytest.mark.unit
+def test_tensorflow_still_holds_a_thread_per_collective_for_its_whole_timeout():
+    @tf.function
+    def reduce(value, key, timeout):  # a one-member group: no peer needed
+        return tf.raw_ops.CollectiveReduceV2(
+            input=value,
+            group_size=1,
+            group_key=1,
+            instance_key=key,
+            ordering_token=[],
+            merge_op="Add",
+            final_op="Id",
+            timeout_seconds=timeout,
+        )
+
+    grown = {}
+    for timeout in (0.0, 20.0):
+        before = _threads()
+        for key in range(100):
+            reduce(tf.constant([1.0]), tf.constant(key + 1000 * int(timeout)), timeout)
+        grown[timeout] = _threads() - before
+    assert grown[0.0] < 20, grown
+    assert grown[20.0] >= 100, (
+        f"100 collectives with a 20 s timeout left {grown[20.0]} threads: upstream shares the timeout's watchdog "
+        "now (base_collective_executor.cc); CommunicationOptions(timeout_seconds=...) may replace the step "
+        "watchdog (trainer/distribute/watchdog.py), ledger row 16"
+    )
 
 
 # --- HDF5: a process that failed to write to a full disk crashes at exit --------------------------------------------

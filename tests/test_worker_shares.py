@@ -168,11 +168,13 @@ def test_the_share_log_says_whole_files_or_record_ranges_and_the_steps(tmp_path)
 
 
 @pytest.mark.unit
-def test_a_batch_larger_than_the_smallest_share_is_a_config_error(tmp_path):
+def test_a_batch_larger_than_the_smallest_share_or_fewer_records_than_workers_is_a_config_error(tmp_path):
     from trainer.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="trainer.batch_size: each of the 2 workers needs 8 records per step"):
+    with pytest.raises(ConfigError, match="the 10 training records cannot feed 2 workers: each needs 8 records per"):
         shares.plan(["a", "b"], [5, 5], 2, 8)
+    with pytest.raises(ConfigError, match="the 3 training records cannot feed 4 workers: .* holds 0; use fewer work"):
+        shares.plan(["a"], [3], 4, 1)  # fewer records than workers
 
 
 @pytest.mark.unit

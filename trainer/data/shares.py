@@ -101,7 +101,7 @@ def plan(
         The plan; `workers[i]` is input pipeline i's share.
 
     Raises:
-        ConfigError: the smallest share holds fewer records than one step.
+        ConfigError: the smallest share holds fewer records than one step (fewer records than workers).
     """
     total = sum(counts) if limit is None else limit
     whole = limit is None or limit == sum(counts)
@@ -118,8 +118,9 @@ def plan(
     steps = min(sizes) // records_per_step
     if steps < 1:
         raise ConfigError(
-            f"trainer.batch_size: each of the {num_workers} workers needs {records_per_step} records per step, "
-            f"but the smallest share holds {min(sizes)} of the {total} training records"
+            f"the {total} training records cannot feed {num_workers} workers: each needs {records_per_step} "
+            f"records per step (trainer.batch_size over the workers), but the smallest share holds {min(sizes)}; "
+            "use fewer workers or a smaller trainer.batch_size"
         )
     workers = tuple(Records(share, size, steps * records_per_step) for share, size in zip(shares, sizes, strict=True))
     return SharePlan(workers, whole, steps, len(files))
