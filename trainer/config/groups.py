@@ -516,12 +516,12 @@ class MirroredStrategyConfig(StrategyConfig):
 class MultiWorkerStrategyConfig(StrategyConfig):
     _target_: str = "trainer.distribute.strategies.multi_worker"  # the builder
     name: str = "multi_worker"  # the option's name
-    cluster: str = "auto"  # auto | tf_config | workers | slurm
+    cluster: str = "auto"  # auto (the first found, in this order) | tf_config | workers | skypilot | slurm
     workers: list[str] | None = None  # host:port of every worker, same order on all of them
     task_index: int | None = None  # this worker's position in `workers`
     timeout_seconds: float = 600.0  # a collective waiting longer (a worker died) fails the run
     startup_timeout: float = 600.0  # seconds to wait for every worker to come up (logged every 10 s), then to connect
-    slurm_port_base: int = 8888  # cluster=slurm: the port of a node's first task (the next tasks count up)
+    slurm_port_base: int = 8888  # cluster=slurm|skypilot: the port of a host's first task (its next tasks count up)
 
     def __post_init__(self) -> None:
         require(self.timeout_seconds > 0, "strategy.timeout_seconds", "> 0", self.timeout_seconds)

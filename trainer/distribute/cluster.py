@@ -1,4 +1,4 @@
-"""Who am I in a multi-worker cluster? Read from TF_CONFIG, `strategy.workers` or Slurm, without TensorFlow.
+"""Who am I in a multi-worker cluster? Read from TF_CONFIG, `strategy.workers`, SkyPilot or Slurm, without TensorFlow.
 
 Hydra needs the answer before it creates the run folder, so only the chief
 writes to `outputs/`; the other workers get a temporary folder (see the
@@ -15,9 +15,13 @@ import json
 import os
 from dataclasses import dataclass
 
+from trainer.distribute import hosts as launched
 from trainer.errors import ConfigError
 
-CLUSTER_SOURCES = ("auto", "tf_config", "workers", "slurm")
+# Where `strategy.cluster=auto` looks, in this order. SkyPilot before Slurm: its variables name the job the user
+# launched, even where SkyPilot itself runs on a Slurm cluster.
+AUTO_ORDER = ("tf_config", "workers", "skypilot", "slurm")
+CLUSTER_SOURCES = ("auto", *AUTO_ORDER)
 WORKER_PREFIX = "vggtrain-worker-"  # temporary folders of non-chief workers, removed when they finish
 
 
@@ -39,8 +43,9 @@ class Role:
     task_type: str
     task_index: int
     num_workers: int
-    source: str  # where the cluster came from: tf_config | workers | slurm | local
+    source: str  # where the cluster came from: tf_config | workers | skypilot | slurm | local
     cluster_has_chief: bool = False
+    hosts: tuple[str, ...] = ()  # skypilot, slurm: each task's host in rank order (ports: `hosts.on_ports`)
 
     @property
     def is_chief(self) -> bool:
@@ -140,8 +145,8 @@ def _tf_config_text() -> str | None:
 
 def may_be_chief(task_index: str | None) -> bool:
     """Whether this process can be the chief, as far as the environment (and a `strategy.task_index=` given on
-    the command line) tells before the config is composed: a TF_CONFIG or Slurm task other than the chief, or a
-    task index above 0, is not. A TF_CONFIG that does not parse is left to the run's own one-line check."""
+    the command line) tells before the config is composed: a TF_CONFIG, SkyPilot or Slurm task other than the
+    chief, or a task index above 0, is not. Settings that do not parse are left to the run's own one-line check."""
     try:
         text = _tf_config_text()
         if text:
@@ -150,30 +155,60 @@ def may_be_chief(task_index: str | None) -> bool:
         return True
     if task_index not in (None, "0"):
         return False
+    if "SKYPILOT_NODE_IPS" in os.environ:
+        return os.environ.get("SKYPILOT_NODE_RANK", "0").strip() in ("0", "")
     return os.environ.get("SLURM_PROCID", "0") == "0"
 
 
+def _from_tf_config_variable() -> Role | None:
+    if text := _tf_config_text():
+        os.environ["TF_CONFIG"] = text  # from CLUSTER_SPEC alone: TensorFlow's own resolver reads it too
+        return _from_tf_config(text)
+    return None
+
+
+def _from_workers(workers: list[str] | None, task_index: int | None) -> Role | None:
+    if not workers:
+        return None
+    if task_index is None or not 0 <= task_index < len(workers):
+        raise ConfigError(f"strategy.task_index must be in [0, {len(workers)}) with strategy.workers; got {task_index}")
+    check_cluster({"worker": list(workers)}, "worker", task_index, "strategy.workers")
+    return Role("worker", task_index, len(workers), "workers")
+
+
+def _from_launcher(source: str, tasks: launched.Tasks | None) -> Role | None:
+    """Slurm's and SkyPilot's tasks are all workers; rank 0 is the chief."""
+    if tasks is None:
+        return None
+    return Role("worker", tasks.rank, len(tasks.hosts), source, hosts=tasks.hosts)
+
+
+# What each source reads, for the line that says it is missing.
+NEEDS = {
+    "tf_config": "TF_CONFIG (or Vertex AI's CLUSTER_SPEC) is not set",
+    "workers": "strategy.workers is not set",
+    "skypilot": "SKYPILOT_NODE_IPS is not set (run the command in a SkyPilot task's run: section)",
+    "slurm": "SLURM_PROCID is not set (start the tasks with srun)",
+}
+
+
 def worker_role(source: str, workers: list[str] | None, task_index: int | None) -> Role:
-    """This process's role, from the cluster `source` (auto tries TF_CONFIG, then `workers`, then Slurm).
+    """This process's role, from the cluster `source` (auto tries each of `AUTO_ORDER` in turn).
 
     Raises:
-        ConfigError: the chosen source is not set up.
+        ConfigError: the chosen source is not set up, or its settings are bad (one line naming the variable).
     """
     if source not in CLUSTER_SOURCES:
         raise ConfigError(f"strategy.cluster must be one of {list(CLUSTER_SOURCES)}; got {source!r}")
-    if source in ("auto", "tf_config") and (text := _tf_config_text()):
-        os.environ["TF_CONFIG"] = text  # from CLUSTER_SPEC alone: TensorFlow's own resolver reads it too
-        return _from_tf_config(text)
-    if source in ("auto", "workers") and workers:
-        if task_index is None or not 0 <= task_index < len(workers):
-            raise ConfigError(
-                f"strategy.task_index must be in [0, {len(workers)}) with strategy.workers; got {task_index}"
-            )
-        check_cluster({"worker": list(workers)}, "worker", task_index, "strategy.workers")
-        return Role("worker", task_index, len(workers), "workers")
-    if source in ("auto", "slurm") and "SLURM_PROCID" in os.environ:
-        tasks = os.environ.get("SLURM_STEP_NUM_TASKS") or os.environ.get("SLURM_NTASKS", "1")
-        return Role("worker", int(os.environ["SLURM_PROCID"]), int(tasks), "slurm")
+    readers = {
+        "tf_config": _from_tf_config_variable,
+        "workers": lambda: _from_workers(workers, task_index),
+        "skypilot": lambda: _from_launcher("skypilot", launched.skypilot_tasks()),
+        "slurm": lambda: _from_launcher("slurm", launched.slurm_tasks()),
+    }
+    for name in AUTO_ORDER if source == "auto" else (source,):
+        if role := readers[name]():
+            return role
     if source == "auto":
         return Role("worker", 0, 1, "local")  # a cluster of one: this process is the chief
-    raise ConfigError(f"strategy.cluster={source} but its settings are missing (TF_CONFIG, workers or Slurm)")
+    raise ConfigError(f"strategy.cluster={source} but {NEEDS[source]}")

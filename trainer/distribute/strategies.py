@@ -16,6 +16,7 @@ from collections.abc import Callable
 import tensorflow as tf
 
 from trainer.distribute import cluster as roles
+from trainer.distribute import hosts
 from trainer.distribute.topology import in_multi_worker_mode
 from trainer.errors import ConfigError
 
@@ -57,20 +58,26 @@ def mirrored(devices: list[str] | None = None, cpu_devices: int = 0) -> tf.distr
 
 
 def _resolver(source: str, workers: list[str] | None, task_index: int | None, slurm_port_base: int = 8888):
+    """TensorFlow's view of the cluster: TF_CONFIG's own resolver (a single local worker without it), else a fixed
+    cluster of workers: `workers`, or the hosts SkyPilot or Slurm give (`trainer.distribute.hosts`), whose tasks
+    listen on `slurm_port_base` and up.
+
+    Slurm's hostlist is expanded here, not by TensorFlow's `SlurmClusterResolver`: its parser takes one range at a
+    name's end (`n[1-2]-ib` failed), it counts GPUs with nvidia-smi (missing on a CPU node), and it told the
+    strategy one GPU per task. Every GPU this process sees is its own: run one task per node, or let Slurm bind
+    GPUs to tasks (CUDA_VISIBLE_DEVICES).
+    """
     role = roles.worker_role(source, workers, task_index)  # validates the settings first
     resolvers = tf.distribute.cluster_resolver
-    if role.source == "workers":
-        spec = tf.train.ClusterSpec({"worker": list(workers)})
-        return resolvers.SimpleClusterResolver(spec, task_type="worker", task_id=task_index, rpc_layer="grpc")
-    if role.source == "slurm":
-        # TensorFlow counts a node's GPUs with nvidia-smi, which a CPU node lacks (FileNotFoundError), and divides by
-        # the GPUs per task, 0 there (ValueError). Its GPU split only feeds CUDA_VISIBLE_DEVICES, set too late here
-        # anyway: each task sees every GPU of its node, so run one task per node (MirroredStrategy within it).
-        gpus = len(tf.config.list_physical_devices("GPU"))
-        return resolvers.SlurmClusterResolver(
-            port_base=slurm_port_base, gpus_per_node=max(gpus, 1024), gpus_per_task=1, auto_set_gpu=False
-        )
-    return resolvers.TFConfigClusterResolver()  # TF_CONFIG, or a single local worker without it
+    if role.source in ("tf_config", "local"):
+        return resolvers.TFConfigClusterResolver()
+    addresses = list(workers) if role.source == "workers" else hosts.on_ports(role.hosts, slurm_port_base)
+    # A resolver other than TF_CONFIG's is asked for the GPUs to mirror over: without an answer, none (the CPU).
+    gpus = len(tf.config.list_physical_devices("GPU"))
+    spec = tf.train.ClusterSpec({"worker": addresses})
+    return resolvers.SimpleClusterResolver(
+        spec, task_type="worker", task_id=role.task_index, num_accelerators={"GPU": gpus}, rpc_layer="grpc"
+    )
 
 
 def _addresses(resolver) -> tuple[str | None, dict[str, str]]:
