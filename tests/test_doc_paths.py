@@ -29,7 +29,8 @@ TEXTS = sorted(
     ]
 )
 PATH = re.compile(r"(?<![\w/.])trainer/[\w/.]*\w")
-DOTTED = re.compile(r"(?<![\w/.])trainer(?:\.[A-Za-z_]\w*)+")
+# Not a Kubernetes API group or label key (`apiVersion: trainer.kubeflow.org/v1alpha1`): a `/` follows those.
+DOTTED = re.compile(r"(?<![\w/.])trainer(?:\.[A-Za-z_]\w*)+(?![\w.]*/)")
 TEST = re.compile(r"(?<![\w/.])(tests/[\w/]+\.py)(?:::(\w+))?")
 CLASS_IN = re.compile(r"\b([A-Z]\w+) in (trainer/[\w/]+\.py)")
 SECTION = re.compile(r"\b(README|docs/[\w/-]+\.md),? \"([^\"]+)\"")  # README "Multi-worker training"
