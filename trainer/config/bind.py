@@ -32,7 +32,7 @@ SAFE_KEYS = (
 SAFE_PREFIXES = (
     *("strategy.workers", "strategy.task_index", "strategy.cluster"),
     *("strategy.timeout_seconds", "strategy.heartbeat_seconds", "strategy.startup_timeout"),
-    *("strategy.slurm_port_base", "strategy.bytes_per_pack"),
+    "strategy.slurm_port_base",
     *("name", "tags", "logger"),  # labels and trackers: what is trained stays the same
 )
 # Keys of this invocation, taken from the command line. Unlike evaluate (reuse.INVOCATION_KEYS), a

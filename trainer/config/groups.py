@@ -519,10 +519,12 @@ class MultiWorkerStrategyConfig(StrategyConfig):
     cluster: str = "auto"  # auto (the first found, in this order) | tf_config | workers | skypilot | slurm
     workers: list[str] | None = None  # host:port of every worker, same order on all of them
     task_index: int | None = None  # this worker's position in `workers`
-    timeout_seconds: float = 600.0  # a collective waiting longer (a worker died) fails the run
+    timeout_seconds: float = 600.0  # a step waiting longer on its peers (one hung) stops every worker
+    heartbeat_seconds: float = 10.0  # a worker silent this long (killed, its machine lost) stops its peers
     startup_timeout: float = 600.0  # seconds to wait for every worker to come up (logged every 10 s), then to connect
     slurm_port_base: int = 8888  # cluster=slurm|skypilot: the port of a host's first task (its next tasks count up)
 
     def __post_init__(self) -> None:
         require(self.timeout_seconds > 0, "strategy.timeout_seconds", "> 0", self.timeout_seconds)
+        require(self.heartbeat_seconds > 0, "strategy.heartbeat_seconds", "> 0", self.heartbeat_seconds)
         require(self.startup_timeout > 0, "strategy.startup_timeout", "> 0", self.startup_timeout)

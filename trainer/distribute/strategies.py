@@ -97,30 +97,40 @@ def multi_worker(
     workers: list[str] | None = None,
     task_index: int | None = None,
     timeout_seconds: float = 600.0,
+    heartbeat_seconds: float = 10.0,
     startup_timeout: float = 600.0,
     slurm_port_base: int = 8888,
 ) -> tf.distribute.Strategy:
     """`MultiWorkerMirroredStrategy` over the cluster from TF_CONFIG, `workers` + `task_index`, or Slurm.
 
     Until every worker is up, this one logs whom it waits for every 10 s and stops after `startup_timeout`
-    seconds, or at once on Ctrl-C or SIGTERM (`trainer.distribute.startup`). Then a collective that waits
-    longer than `timeout_seconds` (a worker died) fails instead of hanging.
+    seconds, or at once on Ctrl-C or SIGTERM (`trainer.distribute.startup`). Then a worker that sends no
+    heartbeat for `heartbeat_seconds` (killed, its machine lost) stops its peers, and a step that waits longer
+    than `timeout_seconds` (a peer hung) stops the cluster (`trainer.distribute.watchdog`).
+
+    No collective gets a timeout of its own: TensorFlow holds one sleeping thread per collective for its whole
+    timeout, so a timeout of minutes piled up thousands of threads a minute until the machine's process limit
+    killed the run (docs/development.md, ledger row 16). The gradients already go in one all-reduce a step
+    (`CommunicationOptions.bytes_per_pack=0`, TensorFlow's default, packs them all into one); most of a
+    batch-norm model's collectives are its synchronized batch norm's (three per layer per step).
     """
     from trainer.distribute import compat, startup
 
     compat.apply()
-    options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=timeout_seconds)
+    options = tf.distribute.experimental.CommunicationOptions()
     resolver = _resolver(cluster, workers, task_index, slurm_port_base)
     address, peers = _addresses(resolver)
     if address is not None:
         startup.wait_for_peers(address, peers, startup_timeout)
-        startup.register_within(resolver, startup_timeout)
+        startup.register_within(resolver, startup_timeout, heartbeat_seconds)
     try:
-        return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
+        strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
     except tf.errors.OpError as error:  # a peer left while the cluster connected
         log.debug("The cluster did not connect: %s", error)
         gone = {name: peer for name, peer in peers.items() if not startup.listening(peer)}
         raise startup.not_up(gone or startup.leader(peers) or peers, startup_timeout) from None
+    strategy.step_timeout = timeout_seconds  # read by the step watchdog (trainer.distribute.watchdog)
+    return strategy
 
 
 def describe(strategy: tf.distribute.Strategy, name: str) -> None:
