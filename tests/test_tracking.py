@@ -373,6 +373,58 @@ def test_the_best_checkpoint_is_an_mlflow_model_that_takes_pixels_and_files(tmp_
         mlflow.set_tracking_uri(None)
 
 
+@pytest.mark.integration
+def test_a_request_mlflow_leaves_without_our_columns_or_with_float_pixels_is_a_400_naming_what_was_expected(
+    trained_run, tmp_path
+):
+    """MLflow's signature drops the columns it does not name (`image`, `foo`, an unnamed list) before `predict`
+    sees the request, which then answered 200 with no predictions; floats in [0, 1] were read as black."""
+    import pandas as pd
+    from mlflow.exceptions import MlflowException
+    from mlflow.pyfunc import scoring_server
+
+    from trainer.serving.mlflow_model import SIGNATURE, ImageClassifier
+
+    _, run_dir = trained_run
+    mlflow.pyfunc.save_model(
+        tmp_path / "model", python_model=ImageClassifier(), signature=SIGNATURE, pip_requirements=["mlflow"],
+        artifacts={"checkpoint": str(run_dir / "checkpoints" / "best.keras")},
+    )  # fmt: skip
+    loaded = mlflow.pyfunc.load_model(str(tmp_path / "model"))
+    image, file = _uint8_images(1)[0], _base64_png(_uint8_images(1)[0])
+    no_column = r"gives neither column 'image_bytes' \(a base64 file\) nor 'images' \(uint8 pixels"
+    floats = r"row 0: 'images' must hold whole numbers 0-255 \(uint8 pixels\); got fractions in 0-1"
+
+    def invoke(payload: dict) -> tuple[int, str]:  # what `mlflow models serve` answers, in this process
+        try:
+            answer = scoring_server.invocations(json.dumps(payload), "application/json", loaded,
+                                                loaded.metadata.get_input_schema())  # fmt: skip
+        except MlflowException as error:
+            return error.get_http_status_code(), error.message
+        return answer.status, answer.response
+
+    bad = {  # docs/models.md, "MLflow": a bad request is a 400 naming what was expected
+        "the Hugging Face name": ({"dataframe_records": [{"image": file}]}, no_column),
+        "an unknown column": ({"dataframe_split": {"columns": ["foo"], "data": [[file]]}}, no_column),
+        "unnamed inputs": ({"inputs": [file]}, no_column),
+        "unnamed instances": ({"instances": [file]}, no_column),
+        "unnamed pixels": ({"inputs": [image.tolist()]}, no_column),
+        "float pixels": ({"inputs": {"images": [(image / 255).tolist()]}}, floats),
+        "an empty batch naming no column": ({"dataframe_records": []}, no_column),
+    }
+    for name, (payload, message) in bad.items():
+        status, answer = invoke(payload)
+        assert status == 400 and re.search(message, answer), (name, status, answer)
+    with pytest.raises(MlflowException, match=no_column):
+        loaded.predict(pd.DataFrame({"image": [file]}))
+    with pytest.raises(MlflowException, match=floats):
+        loaded.predict(pd.DataFrame({"images": [(image / 255).tolist()]}))
+    assert invoke({"inputs": {"image_bytes": []}}) == (200, '{"predictions": []}')
+    as_floats = loaded.predict(pd.DataFrame({"images": [image.astype(np.float64).tolist()]}))  # 0-255: fine
+    as_uint8 = loaded.predict(pd.DataFrame({"images": [image.tolist()]}))
+    np.testing.assert_allclose(np.stack(as_floats["probabilities"]), np.stack(as_uint8["probabilities"]))
+
+
 def _post(port: int, payload: dict, deadline: float, process: subprocess.Popen) -> tuple[int, dict]:
     """(status, answer) of the server's /invocations for `payload`, waiting until `deadline` for it to start."""
     request = urllib.request.Request(
@@ -418,7 +470,7 @@ def test_mlflow_models_serve_answers_every_documented_request_form(tmp_path, cif
     try:
         deadline = time.monotonic() + 180
         answers = {name: _post(port, payload, deadline, process) for name, payload in forms.items()}
-        empty = _post(port, {"dataframe_records": []}, deadline, process)
+        empty = _post(port, {"dataframe_split": {"columns": ["image_bytes"], "data": []}}, deadline, process)
         bad = _post(port, {"dataframe_records": [{"image_bytes": "bm90IGFuIGltYWdl"}]}, deadline, process)
     finally:
         os.killpg(process.pid, 15)

@@ -11,7 +11,9 @@ The signature names two optional columns, one of which each row gives:
 - `images`: uint8 pixels [height, width, 3] of any size, resized as the exported `serve` resizes them.
 
 Every request form that names its input works (`dataframe_split`, `dataframe_records`, `instances` and
-`inputs` with named columns); an empty batch gets an empty answer. Each row of the answer has
+`inputs` with named columns); an empty batch that names its column gets an empty answer. MLflow drops every
+column its signature does not name (`image`, an unnamed `inputs` list) before `predict` sees the request, so a
+request left with neither column is refused, not answered with nothing. Each row of the answer has
 `predicted_index`, `predicted_class`, `probability` and `probabilities` (in the order of the metadata's
 `class_names`).
 """
@@ -56,6 +58,13 @@ SIGNATURE = ModelSignature(
 )
 
 
+NO_COLUMN = (
+    f"the request gives neither column {ENCODED!r} (a base64 file) nor {PIXELS!r} (uint8 pixels [height, width, "
+    f"3]); MLflow drops any other column (such as 'image') and an unnamed 'inputs' or 'instances' list: name the "
+    f'column, e.g. {{"dataframe_records": [{{"{ENCODED}": "..."}}]}}, in an empty batch too'
+)
+
+
 def _bad_request(message: str) -> MlflowException:
     return MlflowException.invalid_parameter_value(message)  # `mlflow models serve` answers 400 with it
 
@@ -76,6 +85,8 @@ class ImageClassifier(mlflow.pyfunc.PythonModel):
     # No type hints: MLflow would take them for the schema (it warns once that there are none)
     def predict(self, context, model_input, params=None):
         frame = model_input if isinstance(model_input, pd.DataFrame) else pd.DataFrame(model_input)
+        if PIXELS not in frame and ENCODED not in frame:  # what MLflow leaves of `image` or an unnamed list
+            raise _bad_request(NO_COLUMN)
         pixels, encoded = _column(frame, PIXELS), _column(frame, ENCODED)
         pixel_rows, file_rows = _rows_of_each_form(pixels, encoded)
         probabilities = np.zeros((len(frame), len(self.class_names)), np.float32)
@@ -148,6 +159,11 @@ def _image(value: Any, row: int) -> np.ndarray:
         raise _bad_request(f"row {row}: {PIXELS!r} must be pixels [height, width, 3]; got shape {image.shape}")
     if image.size and (image.min() < 0 or image.max() > 255):
         raise _bad_request(f"row {row}: {PIXELS!r} must hold values 0-255; got {image.min()}-{image.max()}")
+    if image.size and not np.issubdtype(image.dtype, np.integer) and np.any(image != np.round(image)):
+        raise _bad_request(  # floats in [0, 1] would be read as a black image
+            f"row {row}: {PIXELS!r} must hold whole numbers 0-255 (uint8 pixels); got fractions in "
+            f"{image.min():g}-{image.max():g} (scale [0, 1] floats by 255 and round them)"
+        )
     return image.astype(np.uint8)
 
 
