@@ -437,7 +437,7 @@ def _launch(tmp_path: Path, launcher: str) -> list[tuple[list[str], dict[str, st
 
 
 @pytest.mark.e2e
-@pytest.mark.slow  # ~1 min a launcher on 2 busy cores
+@pytest.mark.slow  # 190-210 s a launcher on 2 cores shared with benchmarks (the Slurm run beside it: 90 s)
 @pytest.mark.parametrize("launcher", ["skypilot", "trainjob"])
 def test_two_tasks_train_on_a_launchers_variables_alone(tmp_path, launcher):
     """Two `python run.py` processes with the docs' strategy overrides and their launcher's variables (no
