@@ -18,9 +18,10 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from trainer.cli.arguments import check_arguments, check_group_keys
+from trainer.cli.arguments import check_arguments
 from trainer.cli.hints import missing_extra
 from trainer.cli.hydra_files import one_line_when_hydra_cannot_save
+from trainer.cli.overrides import check_composes
 from trainer.config import register
 from trainer.errors import DiskError, UserError, one_line
 from trainer.runs import locks
@@ -91,7 +92,7 @@ def cli(arguments: list[str] | None = None, exit_hard_on_disk_error: bool = True
         sys.exit(f"error: {hint}")
     try:
         check_arguments(arguments)  # trainer.epoch=2: our one line, not Hydra's seven
-        check_group_keys(arguments, CONFIG_DIR)  # dataset.imag_size=64 too, against the dataset chosen
+        check_composes(arguments, CONFIG_DIR)  # trainer.epochs=one, optimizer=adamm, dataset.imag_size=64 too
         check_writable_output(arguments)  # first: the run folder's lock below makes the folder
         check_run_dir_argument(arguments)  # Hydra writes .hydra/ into it before main() runs
         check_resume_argument(arguments)  # ... and makes the run folder from it
