@@ -117,6 +117,7 @@ def input_bound(folder: Path, quick: bool) -> list[Row]:
     from trainer.data import pipeline
     from trainer.data.augmentation import Augmentation
     from trainer.data.binary import BinaryLayout
+    from trainer.data.cache import Cache
     from trainer.data.decoders import BinaryDecoder
     from trainer.data.preprocess import Preprocess
     from trainer.data.shares import Records
@@ -129,7 +130,7 @@ def input_bound(folder: Path, quick: bool) -> list[Row]:
     count = path.stat().st_size // layout.record_bytes - 200
     source = Source(Records(((str(path), 0, count),), count), FixedLengthReader(layout.record_bytes))
     preprocess = Preprocess(32, Augmentation(crop="pad", padding=2))
-    real = pipeline.train_dataset(source, BinaryDecoder(layout, 10), preprocess, 64, 0, 2000, cache=True)
+    real = pipeline.train_dataset(source, BinaryDecoder(layout, 10), preprocess, 64, 0, 2000, cache=Cache("memory"))
     cached = (
         tf.data.Dataset.from_tensor_slices(tuple(tf.stack(parts) for parts in zip(*list(real.take(19)), strict=True)))
         .repeat()

@@ -10,6 +10,7 @@ from conftest import compose, pattern_records, write_cifar
 from trainer.config import to_settings
 from trainer.data import binary, pipeline
 from trainer.data.augmentation import Augmentation
+from trainer.data.cache import Cache
 from trainer.data.decoders import BinaryDecoder
 from trainer.data.preprocess import Preprocess, augment_batch, prepare_images
 from trainer.data.shares import Records, ranges_of
@@ -100,7 +101,7 @@ def test_iterators_made_before_training_do_not_change_what_training_reads(tmp_pa
     reads must not depend on how many iterators were made of the dataset before."""
     folder = write_cifar(tmp_path, records_per_file=16)
     preprocess = Preprocess(32, Augmentation(crop="random", crop_size=28))
-    for cache in (False, True):
+    for cache in (None, Cache("memory"), Cache("disk", str(tmp_path / "cache"))):
         dataset = pipeline.train_dataset(_all_records(folder), DECODE, preprocess, 8, 5, 80, cache=cache)
         peeked = [labels.numpy() for _, labels in dataset.take(3)]
         for _ in range(2):
@@ -190,23 +191,27 @@ def test_splits_hold_out_the_end_of_the_training_files(tmp_path):
         binary.make_splits(train, [folder / "test_batch.bin"], CIFAR, 10, val_size=80, val_source="train")
 
 
-def test_the_decoded_cache_gives_the_same_batches(tmp_path):
+def test_the_decoded_cache_gives_the_same_batches_in_memory_and_on_disk(tmp_path):
     folder = write_cifar(tmp_path)
     preprocess = Preprocess(32, Augmentation(crop="random", crop_size=28))
+    caches = [None, Cache("memory"), Cache("disk", str(tmp_path / "cache")), Cache("disk", str(tmp_path / "cache"))]
     batches = []
-    for cache in (False, True):
+    for cache in caches:  # the second disk cache reads what the first wrote
         dataset = pipeline.train_dataset(_all_records(folder), DECODE, preprocess, 8, 4, 80, cache=cache)
         batches.append([(images.numpy(), labels.numpy()) for images, labels in dataset.take(12)])
-    for (images_a, labels_a), (images_b, labels_b) in zip(*batches, strict=True):
-        np.testing.assert_array_equal(labels_a, labels_b)
-        np.testing.assert_array_equal(images_a, images_b)
+    assert len(list((tmp_path / "cache").iterdir())) == 1, "one key, written once"
+    for other in batches[1:]:
+        for (images_a, labels_a), (images_b, labels_b) in zip(batches[0], other, strict=True):
+            np.testing.assert_array_equal(labels_a, labels_b)
+            np.testing.assert_array_equal(images_a, images_b)  # augmentation after the cache: the same crops
     evaluation = [
         np.concatenate(
             [i.numpy() for i, _ in pipeline.eval_dataset(_all_records(folder), DECODE, preprocess, 16, cache=c)]
         )
-        for c in (False, True)
+        for c in caches
     ]
-    np.testing.assert_array_equal(*evaluation)
+    for other in evaluation[1:]:
+        np.testing.assert_array_equal(evaluation[0], other)  # and in order
 
 
 def test_parameter_distributions_match_the_per_example_recipe():

@@ -19,6 +19,7 @@ from omegaconf import MISSING
 
 from trainer.config.fields import ResizeMode, ScheduleName, TFRecordFormat, ValSource, file_list, require
 from trainer.data.augmentation import Augmentation
+from trainer.data.cache import MODES as CACHE_MODES
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,8 @@ class DatasetConfig:
         "_target_",
         "shuffle_buffer",
         "cache",
+        "cache_dir",
+        "cache_memory_mb",
         "standardize",
         "augment",
         "folds",
@@ -49,7 +52,9 @@ class DatasetConfig:
     data_dir: str = MISSING  # folder holding the data (relative paths resolve against the launch folder)
     image_size: int = 0  # resize stored images to this side (0: as stored); the model input unless augment.crop crops
     shuffle_buffer: int = 1000  # records held for shuffling; >= the training set size gives a full shuffle
-    cache: bool = False  # keep the decoded images in memory after the first epoch (small datasets)
+    cache: str = "auto"  # decoded images kept after their first decode: auto | memory | disk | off (trainer.data.cache)
+    cache_dir: str | None = None  # dataset.cache=disk's folder; null: ~/.cache/vggtrain/decoded
+    cache_memory_mb: float = 1024.0  # dataset.cache=auto: photos decoded to at most this stay in memory, more on disk
     standardize: bool = True  # per-image standardization, a layer of the model (zero mean, unit variance)
     augment: Augmentation = field(default_factory=Augmentation)  # training augmentation: the host's and the model's
     folds: int = 0  # k-fold cross-validation: train + val are split into this many folds (0: no cross-validation)
@@ -58,6 +63,12 @@ class DatasetConfig:
     def __post_init__(self) -> None:
         require(self.image_size >= 0, "dataset.image_size", ">= 0", self.image_size)
         require(self.shuffle_buffer >= 1, "dataset.shuffle_buffer", ">= 1", self.shuffle_buffer)
+        if str(self.cache).lower() in ("true", "false"):  # vggtrain 0.1's switch: true kept the images in memory
+            chosen = "memory" if str(self.cache).lower() == "true" else "off"
+            log.warning("dataset.cache=%s is dataset.cache=%s now (auto, memory, disk or off)", self.cache, chosen)
+            self.cache = chosen
+        require(self.cache in CACHE_MODES, "dataset.cache", f"one of {', '.join(CACHE_MODES)}", self.cache)
+        require(self.cache_memory_mb >= 0, "dataset.cache_memory_mb", ">= 0", self.cache_memory_mb)
         require(self.folds != 1, "dataset.folds", "0 (no cross-validation) or >= 2 (one fold validates)", self.folds)
         require(self.folds >= 0, "dataset.folds", "0 (no cross-validation) or >= 2", self.folds)
         if self.folds:

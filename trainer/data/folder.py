@@ -253,6 +253,7 @@ class ImageFolder:
             skipped=skipped,
             resize_mode=self.resize_mode,
             files=[str(path) for members in checked.values() for path, _ in members],
+            photos=True,
         )
 
     def _shown(self, path: Path) -> str:

@@ -403,4 +403,5 @@ class ArrowFiles:
                 for split, values in labels.items()
             },
             resize_mode=self.resize_mode,
+            photos=True,
         )

@@ -37,6 +37,7 @@ class Splits:
     skipped: list[dict] = field(default_factory=list)  # files left out, each {"file", "reason"}
     resize_mode: str = "resize"  # how encoded images are made square (`trainer.data.decode.RESIZE_MODES`)
     files: list[str] | None = None  # every file read, for the whole-file checksum ([]: none); None: the sources'
+    photos: bool = False  # compressed images (JPEG, PNG): their decode is the cost `dataset.cache=auto` keeps
 
 
 class DatasetPart(Protocol):

@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
+from trainer.data.cache import Cache
 from trainer.data.decoders import Decoder
 from trainer.data.mixing import Mixing, batch_mixer
 from trainer.data.preprocess import Preprocess, prepare_images, to_model_size
@@ -48,16 +49,17 @@ def _options(share: bool) -> tf.data.Options:
     return options
 
 
-def _cached(source: Source, decoder: Decoder, preprocess: Preprocess) -> tf.data.Dataset:
-    """(image at image_size, label) per record, decoded and resized once, then kept in memory: small datasets
-    (digits, CIFAR) then only augment every epoch."""
+def _cached(source: Source, decoder: Decoder, preprocess: Preprocess, cache: Cache) -> tf.data.Dataset:
+    """(image at image_size, label) per record, decoded and resized once, then kept as `cache` says (in memory,
+    on disk): every later epoch, run or trial only reads and augments them."""
 
     def decode(records):
         images, labels = decoder(records)
         return to_model_size(images, preprocess.image_size), labels
 
     batches = source.in_order().batch(CACHE_DECODE_BATCH).map(decode, num_parallel_calls=AUTOTUNE, deterministic=True)
-    return batches.unbatch().apply(tf.data.experimental.assert_cardinality(source.count)).cache()
+    decoded = batches.unbatch().apply(tf.data.experimental.assert_cardinality(source.count))
+    return cache.keep(decoded, source.records.ranges, source.count)
 
 
 def replayed_per_iterator(make: Callable[[], tf.data.Dataset]) -> tf.data.Dataset:
@@ -81,7 +83,7 @@ def train_dataset(
     batch_size: int,
     seed: int,
     shuffle_buffer: int = 1000,
-    cache: bool = False,
+    cache: Cache | None = None,
     mixing: Mixing | None = None,
     start_batch: int = 0,
 ) -> tf.data.Dataset:
@@ -95,7 +97,7 @@ def train_dataset(
             each pass is dropped.
         seed: Seeds the file order, the shuffle order and every augmentation parameter.
         shuffle_buffer: Records held for shuffling.
-        cache: Keep the decoded, resized images in memory after the first pass.
+        cache: Where the decoded, resized images are kept after their first decode (`trainer.data.cache`).
         mixing: MixUp and CutMix of each batch (`trainer.data.mixing`), from the same batch seed.
         start_batch: Batches of the stream to pass over (a resumed run continues where its backup was made):
             their records are read and shuffled, not decoded or augmented.
@@ -104,7 +106,7 @@ def train_dataset(
         A dataset of (uint8 images [batch, size, size, 3], int32 labels [batch]); with `mixing`, of (float32
         images, float32 soft labels [batch, classes]).
     """
-    cached = _cached(source, decoder, preprocess) if cache else None
+    cached = _cached(source, decoder, preprocess, cache) if cache else None
     share = source.records.per_epoch
 
     def passes():
@@ -132,10 +134,10 @@ def train_dataset(
 
 
 def eval_dataset(
-    source: Source, decoder: Decoder, preprocess: Preprocess, batch_size: int, cache: bool = False
+    source: Source, decoder: Decoder, preprocess: Preprocess, batch_size: int, cache: Cache | None = None
 ) -> tf.data.Dataset:
     """Every record once, in file order, with the evaluation preprocessing (resize, centre crop)."""
-    records = _cached(source, decoder, preprocess) if cache else source.in_order()
+    records = _cached(source, decoder, preprocess, cache) if cache else source.in_order()
 
     def prepare(*batch):  # (images, labels) from the cache, else (records,)
         images, labels = batch if cache else decoder(*batch)

@@ -246,4 +246,5 @@ class TFDSFiles:
             find_bad_record=_bad_record_finder(
                 {split: part.files for split, part in records.items()}, spec, len(names)
             ),
+            photos=spec.format != "raw",
         )

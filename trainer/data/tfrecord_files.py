@@ -194,6 +194,7 @@ class TFRecordFiles:
             {split: entry["per_class"] for split, entry in (manifest or {}).get("splits", {}).items()},
             _bad_record_finder(files, spec, self.num_classes),
             resize_mode=resize_mode,
+            photos=spec.format != "raw",
         )
 
     def predict_chunks(self, kind: str, files: list, preprocess, num_classes: int, batch_size: int):

@@ -19,9 +19,11 @@ import posixpath
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+import numpy as np
 import tensorflow as tf
 
 from trainer.config.groups import DatasetConfig
+from trainer.data import cache as data_cache
 from trainer.data import folds, pipeline, shares
 from trainer.data.augmentation import Augmentation
 from trainer.data.mixing import Mixing
@@ -79,7 +81,10 @@ class Data:
     fingerprint: dict = field(default_factory=dict)
     skipped: list[dict] = field(default_factory=list)  # files the part left out, each {"file", "reason"}
     files: list[str] = field(default_factory=list)  # every file the splits read (the whole-file checksum's)
+    cache: dict[str, dict] = field(default_factory=dict)  # per cached split, its cache (`Cache.entry`)
     val_is_test: bool = False  # the validation split reads the test records (val_source=test, or no room for it)
+    # A split's labels in order, no image decoded where the decoder can read labels alone (start-up checks).
+    labels_of: Callable[[str], np.ndarray] | None = None
 
     @contextlib.contextmanager
     def named_bad_records(self) -> Iterator[None]:
@@ -208,8 +213,17 @@ def load_data(
     if dataset.folds:
         splits = _fold(splits, dataset, seed, num_workers)
     preprocess = Preprocess(image_size=dataset.resize_to, augment=dataset.augment)
-    decoder, cache = splits.decoder, dataset.cache
-    sources = splits.sources
+    decoder, sources = splits.decoder, splits.sources
+    data_fingerprint = splits.fingerprint or fingerprint(sources)
+    side = preprocess.image_size or preprocess.output_size
+    cache = data_cache.choose(
+        dataset.cache,
+        splits.photos,
+        (sources["train"].count + sources["val"].count) * side * side * 3,  # the splits read every epoch
+        dataset.cache_memory_mb,
+        dataset.cache_dir,
+        data_cache.identity_of(data_fingerprint, preprocess.image_size, splits.resize_mode),
+    )
     mixing = Mixing.of(dataset.augment, len(splits.class_names))
 
     def train(source: Source, batch: int, offset: int, start: int = 0) -> tf.data.Dataset:
@@ -248,8 +262,10 @@ def load_data(
         train_steps=train_steps,
         train_from=train_from,
         find_bad_record=splits.find_bad_record,
-        fingerprint=splits.fingerprint or fingerprint(sources),
+        fingerprint=data_fingerprint,
+        cache={split: cache.entry(sources[split].records.ranges) for split in ("train", "val")},
         skipped=splits.skipped,
         files=_read_files(splits, sources),
         val_is_test=sources["val"].records.ranges == sources["test"].records.ranges,
+        labels_of=lambda split: folds.read_labels(sources[split], decoder),
     )

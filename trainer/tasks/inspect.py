@@ -149,8 +149,18 @@ def _inspect(settings: Config, data) -> None:
         "max": float(images.max()),
         "mean": float(images.mean()),
         "contact_sheet": str(sheet),
+        "cache": data.cache,
     }
     write_json(run_dir / "inspect.json", stats)
     print(f"{options.split}: {stats['num_examples']} examples; per class: {counts}")
     print(f"images {tuple(images.shape[1:])} {images.dtype}, values in [{stats['min']:.3f}, {stats['max']:.3f}]")
     print(f"contact sheet of {len(images)} images: {sheet}")
+    for split, entry in data.cache.items():
+        print(f"{split} cache: {_cache_line(entry)} <dataset.cache={settings.dataset.cache}>")
+
+
+def _cache_line(entry: dict) -> str:
+    if entry["mode"] != "disk":
+        return {"memory": "in memory, during a run", "off": "none"}[entry["mode"]]
+    state = f"{entry['bytes'] / 2**20:.1f} MB" if entry["written"] else "not written yet (the first run writes it)"
+    return f"key {entry['key']}, {state}, at {entry['place']} (delete the folder to clear it)"

@@ -1,0 +1,127 @@
+"""`dataset.cache`: photos decoded once, in memory or on disk, keyed by what determines their pixels; a killed or
+concurrent writer, and a full disk, never give a run a half-written cache."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from test_folder import make_folder
+
+from conftest import compose, write_cifar
+from trainer.config.store import to_settings
+from trainer.data.cache import MANIFEST, Cache, key_name
+from trainer.tasks.data import load_data
+
+pytestmark = pytest.mark.integration
+
+
+def _numbers(count: int = 64) -> tf.data.Dataset:
+    """(image, label) pairs whose pixels are their label: what came back is what went in, in order."""
+    return tf.data.Dataset.range(count).map(
+        lambda index: (tf.fill([32, 32, 3], tf.cast(index, tf.uint8)), tf.cast(index, tf.int32))
+    )
+
+
+def _labels(dataset: tf.data.Dataset) -> list[int]:
+    return [int(label) for _, label in dataset]
+
+
+def _folder_settings(root: Path, *extra: str):
+    overrides = ["dataset=folder", f"dataset.data_dir={root}", "dataset.val_fraction=0.25", "debug=smoke", *extra]
+    return to_settings(compose(overrides)).dataset
+
+
+def test_a_second_load_reads_the_disk_cache_and_another_size_or_mode_is_another_key(tmp_path, caplog):
+    root = make_folder(tmp_path / "photos", per_class=8)
+    cache_dir = tmp_path / "cache"
+    first = ["dataset.cache=disk", f"dataset.cache_dir={cache_dir}", "dataset.image_size=32"]
+    caplog.set_level(logging.INFO, "trainer.data.cache")
+    batches = [[(images.numpy(), labels.numpy()) for images, labels in load_data(
+        _folder_settings(root, *first), 4, 0).train.take(6)] for _ in range(2)]  # fmt: skip
+    assert [record.message.split(" ")[0] for record in caplog.records].count("Decoding") == 1, "decoded once"
+    assert sum("read from the cache" in record.message for record in caplog.records) == 1, "then read"
+    for (images_a, labels_a), (images_b, labels_b) in zip(*batches, strict=True):
+        np.testing.assert_array_equal(labels_a, labels_b)
+        np.testing.assert_array_equal(images_a, images_b)
+    pixels = {mode: np.concatenate([images.numpy() for images, _ in load_data(
+        _folder_settings(root, f"dataset.cache={mode}", *first[1:]), 4, 0).val]) for mode in ("off", "disk")}  # fmt: skip
+    np.testing.assert_array_equal(pixels["off"], pixels["disk"])  # the val split, in order: the one decode's pixels
+    keys = {path.name for path in cache_dir.iterdir()}
+    assert len(keys) == 2, "train and val"
+    for other in (["dataset.image_size=48"], ["dataset.image_size=32", "dataset.resize_mode=crop"]):
+        data = load_data(_folder_settings(root, *first[:2], *other), 4, 0)
+        assert {entry["key"] for entry in data.cache.values()}.isdisjoint(keys), other
+    (root / "cat" / "0.png").write_bytes((root / "dog" / "0.png").read_bytes())  # a changed file
+    data = load_data(_folder_settings(root, *first), 4, 0)
+    assert {entry["key"] for entry in data.cache.values()} != keys
+
+
+def test_auto_keeps_photos_in_memory_or_on_disk_by_their_size_and_leaves_raw_pixels_alone(tmp_path):
+    root = make_folder(tmp_path / "photos", per_class=4)
+    assert load_data(_folder_settings(root), 4, 0).cache["train"] == {"mode": "memory"}
+    on_disk = load_data(_folder_settings(root, "dataset.cache_memory_mb=0", f"dataset.cache_dir={tmp_path}/c"), 4, 0)
+    assert on_disk.cache["train"]["mode"] == "disk" and not on_disk.cache["train"]["written"]
+    cifar = write_cifar(tmp_path / "cifar")
+    raw = to_settings(compose(["dataset=cifar", f"dataset.data_dir={cifar}", "dataset.val_size=16"])).dataset
+    assert load_data(raw, 4, 0).cache["train"] == {"mode": "off"}
+
+
+@pytest.mark.parametrize("value, mode", [("true", "memory"), ("false", "off")])
+def test_the_old_boolean_is_read_with_one_line(value, mode, caplog):
+    assert to_settings(compose([f"dataset.cache={value}"])).dataset.cache == mode
+    assert f"dataset.cache={value.capitalize()} is dataset.cache={mode} now" in caplog.text
+
+
+def test_each_share_of_a_split_has_its_own_key():
+    cache = Cache("disk", "unused", {"data": {"train": 1}, "image_size": 32, "resize_mode": "resize"})
+    halves = [[("a.tfrecord", 0, 50)], [("a.tfrecord", 50, 50)]]
+    assert key_name(cache.key(halves[0])) != key_name(cache.key(halves[1]))
+
+
+def test_a_killed_writers_leftovers_are_never_read_and_are_removed(tmp_path):
+    cache = Cache("disk", str(tmp_path))
+    name = key_name(cache.key([("x", 0, -1)]))
+    (tmp_path / name).mkdir()  # a folder of the key without its manifest: not a cache
+    (tmp_path / name / "junk").write_text("half")
+    dead = next(pid for pid in range(999_999, 0, -1) if not Path(f"/proc/{pid}").exists())  # no process has it
+    (tmp_path / f".{name}.{dead}.0a1b2c3d.partial").mkdir()
+    assert _labels(cache.keep(_numbers(), [("x", 0, -1)], 64)) == list(range(64))
+    assert not list(tmp_path.glob(".*.partial")), "the dead writer's partial folder is gone"
+    assert (tmp_path / name / MANIFEST).is_file() and not (tmp_path / name / "junk").exists()
+
+
+def test_two_writers_of_one_key_at_once_leave_one_cache(tmp_path):
+    cache = Cache("disk", str(tmp_path))
+    results = {}
+
+    def build(index: int) -> None:
+        results[index] = _labels(cache.keep(_numbers(2000), [("x", 0, -1)], 2000))
+
+    threads = [threading.Thread(target=build, args=(index,)) for index in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results[0] == results[1] == list(range(2000))
+    assert len(list(tmp_path.iterdir())) == 1, "one cache, no partial folder"
+
+
+@pytest.mark.slow  # mounts a tmpfs
+def test_a_full_disk_is_one_warning_and_the_data_goes_on_uncached(tmp_path, caplog):
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        data = Cache("disk", str(disk)).keep(_numbers(200), [("x", 0, -1)], 200)  # 600 KB of pixels
+        assert _labels(data) == list(range(200))
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+    warnings = [record.message for record in caplog.records if record.levelno == logging.WARNING]
+    assert len(warnings) == 1 and warnings[0].startswith(f"dataset.cache: could not write the cache under {disk}")
