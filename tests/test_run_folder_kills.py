@@ -215,3 +215,51 @@ def test_a_best_checkpoint_of_an_uncommitted_epoch_never_becomes_best_keras(tmp_
     assert metrics["best_epoch"] == 1 and read_info(best).epoch == 1 and read_info(last).epoch == 2
     assert weights_fingerprint(keras.saving.load_model(best)) != weights_fingerprint(keras.saving.load_model(last))
     assert not list((run_dir / "checkpoints").glob("best.pending*"))
+
+
+def _stop_after_steps(monkeypatch, steps: int, signum: int = signal.SIGTERM) -> None:
+    """Sends this process `signum` at the end of its `steps`-th training step (StopOnSignal's handler takes it)."""
+    import os
+
+    from trainer.training import callbacks
+
+    done, original = [], callbacks.EpochLog.on_train_batch_end
+
+    def on_train_batch_end(self, batch, logs=None):
+        original(self, batch, logs)
+        done.append(batch)
+        if len(done) == steps:
+            os.kill(os.getpid(), signum)
+
+    monkeypatch.setattr(callbacks.EpochLog, "on_train_batch_end", on_train_batch_end)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("steps_before", [6, 8], ids=["two-steps-into-epoch-2", "at-epoch-2s-last-step"])
+def test_a_run_stopped_within_an_epoch_and_resumed_ends_with_the_weights_of_a_run_never_stopped(
+    tmp_path, monkeypatch, steps_before
+):
+    """SIGTERM `steps_before` steps into a run of 4 steps an epoch: the backup is made there, and the resumed
+    run goes on from that step: the learning-rate schedule (cosine, set every step), history.csv (its epoch 2
+    row's means too) and the final weights are those of the same run never stopped. The resume redid epoch 2
+    from its first batch with the weights of its third step, the schedule running those steps ahead."""
+    from conftest import run_cli
+
+    cosine = ["optimizer.schedule.name=cosine", "trainer.steps_per_epoch=4", "trainer.deterministic=true"]
+    base = [*train_arguments(tmp_path, tmp_path / "unused", epochs=3)[:-1], *cosine]
+    with monkeypatch.context() as patched:
+        _stop_after_steps(patched, steps_before)
+        stopped = run_cli([*base, f"hydra.run.dir={tmp_path / 'stopped'}"], cwd=tmp_path)
+    assert stopped.returncode == 0, stopped.stderr[-3000:]
+    assert history_epochs(tmp_path / "stopped") == [1] and backup_epoch(tmp_path / "stopped") == 1
+    assert json.loads((tmp_path / "stopped" / "backup" / METADATA).read_text())["batch"] == steps_before - 4
+    resumed = run_cli([f"resume={tmp_path / 'stopped'}"], cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert_finished_once(tmp_path / "stopped", 3)
+    assert run_cli([*base, f"hydra.run.dir={tmp_path / 'never'}"], cwd=tmp_path).returncode == 0
+    rows = [(tmp_path / name / "history.csv").read_text() for name in ("stopped", "never")]
+    assert rows[0] == rows[1]
+    metrics = [json.loads((tmp_path / name / "metrics.json").read_text()) for name in ("stopped", "never")]
+    sha = [metric["weights_sha256"] for metric in metrics]
+    assert sha[0] == sha[1]
+    assert f"goes on at step {steps_before - 4 + 1} of 4" in resumed.stdout + resumed.stderr

@@ -147,10 +147,14 @@ def seed_states(model: keras.Model) -> list:
     return [variable for variable in model.variables if id(variable) not in weights]
 
 
-def _save_state(path: Path, model: keras.Model, optimizer: bool) -> None:
-    """The seed states, and the optimizer's variables (iterations, slots, EMA, loss scale) where `optimizer`,
-    in order, as one `.npz` file."""
-    groups = {"seed": seed_states(model), "optimizer": model.optimizer.variables if optimizer else []}
+def _save_state(path: Path, model: keras.Model, optimizer: bool, means: bool = False) -> None:
+    """The seed states, the optimizer's variables (iterations, slots, EMA, loss scale) where `optimizer`, and
+    the metrics' running totals where `means` (a backup within an epoch), in order, as one `.npz` file."""
+    groups = {
+        "seed": seed_states(model),
+        "optimizer": model.optimizer.variables if optimizer else [],
+        "metrics": model.metrics_variables if means else [],
+    }
     arrays = {
         f"{group}_{index}": keras.ops.convert_to_numpy(variable)
         for group, variables in groups.items()
@@ -161,18 +165,36 @@ def _save_state(path: Path, model: keras.Model, optimizer: bool) -> None:
     path.write_bytes(buffer.getbuffer())
 
 
-def _load_state(path: Path, model: keras.Model) -> None:
+def _stored(path: Path, group: str, variables: list) -> list[np.ndarray]:
+    """The values of `group` in the `.npz` at `path`, checked against the `variables` they belong to."""
     with np.load(path) as stored:
         arrays = dict(stored.items())
+    count = sum(name.startswith(f"{group}_") for name in arrays)
+    values = [arrays[f"{group}_{index}"] for index in range(count)]
+    if count and [value.shape for value in values] != [tuple(variable.shape) for variable in variables]:
+        raise ValueError(f"{path.name}: {count} {group} variables that do not fit the model's {len(variables)}")
+    return values
+
+
+def _load_state(path: Path, model: keras.Model) -> None:
     for group, variables in (("seed", seed_states(model)), ("optimizer", model.optimizer.variables)):
-        count = sum(name.startswith(f"{group}_") for name in arrays)
-        if group == "optimizer" and count == 0:
-            continue  # in the weights file
-        values = [arrays[f"{group}_{index}"] for index in range(count)]
-        if [value.shape for value in values] != [tuple(variable.shape) for variable in variables]:
-            raise ValueError(f"{path.name}: {count} {group} variables that do not fit the model's {len(variables)}")
-        for variable, value in zip(variables, values, strict=True):
+        values = _stored(path, group, variables)
+        if group == "seed" and len(values) != len(variables):
+            raise ValueError(f"{path.name}: {len(values)} seed variables that do not fit the model's {len(variables)}")
+        for variable, value in zip(variables, values, strict=False):  # no optimizer values: in the weights file
             variable.assign(value)
+
+
+def restore_means(model: keras.Model, state: BackupState) -> bool:
+    """Puts the metrics' running totals of a backup made within an epoch (`state.batch` steps into it) back into
+    `model`'s metrics, so the epoch's means go on over its earlier steps; False when the backup holds none.
+    Call after `fit` has reset the metrics at the epoch's start."""
+    if state.state is None:
+        return False
+    values = _stored(state.state, "metrics", model.metrics_variables)
+    for variable, value in zip(model.metrics_variables, values, strict=False):
+        variable.assign(value)
+    return bool(values)
 
 
 class _InMemoryWeightsFile(io.BytesIO):
@@ -221,8 +243,11 @@ class RunBackup(keras.callbacks.Callback):
     system has no hard links) and adds the optimizer state in a `.state.npz` of its own (a checkpoint holds the
     model only: `trainer.runs.checkpoints.save`). Without `checkpoint` (the EMA: it holds the averages), or
     when it does not hold this epoch, the backup saves the fitted model's weights and optimizer state itself.
-    Every backup keeps the random layers' seed states in the `.state.npz`, which Keras's files leave out.
-    `synchronize(model)` runs after the restore (a multi-worker run: every worker takes the chief's state).
+    Every backup keeps the random layers' seed states in the `.state.npz`, which Keras's files leave out, and
+    one made within an epoch the metrics' running totals too: a resumed run puts them back when `fit` starts
+    that epoch again, so its history row holds the means over all its steps. `synchronize(model)` runs after
+    the restore (a multi-worker run: every worker takes the chief's state; the totals, each worker's own, are
+    not kept there).
     """
 
     def __init__(
@@ -237,16 +262,20 @@ class RunBackup(keras.callbacks.Callback):
         self.backup_dir, self.save_every_steps = Path(backup_dir), save_every_steps
         self.checkpoint, self.inference, self.synchronize = checkpoint, inference, synchronize
         self.epoch, self.steps_since_save = 0, 0
+        self.restored: BackupState | None = None
 
     def on_train_begin(self, logs=None):
         if self.backup_dir.is_dir():
             remove_temporaries(self.backup_dir)
-        restore(self.model, self.backup_dir, self.inference)
+        self.restored = restore(self.model, self.backup_dir, self.inference)
         if self.synchronize is not None:
             self.synchronize(self.model)
 
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch = epoch
+        within, self.restored = self.restored, None
+        if within is not None and within.batch and within.epoch == epoch and self.synchronize is None:
+            restore_means(self.model, within)  # fit has just reset the metrics: the epoch's steps before the stop
 
     def on_train_batch_end(self, batch, logs=None):
         if not self.save_every_steps:
@@ -281,12 +310,13 @@ class RunBackup(keras.callbacks.Callback):
         self._commit(BackupState(epochs_done, 0, weights, self.backup_dir / METADATA, state=state))
 
     def _rest(self, epochs_done: int, batch: int, optimizer: bool) -> Path | None:
-        """The `.npz` of what the weights file lacks: the seed states, and the optimizer state where `optimizer`;
-        None when that is nothing."""
-        if not optimizer and not seed_states(self.model):
+        """The `.npz` of what the weights file lacks: the seed states, the optimizer state where `optimizer`, and
+        within an epoch (`batch` steps into it) the metrics' running totals; None when that is nothing."""
+        means = bool(batch) and self.synchronize is None
+        if not optimizer and not means and not seed_states(self.model):
             return None
         path = self._new_file(epochs_done, batch, ".state.npz")
-        write_atomic(path, lambda temporary: _save_state(temporary, self.model, optimizer))
+        write_atomic(path, lambda temporary: _save_state(temporary, self.model, optimizer, means))
         return path
 
     def _new_file(self, epochs_done: int, batch: int, suffix: str) -> Path:

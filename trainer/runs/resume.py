@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import NamedTuple
 
 from trainer.errors import ConfigError
 from trainer.runs import digest, folders, history
@@ -41,13 +42,22 @@ def resolve_resume(resume: str | None, output_dir: str) -> str:
     return folder
 
 
-def prepare_resume(run_dir: Path, backup_dir: Path, resume: str | None) -> tuple[int, str]:
-    """(epochs already done per the backup, why training ended already: `stopped_early`, or empty); trims
-    history.csv to exactly those epochs, so none appears twice.
+class Progress(NamedTuple):
+    """What a run's backup holds: `done` finished epochs, then `steps` steps of the next one (a backup made within
+    an epoch: SIGTERM, Ctrl-C, `trainer.save_every_steps`); `ended` says why training ended already
+    (`stopped_early`), or is empty."""
+
+    done: int = 0
+    steps: int = 0
+    ended: str = ""
+
+
+def prepare_resume(run_dir: Path, backup_dir: Path, resume: str | None) -> Progress:
+    """What the backup holds; trims history.csv to exactly its finished epochs, so none appears twice.
 
     A run killed before its first epoch ended has no backup: it starts again
-    from epoch 1. A run whose epochs are all done but whose metrics.json is
-    missing (killed in the test evaluation) still has its backup.
+    from epoch 1 (or, stopped by a signal, goes on from the step its backup holds). A run whose epochs are all
+    done but whose metrics.json is missing (killed in the test evaluation) still has its backup.
 
     Raises:
         ConfigError: `resume` points at a run that finished (it has its metrics.json), or at an unreadable backup.
@@ -60,11 +70,13 @@ def prepare_resume(run_dir: Path, backup_dir: Path, resume: str | None) -> tuple
     if (run_dir / "checkpoints").is_dir():
         commit_best(run_dir / "checkpoints", done)  # a new best whose epoch the kill left uncommitted goes
     if resume:
-        if done:
-            log.info("Resuming %s after epoch %d from %s <resume=%s>", run_dir, done, state.weights, resume)
+        if state and (done or state.batch):
+            steps = f"{state.batch} step(s) of epoch {done + 1}" if state.batch else ""
+            after = f"epoch {done} and {steps}" if done and steps else steps or f"epoch {done}"
+            log.info("Resuming %s after %s from %s <resume=%s>", run_dir, after, state.weights, resume)
         else:
             log.info("No epoch of %s was finished: training it from epoch 1 <resume=%s>", run_dir, resume)
-    return done, state.ended if state else ""
+    return Progress(done, state.batch if state else 0, state.ended if state else "")
 
 
 CHIEF_RUN = "RUN (the chief's run folder, named in its log)"  # what another worker of a multi-worker run resumes

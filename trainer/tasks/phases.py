@@ -35,6 +35,7 @@ from trainer.tasks.plan import Folder, Phase, Plan
 from trainer.tracking.tensorboard import RunLabel, SampleImages
 from trainer.training.callbacks import STOPPED_BY, TIME_BUDGET, Preempted, RunFiles, TimeBudget, training_callbacks
 from trainer.training.compiling import compile_model
+from trainer.training.resumed import WithinEpoch
 from trainer.training.tracing import build_step_state
 
 log = logging.getLogger(__name__)
@@ -148,10 +149,19 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
             backup.set_model(model)
             backup.save(phase.start)
         first = max(folder.done, phase.start)
+        passed = min(folder.steps, steps) if first == folder.done else 0  # a backup made within epoch `first`
         # Each phase's fit reads the input stream from its start; a resumed one goes on where its backup was made.
         train, train_for_worker, class_weight = weights.weighted_training_data(
-            settings, plan.data, class_weights, (first - phase.start) * steps
+            settings, plan.data, class_weights, (first - phase.start) * steps + passed
         )
+        if passed:
+            log.info(
+                "Epoch %d goes on at step %d of %d, where its backup was made: the %d step(s) before it are not "
+                "trained again",
+                first + 1, passed + 1, steps, passed,
+            )  # fmt: skip
+            # verbose=0: EpochLog prints the one line per epoch (and ProgressBar the bar)
+            listed = WithinEpoch(callbacks, model, first, passed, verbose=0, epochs=phase.end, steps=steps)
         try:
             model.fit(
                 strategies.distribute_training_data(strategy, train, train_for_worker),
@@ -160,7 +170,7 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
                 steps_per_epoch=steps,
                 validation_data=plan.data.val if settings.trainer.validate else None,  # an evaluator may do it
                 verbose=0,  # EpochLog prints the one line per epoch (and ProgressBar the bar)
-                callbacks=callbacks,
+                callbacks=listed if passed else callbacks,
                 shuffle=False,  # the pipeline shuffles, seeded
                 class_weight=class_weight,
             )

@@ -83,6 +83,7 @@ class Folder:
     run_name: str
     tags: list[str] = field(default_factory=list)
     gate: keras.callbacks.Callback | None = None  # the whole-file data check at the first epoch end (the chief's)
+    steps: int = 0  # steps of epoch done + 1 trained before this process started (a backup made within it)
 
 
 def check_updates(settings: Config, steps_per_epoch: int) -> None:

@@ -37,7 +37,7 @@ from trainer.runs.atomic import remove_temporaries, write_json
 from trainer.runs.backup import ENDINGS, read_state, remove_backup
 from trainer.runs.checkpoints import ModelInfo, weights_fingerprint
 from trainer.runs.digest import DigestGate, FileDigests
-from trainer.runs.resume import CHIEF_RUN, DATA_FILE, bind_data, prepare_resume, resolve_resume
+from trainer.runs.resume import CHIEF_RUN, DATA_FILE, Progress, bind_data, prepare_resume, resolve_resume
 from trainer.runs.storage import OutputFolders
 from trainer.search.trial import record_outcome
 from trainer.tasks import parts
@@ -282,15 +282,16 @@ def open_run_folder(settings: Config, plan: Plan) -> Iterator[Folder]:
         loggers.tracking(plan.trackers, run_dir, run_name, tags, params, _sweep_folder()),
     ):
         try:
-            done, ended, gate = _take_over(settings, plan, run_dir)
-            yield Folder(run_dir, run_dir / "backup", done, ended, invocation, run_name, tags, gate)
+            progress, gate = _take_over(settings, plan, run_dir)
+            done, steps, ended = progress
+            yield Folder(run_dir, run_dir / "backup", done, ended, invocation, run_name, tags, gate, steps)
         except DiskError as error:  # set-up, training or the test evaluation: what is written is consistent
             hint = f"Free space or fix permissions, then continue with: python run.py resume={run_dir}"
             raise DiskError(f"{error}. {hint}") from None
 
 
-def _take_over(settings: Config, plan: Plan, run_dir: Path) -> tuple[int, str, DigestGate | None]:
-    """(epochs done, why training ended, the data's digest gate) of the folder this process now holds: what a
+def _take_over(settings: Config, plan: Plan, run_dir: Path) -> tuple[Progress, DigestGate | None]:
+    """(what the backup holds, the data's digest gate) of the folder this process now holds: what a
     killed process left is removed, the backup read, the data bound to the run.
 
     Raises:
@@ -301,8 +302,9 @@ def _take_over(settings: Config, plan: Plan, run_dir: Path) -> tuple[int, str, D
     if plan.chief and settings.resume and plan.outputs.checkpoints:  # the folder lost its backup: the copy's
         storage.restore_mirror(storage.join(plan.outputs.checkpoints, "backup"), run_dir / "backup")
     # Another worker's folder is new on each start: what is done is the chief's to say.
-    done, ended = prepare_resume(run_dir, run_dir / "backup", settings.resume) if plan.chief else (0, "")
-    done, ended = agree_on_progress(plan.strategy, done, ended)
+    progress = prepare_resume(run_dir, run_dir / "backup", settings.resume) if plan.chief else Progress()
+    progress = agree_on_progress(plan.strategy, progress)
+    done = progress.done
     if settings.resume and not plan.chief:
         log.info("The chief's backup holds %d finished epoch(s): training goes on from there", done)
     gate = None
@@ -314,7 +316,7 @@ def _take_over(settings: Config, plan: Plan, run_dir: Path) -> tuple[int, str, D
         )
     if done > settings.trainer.epochs:
         raise ConfigError(f"resume={settings.resume}: {done} epochs are done already; raise trainer.epochs")
-    return done, ended, gate
+    return progress, gate
 
 
 def _resume_hint(run_dir: Path, chief: bool, epochs: int) -> str:
@@ -333,12 +335,12 @@ def _resume_hint(run_dir: Path, chief: bool, epochs: int) -> str:
     return f"{saved}; restart every worker with resume={folder}"
 
 
-def agree_on_progress(strategy: tf.distribute.Strategy, done: int, ended: str) -> tuple[int, str]:
-    """The chief's (epochs done, why training ended) on every worker: only the chief's backup survives a
-    restart (each other worker starts in a fresh temporary folder)."""
+def agree_on_progress(strategy: tf.distribute.Strategy, progress: Progress) -> Progress:
+    """The chief's progress (epochs done, steps of the next, why training ended) on every worker: only the
+    chief's backup survives a restart (each other worker starts in a fresh temporary folder)."""
     endings = ("", *ENDINGS)
-    done, ending = chief_numbers(strategy, [done, endings.index(ended)])
-    return done, endings[ending]
+    done, steps, ending = chief_numbers(strategy, [progress.done, progress.steps, endings.index(progress.ended)])
+    return Progress(done, steps, endings[ending])
 
 
 # --- 4. fit the phases: trainer.tasks.phases ---------------------------------------------------------------

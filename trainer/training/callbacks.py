@@ -160,7 +160,7 @@ STOPPED_BY = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM", signal.SIGUSR1
 
 class Preempted(Exception):
     """Training stopped on SIGTERM, SIGINT (Ctrl-C), SIGUSR1 or its time budget after saving a backup; `epoch` is
-    the (0-based) epoch to redo, `signum` the signal (`TIME_BUDGET` for the budget)."""
+    the (0-based) epoch a resume goes on in, `signum` the signal (`TIME_BUDGET` for the budget)."""
 
     def __init__(self, epoch: int, signum: int = signal.SIGTERM):
         super().__init__(f"stopped by {STOPPED_BY[signum]} during epoch {epoch + 1}")
@@ -217,8 +217,8 @@ class StopOnSignal(keras.callbacks.Callback):
     and stops with `Preempted`; a second Ctrl-C stops at once (the backup of the last epoch stays). A `budget`
     stops it the same way, at an epoch end before an epoch that would not fit (or within a longer one).
 
-    The backup records the current epoch as not done, so a resumed run redoes
-    it from the saved weights and history.csv never holds a partial epoch.
+    The backup records the current epoch as not done and the steps of it trained, so a resumed run goes on
+    from the next step (`trainer.training.resumed`) and history.csv never holds a partial epoch.
 
     `any_stop(requested)` says whether some worker of a multi-worker run was asked to stop: then every
     worker stops at the same step (a worker not signalled stops as for SIGTERM).
@@ -252,7 +252,7 @@ class StopOnSignal(keras.callbacks.Callback):
             if self.budget.out_of_time_in_epoch():
                 self.requested = TIME_BUDGET
         if self.any_stop(self.requested is not None):
-            self.backup.save(self.epoch, batch + 1)  # this epoch is not finished: redo it on resume
+            self.backup.save(self.epoch, batch + 1)  # this epoch is not finished: a resume goes on from the next step
             raise Preempted(self.epoch, self.requested if self.requested is not None else signal.SIGTERM)
 
     def on_epoch_end(self, epoch, logs=None):
