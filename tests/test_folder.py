@@ -162,7 +162,7 @@ BAD = {
     "empty": r"empty holds no class folders; expected .*/<class>/ or .*/train/<class>/",
     "single": r"single: one class folder \(cat/\); a classifier needs two",
     "no_images": r"no_images/fox: holds no image files",
-    "train_only": r"has train/ but no val/: add .*/val/<class>/, or set dataset.val_fraction",
+    "train_only": r"has train/ but no val/ \(nor validation/, valid/\): add .*/val/<class>/, or set dataset.val_f",
     "tree_without_fraction": r"is one <class>/ tree: set dataset.val_fraction",
     "loop": r"loop/cat/again: a symlink loop",
     "unknown_class": r"dataset.class_names=\['cat', 'cow'\] does not match the class folders .*no folder cow",
@@ -262,3 +262,14 @@ def test_the_data_check_names_bad_files_duplicates_and_leakage(tmp_path):
     assert sum(report["image_sizes"].values()) == 7 + 6 + 7, "every file that decodes, by its stored size"
     accepted = run_cli([*typed, "inspect.allow=[duplicates,bad]", f"hydra.run.dir={tmp_path / 'ok'}"], cwd=tmp_path)
     assert accepted.returncode == 0, accepted.stderr[-2000:]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("name", ["validation", "valid"])
+def test_a_validation_or_valid_folder_is_the_val_split_and_two_of_them_are_one_line(tmp_path, name):
+    root = make_folder(tmp_path / "photos", "splits", per_class=2)
+    (root / "val").rename(root / name)
+    assert load_data(_settings(root).dataset, 4, 0).num_examples["val"] == 4
+    make_folder(root, "splits", per_class=2)  # val/ again, beside it
+    with pytest.raises(DataError, match=f"both 'val' and '{name}' look like the validation split; keep one"):
+        load_data(_settings(root).dataset, 4, 0)

@@ -200,7 +200,8 @@ BAD = {
     "no_column": r"train-00000-of-00001.parquet: no column 'img' \(dataset.image_column\); its columns are "
     r"\['image', 'label'\]",
     "bad_label": r"bad_label/train.parquet: row 2 has label 5, outside the 3 classes",
-    "no_val_split": r"no validation split \(dataset.val_split\); found \['train', 'test'\]: .*dataset.val_fraction",
+    "no_val_split": r"no validation split \(dataset.val_split; val, validation and valid are found alike\); found "
+    r"\['train', 'test'\]: .*dataset.val_fraction",
 }
 
 
@@ -235,3 +236,17 @@ def test_the_folds_of_parquet_rows_partition_train_and_val(tmp_path):
         assert sorted(train + val) == pool and data.class_counts["val"] == {name: 4 for name in NAMES}
         vals += val
     assert sorted(vals) == pool, "the validation folds partition train and val"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("name", ["val", "validation", "valid"])
+def test_every_name_of_the_validation_split_is_found_and_two_are_one_line(tmp_path, name):
+    root = make_plain(tmp_path / "plain", num_classes=2)
+    pq.write_table(_table(_per_class(2, 2), False, False), root / f"{name}.parquet")
+    data = load_data(_settings(root, "dataset.class_names=[cat,dog]").dataset, 4, 0)
+    assert data.num_examples["val"] == 4
+    other = "validation" if name != "validation" else "val"
+    pq.write_table(_table(_per_class(2, 2), False, False), root / f"{other}.parquet")
+    first, second = sorted([name, other], key=["val", "validation", "valid"].index)
+    with pytest.raises(DataError, match=f"both '{first}' and '{second}' look like the validation split; keep one"):
+        load_data(_settings(root, "dataset.class_names=[cat,dog]").dataset, 4, 0)

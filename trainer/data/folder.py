@@ -29,7 +29,7 @@ import tensorflow as tf
 
 from trainer.data.decode import RESIZE_MODES, decode_images
 from trainer.data.images import decode_files
-from trainer.data.parts import Splits
+from trainer.data.parts import Splits, val_split_name
 from trainer.data.shares import Records
 from trainer.data.sources import Source
 from trainer.errors import DataError
@@ -181,13 +181,15 @@ class ImageFolder:
         val_fraction, test_fraction = self.fractions
         if (self.root / "train").is_dir():
             names = self._classes(self.root / "train")
-            present = [split for split in SPLITS if (self.root / split).is_dir()]
-            splits = {split: self._members(self.root / split, names) for split in present}
+            val = val_split_name(_class_folders(self.root), str(self.root))  # val/, validation/ or valid/
+            folders = {"train": "train", "val": val, "test": "test"}
+            present = [split for split in SPLITS if folders[split] and (self.root / folders[split]).is_dir()]
+            splits = {split: self._members(self.root / folders[split], names) for split in present}
             if "val" not in splits:
                 if not val_fraction:
                     raise DataError(
-                        f"dataset.data_dir={self.root} has train/ but no val/: add {self.root}/val/<class>/, or set "
-                        f"dataset.val_fraction to hold out a share of train/"
+                        f"dataset.data_dir={self.root} has train/ but no val/ (nor validation/, valid/): add "
+                        f"{self.root}/val/<class>/, or set dataset.val_fraction to hold out a share of train/"
                     )
                 carved = stratified_split(splits["train"], val_fraction, 0.0, self.split_seed)
                 splits["train"], splits["val"] = carved["train"], carved["val"]

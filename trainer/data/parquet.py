@@ -33,7 +33,7 @@ import tensorflow as tf
 
 from trainer.data.decode import RESIZE_MODES
 from trainer.data.folder import LABEL_DIGITS, FileDecoder
-from trainer.data.parts import Splits
+from trainer.data.parts import VAL_NAMES, Splits, val_split_name
 from trainer.data.shares import Records
 from trainer.data.sources import Source
 from trainer.errors import ConfigError, DataError
@@ -217,9 +217,8 @@ class ArrowFiles:
 
     # --- which files -------------------------------------------------------------------------------------------
 
-    def _find(self, split: str) -> _Split | None:
-        """The files of one split in the first layout that has any."""
-        name = self.split_names[split]
+    def _find(self, name: str) -> _Split | None:
+        """The files of the split named `name` in the first layout that has any."""
         for found in (_parquet_files(self.root, name), _parquet_files(self.root / "data", name)):
             if found:
                 return _Split("parquet", found)
@@ -338,7 +337,10 @@ class ArrowFiles:
     def _listing(self, check_val: bool) -> dict[str, _Split]:
         if not self.root.is_dir():
             raise DataError(f"dataset.data_dir={self.root}: no such folder")
-        splits = {split: found for split in SPLITS if (found := self._find(split))}
+        names = dict(self.split_names)
+        candidates = dict.fromkeys([names["val"], *VAL_NAMES])
+        names["val"] = val_split_name([name for name in candidates if self._find(name)], str(self.root), names["val"])
+        splits = {split: found for split in SPLITS if names[split] and (found := self._find(names[split]))}
         if "train" not in splits:
             layouts = LAYOUTS.format(dir=self.root, split=self.split_names["train"])
             raise DataError(
@@ -354,8 +356,9 @@ class ArrowFiles:
                 splits["val"] = self._hold_out(splits["train"])
             elif check_val:
                 raise DataError(
-                    f"dataset.data_dir={self.root}: no {self.split_names['val']} split (dataset.val_split); found "
-                    f"{[self.split_names[split] for split in splits]}: set dataset.val_split, or dataset.val_fraction "
+                    f"dataset.data_dir={self.root}: no {self.split_names['val']} split (dataset.val_split; val, "
+                    f"validation and valid are found alike); found {[names[split] for split in splits]}: set "
+                    f"dataset.val_split, or dataset.val_fraction "
                     f"to hold out a share of {self.split_names['train']}"
                 )
             else:  # never read

@@ -15,12 +15,34 @@ the rest, for every part alike. `docs/extending.md` shows your own.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from trainer.data.decoders import Decoder
 from trainer.data.sources import Source
+from trainer.errors import DataError
+
+VAL_NAMES = ("val", "validation", "valid")  # the validation split's names in the wild: every format finds each
+
+
+def val_split_name(present: Iterable[str], where: str, chosen: str = "validation") -> str | None:
+    """The validation split among the split names `present` at `where`: `chosen` (`dataset.val_split`) when it
+    is a name of its own, else whichever of `VAL_NAMES` is there; None without one.
+
+    Raises:
+        DataError: two of `VAL_NAMES` are there, and nothing says which validates.
+    """
+    present = list(present)
+    if chosen not in VAL_NAMES:
+        return chosen if chosen in present else None
+    found = [name for name in VAL_NAMES if name in present]
+    if len(found) > 1:
+        raise DataError(
+            f"{where}: both {found[0]!r} and {found[1]!r} look like the validation split; keep one (rename or move "
+            f"the other), as it is not clear which one validates"
+        )
+    return found[0] if found else None
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from pathlib import Path
 from google.protobuf import json_format
 
 from trainer.data.decoders import TFRecordDecoder
-from trainer.data.parts import Splits
+from trainer.data.parts import Splits, val_split_name
 from trainer.data.shares import Records, ranges_of
 from trainer.data.sources import Source, TFRecordReader
 from trainer.data.tfrecord_files import _bad_record_finder
@@ -186,6 +186,8 @@ class TFDSFiles:
     def _records(self, folder: Path, info, check_val: bool) -> tuple[dict[str, Records], list[str], list[int]]:
         """({split: records}, train shard files, their counts); val is the tail of train with `val_fraction`."""
         present = list(info.splits.keys())
+        val = val_split_name(present, str(folder), self.split_names["val"])  # val, validation or valid
+        self.split_names["val"] = val or self.split_names["val"]
         if self.split_names["train"] not in present:
             raise DataError(f"{folder}: no split '{self.split_names['train']}' (dataset.train_split); it has {present}")
         if self.split_names["val"] not in present and not self.val_fraction and check_val:
