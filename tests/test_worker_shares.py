@@ -77,7 +77,7 @@ def test_binary_loader_plans_the_shares_of_the_train_split_only(tmp_path):
     data = load_data(settings.dataset, 8, 0, num_workers=2)
     assert data.num_examples["train"] == 64 and data.train_steps == 64 // 8
     single = load_data(settings.dataset, 8, 0)
-    assert single.train_for_worker is None and single.train_steps is None
+    assert single.train_for_worker is None and single.train_steps == 64 // 8  # one pass over the split
 
 
 @pytest.mark.integration

@@ -76,6 +76,15 @@ def replayed_per_iterator(make: Callable[[], tf.data.Dataset]) -> tf.data.Datase
     return endless.apply(tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY))
 
 
+def pass_batches(count: int, batch_size: int, replicas: int = 1) -> tuple[int, int]:
+    """(batches in one pass over `count` records, records the pass leaves out). The last batch is kept, partial,
+    as Keras's `fit` keeps it, cut to a multiple of `replicas` so that each replica gets an equal part of it (a
+    replica's loss is the mean of its part): fewer than `replicas` records are left out, none on one replica."""
+    last = count % batch_size
+    left_out = last % replicas
+    return count // batch_size + (last > left_out), left_out
+
+
 def train_dataset(
     source: Source,
     decoder: Decoder,
@@ -86,6 +95,7 @@ def train_dataset(
     cache: Cache | None = None,
     mixing: Mixing | None = None,
     start_batch: int = 0,
+    replicas: int = 1,
 ) -> tf.data.Dataset:
     """Shuffled, augmented, endless batches for `fit(steps_per_epoch=...)`.
 
@@ -93,14 +103,16 @@ def train_dataset(
         source: The training records, or one worker's share of them (read `per_epoch` records a pass).
         decoder: A batch of records to (uint8 images, int32 labels).
         preprocess: Resize and the host's augmentation (crops).
-        batch_size: Global batch size (a worker's share: the per-replica one); the last partial batch of
-            each pass is dropped.
+        batch_size: Global batch size (a worker's share: the per-replica one). Each pass over the records ends
+            with its last, partial batch (`pass_batches`), so an epoch of `pass_batches(...)[0]` steps sees every
+            record once; a worker's share runs whole batches only (every worker the same steps).
         seed: Seeds the file order, the shuffle order and every augmentation parameter.
         shuffle_buffer: Records held for shuffling.
         cache: Where the decoded, resized images are kept after their first decode (`trainer.data.cache`).
         mixing: MixUp and CutMix of each batch (`trainer.data.mixing`), from the same batch seed.
         start_batch: Batches of the stream to pass over (a resumed run continues where its backup was made):
             their records are read and shuffled, not decoded or augmented.
+        replicas: The replicas a global batch is split among: the last batch of a pass is cut to a multiple.
 
     Returns:
         A dataset of (uint8 images [batch, size, size, 3], int32 labels [batch]); with `mixing`, of (float32
@@ -114,11 +126,13 @@ def train_dataset(
         # pass gets a new (seeded) order.
         records = cached if cache else source.for_training(seed)
         shuffled = records.shuffle(min(shuffle_buffer, source.count), seed=seed, reshuffle_each_iteration=True)
-        if share is not None:  # the same steps on every worker: its passes line up with the epochs
-            shuffled = shuffled.take(share)
-        return shuffled.repeat()
+        if share is not None:  # the same whole steps on every worker: its passes line up with the epochs
+            return shuffled.take(share).repeat().batch(batch_size, drop_remainder=True)
+        # Each pass batched alone: it ends with its partial batch, so the passes line up with the epochs too.
+        kept = source.count - pass_batches(source.count, batch_size, replicas)[1]
+        return shuffled.take(kept).batch(batch_size).repeat()
 
-    batches = replayed_per_iterator(passes).batch(batch_size, drop_remainder=True)
+    batches = replayed_per_iterator(passes)
     seeds = tf.data.Dataset.random(seed=seed + 1)  # one stateless seed per batch; another stream than the shuffle's
 
     mix = batch_mixer(mixing) if mixing else None

@@ -71,7 +71,8 @@ class Data:
     # Under multi-worker training, the train pipeline of one worker's share
     # (`trainer.distribute.strategies.distribute_training_data`).
     train_for_worker: Callable[[tf.distribute.InputContext], tf.data.Dataset] | None = None
-    train_steps: int | None = None  # multi-worker: the steps per epoch that every worker's share holds
+    train_steps: int | None = None  # the steps of one pass over the training split (multi-worker: every share's)
+    train_left_out: int = 0  # training records an epoch of `train_steps` steps leaves out (`pipeline.pass_batches`)
     # The same training input from batch N of its stream on: (train, train_for_worker), for a resumed run.
     train_from: Callable[[int], tuple[tf.data.Dataset, Callable | None]] | None = None
     # Reads the files again to name the one holding a bad record (raises a DataError); None: checked at start-up.
@@ -197,6 +198,7 @@ def load_data(
     model_preprocessing: str | None = None,
     check_val: bool = True,
     num_workers: int = 1,
+    replicas: int = 1,
 ) -> Data:
     """Every split of `dataset` as a pipeline, and what the model needs.
 
@@ -208,6 +210,8 @@ def load_data(
         check_val: False for a caller that never reads the validation split (binary data then skips the
             `dataset.val_size` check).
         num_workers: The input pipelines of a multi-worker training run, each of which reads its own share.
+        replicas: The replicas a global training batch is split among (the last batch of an epoch is cut to a
+            multiple of them: `trainer.data.pipeline.pass_batches`).
     """
     splits = build_part(dataset).load(check_val)
     if dataset.folds:
@@ -228,7 +232,7 @@ def load_data(
 
     def train(source: Source, batch: int, offset: int, start: int = 0) -> tf.data.Dataset:
         return pipeline.train_dataset(
-            source, decoder, preprocess, batch, seed + offset, dataset.shuffle_buffer, cache, mixing, start
+            source, decoder, preprocess, batch, seed + offset, dataset.shuffle_buffer, cache, mixing, start, replicas
         )
 
     def train_from(start: int) -> tuple[tf.data.Dataset, Callable | None]:
@@ -236,9 +240,11 @@ def load_data(
         for_worker = _worker_input(splits, num_workers, batch_size, build)[0] if num_workers > 1 else None
         return build(sources["train"], batch_size, 0), for_worker
 
-    train_for_worker, train_steps = None, None
-    if num_workers > 1:
+    train_for_worker, train_count = None, sources["train"].count
+    train_steps, left_out = pipeline.pass_batches(train_count, batch_size, replicas)
+    if num_workers > 1:  # every worker the same whole steps: the records beyond them wait for a later epoch
         train_for_worker, train_steps = _worker_input(splits, num_workers, batch_size, train)
+        left_out = train_count - train_steps * batch_size
     size = preprocess.output_size
     evaluated = functools.partial(pipeline.eval_dataset, decoder=decoder, preprocess=preprocess, batch_size=batch_size)
     stored = Preprocess(preprocess.image_size)  # resized to what the model is served, not cropped
@@ -260,6 +266,7 @@ def load_data(
         class_counts=splits.class_counts,
         train_for_worker=train_for_worker,
         train_steps=train_steps,
+        train_left_out=left_out,
         train_from=train_from,
         find_bad_record=splits.find_bad_record,
         fingerprint=data_fingerprint,

@@ -103,6 +103,7 @@ def plan_run(settings: Config, strategy: tf.distribute.Strategy) -> Plan:
         settings.seed,
         model_preprocessing=settings.model.preprocessing,
         num_workers=topology.num_input_pipelines(strategy),
+        replicas=replicas,
     )
     if batch > data.num_examples["train"]:  # with trainer.steps_per_epoch too: each batch would repeat records
         raise ConfigError(
@@ -117,16 +118,29 @@ def plan_run(settings: Config, strategy: tf.distribute.Strategy) -> Plan:
         settings.dataset.image_size,
     )
     check_replica_batches(batch, replicas, {split: data.num_examples[split] for split in ("val", "test")})
-    steps = settings.trainer.steps_per_epoch or data.train_steps or data.num_examples["train"] // batch
+    steps = settings.trainer.steps_per_epoch or data.train_steps
+    count, left_out = data.num_examples["train"], data.train_left_out
+    last = count - left_out - (data.train_steps - 1) * batch  # the last batch of an epoch: partial, or whole
     log.info(
-        "Global batch %d = %d replica(s) x %d, %d steps per epoch <trainer.batch_size=%d%s>",
+        "Global batch %d = %d replica(s) x %d, %d steps per epoch%s <trainer.batch_size=%d%s>",
         batch,
         replicas,
         batch // replicas,
         steps,
+        f" (the last of {last} images)" if last < batch and not settings.trainer.steps_per_epoch else "",
         batch,
         f" trainer.steps_per_epoch={steps}" if settings.trainer.steps_per_epoch else "",
     )
+    if left_out and not settings.trainer.steps_per_epoch:
+        several = topology.in_multi_worker_mode(strategy)
+        log.info(
+            "Each epoch leaves out %d of the %d training images (a new draw each epoch): %s <trainer.batch_size=%d%s>",
+            left_out,
+            count,
+            "every worker runs the same whole steps" if several else f"a batch is split among {replicas} replicas",
+            batch,
+            " strategy=multi_worker" if several else "",
+        )
     check_updates(settings, steps)
     log_training_options(settings, steps)
     opt = settings.optimizer
