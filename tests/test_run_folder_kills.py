@@ -235,9 +235,16 @@ def _stop_after_steps(monkeypatch, steps: int, signum: int = signal.SIGTERM) -> 
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("steps_before", [6, 8], ids=["two-steps-into-epoch-2", "at-epoch-2s-last-step"])
+@pytest.mark.parametrize(
+    ("steps_before", "strategy"),
+    [
+        pytest.param(6, [], id="two-steps-into-epoch-2"),
+        pytest.param(8, [], id="at-epoch-2s-last-step"),
+        pytest.param(6, ["strategy=mirrored", "strategy.cpu_devices=2"], id="mirrored", marks=pytest.mark.slow),
+    ],
+)
 def test_a_run_stopped_within_an_epoch_and_resumed_ends_with_the_weights_of_a_run_never_stopped(
-    tmp_path, monkeypatch, steps_before
+    tmp_path, monkeypatch, steps_before, strategy
 ):
     """SIGTERM `steps_before` steps into a run of 4 steps an epoch: the backup is made there, and the resumed
     run goes on from that step: the learning-rate schedule (cosine, set every step), history.csv (its epoch 2
@@ -246,7 +253,7 @@ def test_a_run_stopped_within_an_epoch_and_resumed_ends_with_the_weights_of_a_ru
     from conftest import run_cli
 
     cosine = ["optimizer.schedule.name=cosine", "trainer.steps_per_epoch=4", "trainer.deterministic=true"]
-    base = [*train_arguments(tmp_path, tmp_path / "unused", epochs=3)[:-1], *cosine]
+    base = [*train_arguments(tmp_path, tmp_path / "unused", epochs=3)[:-1], *cosine, *strategy]
     with monkeypatch.context() as patched:
         _stop_after_steps(patched, steps_before)
         stopped = run_cli([*base, f"hydra.run.dir={tmp_path / 'stopped'}"], cwd=tmp_path)

@@ -71,9 +71,10 @@ def prepare_resume(run_dir: Path, backup_dir: Path, resume: str | None) -> Progr
         commit_best(run_dir / "checkpoints", done)  # a new best whose epoch the kill left uncommitted goes
     if resume:
         if state and (done or state.batch):
-            steps = f"{state.batch} step(s) of epoch {done + 1}" if state.batch else ""
-            after = f"epoch {done} and {steps}" if done and steps else steps or f"epoch {done}"
-            log.info("Resuming %s after %s from %s <resume=%s>", run_dir, after, state.weights, resume)
+            steps = f"{state.batch} step(s) of epoch {done + 1}"
+            after = f"epoch {done}" if done else steps
+            also = f" ({steps} too)" if done and state.batch else ""
+            log.info("Resuming %s after %s from %s%s <resume=%s>", run_dir, after, state.weights, also, resume)
         else:
             log.info("No epoch of %s was finished: training it from epoch 1 <resume=%s>", run_dir, resume)
     return Progress(done, state.batch if state else 0, state.ended if state else "")
