@@ -7,6 +7,7 @@ import base64
 import io
 import json
 from html.parser import HTMLParser
+from types import SimpleNamespace
 
 import keras
 import numpy as np
@@ -14,13 +15,14 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from conftest import cifar_overrides, compose, csv_rows
+from conftest import cifar_overrides, compose, csv_rows, pattern_records, run_cli, train_arguments
 from trainer.errors import ConfigError, DataError
 from trainer.evaluation import calibration, classes
 from trainer.evaluation.gradcam import GradCam
 from trainer.evaluation.report import ReportOptions, write_report
 from trainer.models.tta import with_tta
 from trainer.tasks import run_task
+from trainer.tasks.scoring import Evaluation, check_report_split
 
 NAMES = ["cat", "dog", "fox"]
 
@@ -283,3 +285,39 @@ def test_the_report_renders_in_headless_chromium_with_every_image_and_no_console
     assert "<title>images 4/4</title>" in result.stdout, result.stdout[:500] + result.stderr[-2000:]
     console = [line for line in result.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
     assert console == [], console
+
+
+@pytest.mark.integration
+def test_a_test_split_of_one_class_stops_training_before_its_first_step(tmp_path):
+    """The report at the end needs two classes in the test split: a test file whose labels are all `cat` was
+    found only after the whole training. Now it is one line before the first step (labels read, no image
+    decoded), and nothing is trained."""
+    run_dir = tmp_path / "run"
+    arguments = [*train_arguments(tmp_path, run_dir, epochs=1), "evaluate.report=true"]
+    (tmp_path / "cifar" / "test_batch.bin").write_bytes(pattern_records(np.full(16, 3), 80))  # class 3: cat
+    result = run_cli(arguments, cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: evaluate.report: the test split holds one class (cat); per-class figures and calibration need two "
+        "or more (evaluate.report=false evaluates without the report)"
+    )
+    assert not (run_dir / "history.csv").exists(), "refused before training"
+
+
+@pytest.mark.unit
+def test_a_test_split_of_one_class_is_refused_from_the_parts_counts_where_it_has_them():
+    """`dataset=folder` counts each split's classes from its files: the check then reads nothing."""
+
+    def unread(split):
+        raise AssertionError("the counts were known")
+
+    counts = {"test": {"cat": 3, "dog": 0}, "val": {"cat": 1, "dog": 2}}
+    data = SimpleNamespace(class_counts=counts, class_names=["cat", "dog"], labels_of=unread)
+    report = Evaluation(report=ReportOptions())
+    with pytest.raises(DataError, match=r"^evaluate.report: the test split holds one class \(cat\)"):
+        check_report_split(data, "test", report)
+    check_report_split(data, "test", Evaluation())  # no report: nothing to draw
+    check_report_split(data, "val", report)
+    unknown = SimpleNamespace(class_counts=None, class_names=["cat", "dog"], labels_of=lambda split: np.array([1, 1]))
+    with pytest.raises(DataError, match=r"holds one class \(dog\)"):
+        check_report_split(unknown, "test", report)

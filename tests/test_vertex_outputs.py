@@ -224,3 +224,18 @@ def test_the_jobs_of_a_sweep_on_vertex_ai_each_get_their_own_folders(tmp_path, m
     for job in ("0", "1"):
         assert (local["model"] / job / "saved_model.pb").is_file()
         assert _events(local["tensorboard"] / job) == ["test", "train", "validation"]
+
+
+@pytest.mark.integration
+def test_a_model_folder_that_holds_a_savedmodel_stops_the_run_at_start_up(tmp_path, monkeypatch):
+    """The docs say it is refused at start-up; it was refused after `Run finished`, the training spent."""
+    local = _vertex(monkeypatch, tmp_path, "model")
+    local["model"].mkdir(parents=True)
+    (local["model"] / "saved_model.pb").write_bytes(b"an earlier model")
+    result = run_cli(train_arguments(tmp_path, tmp_path / "run", epochs=1), cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: AIP_MODEL_DIR=file://{local['model']}: holds a SavedModel already; nothing is overwritten"
+    )
+    assert not (tmp_path / "run" / "history.csv").exists(), "refused before training"
+    assert (local["model"] / "saved_model.pb").read_bytes() == b"an earlier model"

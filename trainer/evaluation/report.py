@@ -41,12 +41,19 @@ class ReportOptions:
     cam_layer: str | None = None  # the Grad-CAM layer (evaluate.cam_layer); None: the last convolution block's
 
 
-def _check_classes(predictions: Predictions, class_names: list[str], split: str) -> None:
-    present = np.unique(predictions.labels)
+def check_classes(labels: np.ndarray, class_names: list[str], split: str) -> None:
+    """The report's figures need two classes among `labels` (the `split`'s): training checks before its first
+    step, the report again on what it predicted.
+
+    Raises:
+        DataError: one class (or none) in the split.
+    """
+    present = np.unique(labels)
     if len(present) < 2:
+        held = f"one class ({class_names[int(present[0])]})" if len(present) else "no labelled example"
         raise DataError(
-            f"evaluate.report: the {split} split holds one class ({class_names[int(present[0])]}); per-class "
-            f"figures and calibration need two or more (evaluate.report=false evaluates without the report)"
+            f"evaluate.report: the {split} split holds {held}; per-class figures and calibration need two or "
+            f"more (evaluate.report=false evaluates without the report)"
         )
 
 
@@ -109,7 +116,7 @@ def write_report(
         log.warning("Grad-CAM skipped: the model has no 4-D (convolution) layer; the sheets show the images alone")
     step = forward(model)
     predictions = predict_split(model, dataset, options.images, step)
-    _check_classes(predictions, class_names, split)
+    check_classes(predictions.labels, class_names, split)
     matrix = classes.confusion(predictions.labels, predictions.predicted, len(class_names))
     rows = classes.class_rows(matrix, class_names)
     before = calibration.reliability(predictions.probabilities, predictions.labels)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import keras
 
-from trainer.errors import DiskError
+from trainer.errors import DataError, DiskError
 from trainer.runs.atomic import TEMPORARY_MARK
 
 log = logging.getLogger(__name__)
@@ -88,6 +88,17 @@ def check_writable(folder: str, name: str) -> None:
         _gfile().remove(probe)
     except Exception as error:  # tf.errors.OpError of any file system, or OSError
         raise DiskError(f"{name}={folder}: cannot be written ({_reason(error)})") from None
+
+
+def check_no_saved_model(folder: str, name: str) -> None:
+    """Refuses a model folder that holds a SavedModel already (nothing is overwritten): at start-up, not after
+    the training whose model it would take.
+
+    Raises:
+        DataError: naming `name` (the variable) and the folder.
+    """
+    if _gfile().exists(join(folder, "saved_model.pb")):
+        raise DataError(f"{name}={folder}: holds a SavedModel already; nothing is overwritten")
 
 
 def copy_tree(source: Path, destination: str, key: str) -> None:

@@ -168,8 +168,7 @@ def export_to_model_dir(settings: Config, checkpoint: str, model_dir: str) -> No
         DiskError: the folder cannot be written.
     """
     settings = dataclasses.replace(settings, checkpoint=checkpoint)
-    if storage.exists(storage.join(model_dir, "saved_model.pb")):
-        raise DataError(f"AIP_MODEL_DIR={model_dir}: holds a SavedModel already; nothing is overwritten")
+    storage.check_no_saved_model(model_dir, "AIP_MODEL_DIR")
     with tempfile.TemporaryDirectory(prefix="vggtrain-export-") as temporary:
         local = Path(temporary) / "export"
         serving_info = _write(settings, local)

@@ -12,11 +12,12 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import tensorflow as tf
 
 from trainer.config.schema import Config
 from trainer.distribute.watchdog import step_watchdog
-from trainer.evaluation.report import ReportOptions, write_report
+from trainer.evaluation.report import ReportOptions, check_classes, write_report
 from trainer.models.tta import with_tta
 from trainer.runs import checkpoints
 from trainer.tasks.data import Data
@@ -41,6 +42,25 @@ class Evaluation:
         chosen = settings.evaluate
         options = ReportOptions(chosen.report_images, chosen.cam_layer) if report and chosen.report else None
         return cls(chosen.tta, chosen.top_k, options)
+
+
+def check_report_split(data: Data, split: str, how: Evaluation) -> None:
+    """Before training's first step: the report `how` asks for at its end has two classes in `split` to draw.
+    The part's class counts where it knows them, else the split's labels (no image decoded where it can).
+
+    Raises:
+        DataError: the split holds one class.
+    """
+    if how.report is None:
+        return
+    counts = (data.class_counts or {}).get(split)
+    if counts is not None:
+        labels = np.array([data.class_names.index(name) for name, count in counts.items() if count], np.int64)
+    elif data.labels_of is not None:
+        labels = data.labels_of(split)
+    else:
+        return  # the report checks what it predicted
+    check_classes(labels, data.class_names, split)
 
 
 def evaluate_checkpoint(

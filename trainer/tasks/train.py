@@ -46,7 +46,7 @@ from trainer.tasks.data import Data, load_data
 from trainer.tasks.export import export_to_model_dir
 from trainer.tasks.plan import Folder, Plan, check_updates, log_training_options, phases
 from trainer.tasks.runtime import check_replica_batches, run_folder, setup_strategy
-from trainer.tasks.scoring import Evaluation, evaluate_checkpoint
+from trainer.tasks.scoring import Evaluation, check_report_split, evaluate_checkpoint
 from trainer.tasks.watch import is_evaluator, watch
 from trainer.tracking import loggers
 from trainer.tracking.curves import wait_for_drawings
@@ -118,6 +118,7 @@ def plan_run(settings: Config, strategy: tf.distribute.Strategy) -> Plan:
         settings.dataset.image_size,
     )
     check_replica_batches(batch, replicas, {split: data.num_examples[split] for split in ("val", "test")})
+    check_report_split(data, "test", Evaluation.of(settings, report=chief))  # the report at the end needs 2 classes
     steps = settings.trainer.steps_per_epoch or data.train_steps
     count, left_out = data.num_examples["train"], data.train_left_out
     last = count - left_out - (data.train_steps - 1) * batch  # the last batch of an epoch: partial, or whole
@@ -165,6 +166,7 @@ def output_folders(output_dir: str) -> OutputFolders:
 
     Raises:
         DiskError: a folder cannot be written, naming its variable.
+        DataError: AIP_MODEL_DIR holds a SavedModel already.
     """
     outputs, sweep = OutputFolders.from_environment(), _sweep_folder()
     if sweep is not None and outputs.given():  # the jobs share the variables, not the folders
@@ -176,6 +178,8 @@ def output_folders(output_dir: str) -> OutputFolders:
     }
     for name, folder in outputs.given().items():
         storage.check_writable(folder, name)
+        if name == "AIP_MODEL_DIR":  # the docs promise this at start-up, not after the training
+            storage.check_no_saved_model(folder, name)
         log.info("%s go to %s <%s>", what[name], folder, name)
     return outputs
 
