@@ -435,3 +435,25 @@ def test_a_trial_that_fails_is_marked_failed_and_the_search_goes_on(tmp_path):
     rows = csv_rows(tmp_path / "sweep" / "summary.csv")
     assert len(rows) == 2 and all("rate=1.5" in row["error"] for row in rows), "each named, in one line"
     assert result.stderr.strip().splitlines()[-1].startswith("error: 2 of 2 jobs failed")
+
+
+@pytest.mark.unit
+def test_a_continued_study_draws_new_parameters_where_the_same_seed_drew_trial_0s_again(tmp_path):
+    """4 trials, then the same command with n_trials=7: the sampler made with `seed` again repeats its start-up
+    draws (trial 4 had trial 0's parameters); seeded from the study's history, no two trials share them."""
+    from optuna.storages.journal import JournalFileBackend
+
+    from trainer.search.sweeper import _instantiate, reseeded
+
+    config = {"_target_": "optuna.samplers.TPESampler", "seed": 0, "n_startup_trials": 10}
+    space = {"lr": optuna.distributions.FloatDistribution(1e-5, 1e-1, log=True)}
+    storage = optuna.storages.JournalStorage(JournalFileBackend(str(tmp_path / "study.journal")))
+    for run, n_trials in enumerate((4, 7)):
+        study = optuna.create_study(study_name="s", storage=storage, load_if_exists=True)
+        study.sampler = _instantiate(reseeded(config, len(study.trials)), "hydra.sweeper.sampler")
+        while len(study.trials) < n_trials:
+            trial = study.ask(space)
+            study.tell(trial, trial.params["lr"])
+    drawn = [trial.params["lr"] for trial in optuna.load_study(study_name="s", storage=storage).trials]
+    assert len(drawn) == 7 and len(set(drawn)) == 7, drawn
+    assert reseeded({"seed": None}, 4) == {"seed": None} and reseeded(config, 0) == config

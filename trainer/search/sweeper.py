@@ -67,6 +67,15 @@ def _instantiate(config: Any, key: str) -> Any:
         raise ConfigError(f"{key}: cannot make {config.get('_target_')}: {reason}") from None
 
 
+def reseeded(config: Any, trials_in_study: int) -> Any:
+    """The sampler config for a study that holds `trials_in_study` trials already: its `seed` moved on by that
+    many, so a continued study draws new start-up parameters (the same seed on every run of the command drew
+    trial 0's parameters again for the first new trial); the first run keeps the seed as given."""
+    if not isinstance(config, dict) or config.get("seed") is None or not trials_in_study:
+        return config
+    return {**config, "seed": int(config["seed"]) + trials_in_study}
+
+
 def launcher_capacity(launcher: DictConfig) -> tuple[int, str]:
     """(jobs the configured Hydra launcher runs at once, the key that says so)."""
     target = str(launcher.get("_target_", "")).lower()
@@ -173,6 +182,10 @@ class OptunaSearch(Sweeper):
         sampler = _instantiate(self.sampler_config, "hydra.sweeper.sampler")
         pruner = _instantiate(self.pruner_config, "hydra.sweeper.pruner")
         study = studies.open_study(name, studies.open_storage(url), directions, sampler, pruner)
+        held = len(study.get_trials(deepcopy=False))
+        if held and reseeded(self.sampler_config, held) != self.sampler_config:
+            study.sampler = _instantiate(reseeded(self.sampler_config, held), "hydra.sweeper.sampler")
+            log.info("Sampler seeded with seed + %d, the trials in the study <hydra.sweeper.sampler.seed>", held)
         studies.check_space(study, name, space.distributions)
         owner = studies.Owner()
         done = len(studies.counted(study.get_trials(deepcopy=False)))
