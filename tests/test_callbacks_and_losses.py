@@ -92,6 +92,12 @@ def test_balanced_weights_come_from_the_training_split_counts(cifar_dir):
         (["trainer.class_weight=sometimes"], "trainer.class_weight must be null, balanced or a mapping"),
         (["trainer.class_weight={0: -1.0}"], "trainer.class_weight must be"),
         (["trainer.class_weight={a: 1.0}"], "trainer.class_weight must be"),
+        (
+            ["trainer.class_weight={0: inf}"],
+            "trainer.class_weight must be null, balanced or a mapping {class index: "
+            "finite weight > 0}, e.g. {0: 1.0, 1: 3.0}; got {0: inf}",
+        ),  # it was blamed on optimizer.lr after a step
+        (["trainer.class_weight={1: 1e39}"], "trainer.class_weight must be"),  # inf as a float32
         (["trainer.label_smoothing=1.0"], "trainer.label_smoothing must be in [0, 1)"),
         (["callbacks=early_stopping", "callbacks.early_stopping.patience=-1"], "patience must be >= 0"),
         (["callbacks=reduce_lr_on_plateau", "callbacks.reduce_lr_on_plateau.factor=2"], "factor must be in (0, 1)"),

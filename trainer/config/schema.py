@@ -35,6 +35,8 @@ from trainer.config.groups import DatasetConfig, ModelConfig, OptimizerConfig, S
 from trainer.errors import ConfigError
 from trainer.models import MIN_INPUT_SIZES, TTA
 
+FLOAT32_MAX = 3.4028234663852886e38  # the largest finite float32: a larger weight is inf in the loss
+
 
 def _class_weight_option(value: Any) -> str | dict[int, float] | None:
     """null/none, `balanced`, or a {class index: weight > 0} mapping, checked."""
@@ -42,7 +44,7 @@ def _class_weight_option(value: Any) -> str | dict[int, float] | None:
         return None
     if isinstance(value, str) and value.lower() == "balanced":
         return "balanced"
-    expected = "null, balanced or a mapping {class index: weight > 0}, e.g. {0: 1.0, 1: 3.0}"
+    expected = "null, balanced or a mapping {class index: finite weight > 0}, e.g. {0: 1.0, 1: 3.0}"
     require(isinstance(value, dict) and bool(value), "trainer.class_weight", expected, value)
     weights = {}
     for key, weight in value.items():
@@ -50,7 +52,9 @@ def _class_weight_option(value: Any) -> str | dict[int, float] | None:
             index, weight = int(key), float(weight)
         except (TypeError, ValueError):
             raise ConfigError(f"trainer.class_weight must be {expected}; got {value!r}") from None
-        require(index >= 0 and weight > 0, "trainer.class_weight", expected, value)
+        # finite in float32, the loss's type: an infinite weight made the first step's loss inf, which the
+        # divergence guard blamed on the learning rate
+        require(index >= 0 and weight > 0 and FLOAT32_MAX >= weight, "trainer.class_weight", expected, value)
         weights[index] = weight
     return weights
 
