@@ -415,7 +415,7 @@ def test_a_typo_in_a_group_sections_key_is_one_line_naming_the_nearest(tmp_path,
         (["+experiment=nope"], "experiment must be one of cats_dogs_finetune, cifar_vgg19,"),
         (["dataset=folder", "dataset.image_size=abc"], "dataset.image_size must be an integer; got 'abc'"),
         (["trainer.deterministic=maybe"], "trainer.deterministic must be true or false; got 'maybe'"),
-        (["trainer.precision=float17"], "trainer.precision must be one of float32, mixed_float16, mixed_bfloat16"),
+        (["trainer.precision=float17"], "trainer.precision must be one of auto, float32, mixed_float16, mixed_bf"),
         (["sed=3"], "sed is not a top-level key; did you mean seed?"),
     ],
 )

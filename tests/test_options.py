@@ -45,8 +45,12 @@ def test_option_trains_to_finite_metrics(tmp_path, overrides, caplog):
         if not tf.config.list_physical_devices("GPU"):
             assert "XLA without a GPU: on the CPU it makes VGG19 training 3-7x slower" in caplog.text
     if "precision" in overrides[0]:
-        model = keras.saving.load_model(tmp_path / "checkpoints" / "best.keras")
-        assert model.get_layer("vgg19").get_layer("block1_conv1").dtype_policy.name == overrides[0].split("=")[1]
+        from trainer.runs.checkpoints import read_info
+
+        best = tmp_path / "checkpoints" / "best.keras"
+        model = keras.saving.load_model(best)  # the deliverable is float32 (tests/test_precision.py)
+        assert model.get_layer("vgg19").get_layer("block1_conv1").dtype_policy.name == "float32"
+        assert read_info(best).precision == overrides[0].split("=")[1], "vggtrain.json names what it trained in"
         assert model.output.dtype == "float32", "softmax stays in float32"
 
 

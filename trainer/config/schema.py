@@ -70,7 +70,7 @@ class TrainerConfig:
     time_budget: str | None = None  # e.g. 2h30m: stop, saved, before the next epoch would not fit (Slurm --time)
     validate: bool = True  # false: no validation in fit (an evaluator beside training does it); objective on train
     deterministic: bool = False  # TensorFlow op determinism: identical weights run to run, slower
-    precision: Precision = Precision.float32  # float32 | mixed_float16 | mixed_bfloat16
+    precision: Precision = Precision.auto  # auto (for hardware and model) | float32 | mixed_float16 | mixed_bfloat16
     jit_compile: str = "auto"  # auto | true | false (XLA; with a strategy, Keras's auto means off)
     steps_per_execution: int = 1  # training steps run per call into TensorFlow
     grad_accum_steps: int = 1  # average the gradients of N batches per update: an effective batch N x batch_size

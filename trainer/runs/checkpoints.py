@@ -12,11 +12,13 @@ anywhere, in safe mode, without this project's code.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
 import zipfile
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -51,6 +53,7 @@ class ModelInfo:
     epoch: int = 0  # the training epoch whose weights it holds (0: not recorded)
     resize_mode: str = "resize"  # how an encoded image is made square before the resize: resize | crop | pad
     decode: str = ""  # `trainer.data.decode.DECODE` of the run that trained it ("": saved before one decode)
+    precision: str = ""  # the policy it was trained in (float32, mixed_bfloat16, ...); it is saved in float32
     format_version: int = FORMAT_VERSION
 
     @classmethod
@@ -72,9 +75,48 @@ def _deployable(model: keras.Model) -> keras.Model:
     return keras.Model(model.input, model.output, name=model.name)
 
 
+MIXED = ("mixed_float16", "mixed_bfloat16")  # Keras's mixed policies: float32 variables, half-precision compute
+
+
+def _layers(model: keras.Layer) -> Iterator[keras.Layer]:
+    """`model` and every layer in it, those of nested models included."""
+    yield model
+    for layer in getattr(model, "layers", []):
+        yield from _layers(layer)
+
+
+def mixed_policy(model: keras.Model) -> str | None:
+    """The mixed-precision policy some layer of `model` computes in (`mixed_bfloat16`), or None: all float32."""
+    return next((layer.dtype_policy.name for layer in _layers(model) if layer.dtype_policy.name in MIXED), None)
+
+
+def set_float32(model: keras.Model) -> list[tuple[keras.Layer, keras.DTypePolicy]]:
+    """Sets every mixed policy in `model` to float32; returns each layer changed with its policy before."""
+    changed = [(layer, layer.dtype_policy) for layer in _layers(model) if layer.dtype_policy.name in MIXED]
+    for layer, _ in changed:
+        layer.dtype_policy = "float32"
+    return changed
+
+
+@contextlib.contextmanager
+def float32_policies(model: keras.Model) -> Iterator[keras.Model]:
+    """`model` with every layer's mixed policy set to float32 for the body, and set back after it. Mixed policies
+    keep their variables in float32, so the weights stay as they are; what changes is the compute dtype that a
+    saved config names. Every runtime takes a float32 model as it is (ONNX Runtime refuses a bfloat16 Conv,
+    LiteRT runs one only through Flex ops), and its predictions are the ones a check compares with."""
+    changed = set_float32(model)
+    try:
+        yield model
+    finally:
+        for layer, policy in changed:
+            layer.dtype_policy = policy
+
+
 def save(model: keras.Model, path: str | os.PathLike, info: ModelInfo) -> None:
-    """Saves the whole model to `path` (a `.keras` file) with `info` inside the archive."""
-    _deployable(model).save(path)
+    """Saves the whole model to `path` (a `.keras` file) with `info` inside the archive, as a float32 model
+    whatever policy it trains in (`float32_policies`); the run's backup keeps the training policy's state."""
+    with float32_policies(model):
+        _deployable(model).save(path)
     with zipfile.ZipFile(path, "a") as archive:
         archive.writestr(INFO_ENTRY, info.to_json())
 
@@ -190,6 +232,10 @@ def load(path: str | os.PathLike) -> tuple[keras.Model, ModelInfo]:
     if info is None or model.input.dtype != "uint8":
         raise _outdated(file)
     model = _without_augmentation(model, file)
+    mixed = mixed_policy(model)
+    if mixed is not None:  # saved so by vggtrain before it saved float32 models: the same weights in float32
+        log.info("%s computes in %s (an earlier vggtrain saved it so): loaded as a float32 model", file, mixed)
+        set_float32(model)
     _check_info(file, info, model)
     return model, info
 

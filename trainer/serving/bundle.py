@@ -195,6 +195,7 @@ def _serving_info(info: ModelInfo, files: dict, check: CheckImages, keras_accura
         "image_size": info.image_size,
         "normalization": f"{info.normalization} (inside the model)",
         "dataset": info.dataset,
+        "trained_precision": info.precision or "not recorded",  # every file computes in float32 whatever it is
         "files": files,
         "check": {
             "images": int(len(check.images)),

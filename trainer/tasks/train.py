@@ -32,7 +32,7 @@ from trainer.distribute.failures import collective_errors, errors_told_to_peers
 from trainer.errors import ConfigError, DiskError, Interrupted
 from trainer.models.preprocessing import Models, build_models
 from trainer.models.registry import build_model
-from trainer.runs import history, locks, storage
+from trainer.runs import checkpoints, history, locks, storage
 from trainer.runs.atomic import remove_temporaries, write_json
 from trainer.runs.backup import ENDINGS, read_state, remove_backup
 from trainer.runs.checkpoints import ModelInfo, weights_fingerprint
@@ -53,6 +53,7 @@ from trainer.tracking.curves import wait_for_drawings
 from trainer.tracking.reports import run_summary
 from trainer.tracking.sweep import sweep_folder
 from trainer.tracking.tensorboard import write_test_metrics
+from trainer.training import precision
 from trainer.training.optimizers import peak_learning_rate
 
 log = logging.getLogger(__name__)
@@ -214,14 +215,34 @@ def build_network(settings: Config, data: Data, replicas: int) -> keras.Model:
     return build_model(model._target_, options, len(data.class_names), data.input_shape)
 
 
+def _build_in_precision(settings: Config, plan: Plan) -> tuple[str, Models]:
+    """(the policy, the models built in it) for `trainer.precision`: auto resolves it for the hardware, then for
+    the model (one too small to gain is set back to float32: the same variables, float32 compute); a resumed
+    run goes on in the policy its last.keras names."""
+    data, wanted = plan.data, str(settings.trainer.precision)
+    resumed = _trained_precision(plan.output_dir) if settings.resume and wanted == "auto" else None
+    hardware = precision.detect_hardware()
+    policy, reason = precision.choose(resumed or wanted, hardware)
+    keras.mixed_precision.set_global_policy(policy)  # before any layer is built
+    with collective_errors(plan.strategy), plan.strategy.scope():  # variables are broadcast from the chief
+        network = build_network(settings, data, plan.strategy.num_replicas_in_sync)
+        models = build_models(network, data.normalization, data.augment, settings.seed, data.augment.mixing)
+    if wanted == "auto" and not resumed and policy != "float32":
+        policy, reason = precision.choose(wanted, hardware, precision.gflops_per_image(network))
+        if policy == "float32":
+            keras.mixed_precision.set_global_policy(policy)
+            checkpoints.set_float32(models.training)  # the inference model's layers are the training model's
+    reason = "the run trained in it: its last.keras says so" if resumed else reason
+    emulated = reason.startswith("emulated")
+    (log.warning if emulated else log.info)("Precision %s (%s) <trainer.precision=%s>", policy, reason, wanted)
+    return policy, models
+
+
 def build_run_model(settings: Config, plan: Plan) -> tuple[Models, ModelInfo]:
     """uint8 in; the inference model owns its cast and normalization, the training model adds the flip and colour
     jitter. Returns both with the `ModelInfo` their checkpoints carry."""
     data = plan.data
-    keras.mixed_precision.set_global_policy(settings.trainer.precision)  # before any layer is built
-    with collective_errors(plan.strategy), plan.strategy.scope():  # variables are broadcast from the chief
-        network = build_network(settings, data, plan.strategy.num_replicas_in_sync)
-        models = build_models(network, data.normalization, data.augment, settings.seed, data.augment.mixing)
+    policy, models = _build_in_precision(settings, plan)
     info = ModelInfo(
         tuple(data.class_names),
         data.input_shape[0],
@@ -230,10 +251,11 @@ def build_run_model(settings: Config, plan: Plan) -> tuple[Models, ModelInfo]:
         settings.dataset.name,
         resize_mode=data.resize_mode,
         decode=DECODE,
+        precision=policy,
     )
     log.info(
         "Model %s: %s parameters, input %s, lr %g <model=%s optimizer=%s>",
-        network.name,
+        models.inference.name,
         f"{models.inference.count_params():,}",
         data.input_shape,
         plan.lr,
@@ -241,6 +263,13 @@ def build_run_model(settings: Config, plan: Plan) -> tuple[Models, ModelInfo]:
         settings.optimizer.name,
     )
     return models, info
+
+
+def _trained_precision(run_dir: str) -> str | None:
+    """The policy a resumed run trained in (its last.keras says), so that it goes on in it on any hardware."""
+    last = Path(run_dir) / "checkpoints" / "last.keras"
+    info = checkpoints.read_info(last) if last.is_file() else None
+    return info.precision if info is not None and info.precision else None
 
 
 # --- 3. open the run folder -----------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import keras
 
 from trainer.config.schema import Config
 from trainer.distribute.accumulation import accumulate_across_replicas
+from trainer.runs.checkpoints import mixed_policy
 from trainer.training.losses import build_loss
 from trainer.training.metrics import training_metrics
 from trainer.training.optimizers import build_learning_rate, build_optimizer
@@ -36,7 +37,7 @@ def compile_model(model: keras.Model, settings: Config, lr: float, steps_per_epo
     if settings.trainer.grad_accum_steps > 1:
         options["gradient_accumulation_steps"] = settings.trainer.grad_accum_steps
     optimizer = accumulate_across_replicas(build_optimizer(opt._target_, learning_rate, options))
-    if settings.trainer.precision == "mixed_float16":
+    if mixed_policy(model) == "mixed_float16":  # as trainer.precision (auto too) built it
         # Wrapped here rather than by compile, so the checkpoint's compile config names the loss-scale
         # optimizer: load_model rebuilds it under any global policy and loads its saved variables (wrapped
         # by compile, a float32 process rebuilt a bare Adam: "Skipping variable loading ... (117 vs 121)").
