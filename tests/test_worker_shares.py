@@ -12,6 +12,7 @@ from trainer.config import to_settings
 from trainer.data import pipeline, shares
 from trainer.data.augmentation import Augmentation
 from trainer.data.binary import BinaryLayout, records_by_size
+from trainer.data.cache import Cache
 from trainer.data.preprocess import Preprocess
 from trainer.tasks.data import load_data
 
@@ -127,7 +128,7 @@ def test_each_input_pipeline_seeds_its_own_shuffles_and_crops(tmp_path, monkeypa
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("cache", [False, True], ids=["read", "cached"])
+@pytest.mark.parametrize("cache", [None, Cache("memory")], ids=["read", "cached"])
 @pytest.mark.parametrize(
     "counts, records_per_step, whole_files, steps",
     [
