@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 
 import keras
@@ -14,7 +15,7 @@ import tensorflow as tf
 from PIL import Image
 
 from conftest import run_cli
-from trainer.errors import ConfigError, DataError
+from trainer.errors import ConfigError, DataError, op_error_reason
 from trainer.models.preprocessing import build_models
 from trainer.runs import checkpoints
 from trainer.serving import bundle, portable, saved_model
@@ -108,6 +109,26 @@ def test_a_string_that_is_no_image_fails_serve_bytes_naming_its_index(tiny_saved
     encoded = load_runner("saved_model", path, "serve_bytes")
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"image_bytes\[2\] is not a JPEG, PNG, GIF, BMP or WebP"):
         encoded(np.array([good, good, b"not an image", good], dtype=object))
+
+
+@pytest.mark.integration
+def test_a_truncated_image_fails_serve_bytes_naming_its_index(tiny_saved_model):
+    """libjpeg's and libpng's own errors named no image: `Invalid JPEG data, size 459`."""
+    _, path = tiny_saved_model
+    photo = RNG.integers(0, 256, (60, 80, 3)).astype(np.uint8)
+    good, jpeg, png = (_encode(photo, image_format) for image_format in ("PNG", "JPEG", "PNG"))
+    encoded = load_runner("saved_model", path, "serve_bytes")
+    cases = {  # cut inside the JPEG's header, inside the PNG's pixels
+        1: (jpeg[:459], r"image_bytes\[1\]: corrupt or truncated image: its header does not read"),
+        2: (png[: len(png) // 2], r"image_bytes\[2\]: corrupt or truncated image$"),
+    }
+    for index, (cut, message) in cases.items():
+        batch = [good] * 4
+        batch[index] = cut
+        with pytest.raises(tf.errors.InvalidArgumentError) as raised:
+            encoded(np.array(batch, dtype=object))
+        assert re.search(message, op_error_reason(raised.value)), op_error_reason(raised.value)
+    assert encoded(np.array([good, jpeg], dtype=object)).shape == (2, 3)
 
 
 # --- mode=export ------------------------------------------------------------------------------------------------

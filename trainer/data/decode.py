@@ -284,22 +284,32 @@ def to_square(image: tf.Tensor, mode: str) -> tf.Tensor:
     return tf.image.pad_to_bounding_box(image, (side - height) // 2, (side - width) // 2, side, side)
 
 
+def _check_header(data, kind, max_pixels: int, name="") -> tf.Operation:
+    """The checks of one image's header, before any pixel is decoded: a known format, at most `max_pixels`; a
+    refusal's message starts with `name` (a string tensor such as `image_bytes[3]: `, or "")."""
+    known = tf.debugging.Assert(kind >= 0, [tf.strings.join([name, NOT_AN_IMAGE])])
+    with tf.control_dependencies([known]):
+        shape = image_size(data, kind)
+    return tf.debugging.Assert(~_too_large(shape, max_pixels), [tf.strings.join([name, _bomb(shape, max_pixels)])])
+
+
+NOT_AN_IMAGE = "not a JPEG, PNG, GIF, BMP or WebP image"
+
+
+def _too_large(shape: tf.Tensor, max_pixels: int) -> tf.Tensor:
+    return tf.cast(shape[0], tf.int64) * tf.cast(shape[1], tf.int64) > max_pixels
+
+
+def _bomb(shape: tf.Tensor, max_pixels: int) -> tf.Tensor:
+    return tf.strings.format(
+        "decompression bomb: an image of {} x {} pixels, over the limit of {}", (shape[1], shape[0], max_pixels)
+    )
+
+
 def _decode_one(data, kind, orientation, size: int | None, mode: str, max_pixels: int, name="") -> tf.Tensor:
     """One image of `kind` (`image_format`) and EXIF `orientation` to uint8 [h, w, 3] RGB at its own size; a
     refusal's message starts with `name` (a string tensor such as `image_bytes[3]: `, or "")."""
-    known = tf.debugging.Assert(kind >= 0, [tf.strings.join([name, "not a JPEG, PNG, GIF, BMP or WebP image"])])
-    with tf.control_dependencies([known]):
-        shape = image_size(data, kind)
-    pixels = tf.cast(shape[0], tf.int64) * tf.cast(shape[1], tf.int64)
-    message = tf.strings.join(
-        [
-            name,
-            tf.strings.format(
-                "decompression bomb: an image of {} x {} pixels, over the limit of {}", (shape[1], shape[0], max_pixels)
-            ),
-        ]
-    )
-    with tf.control_dependencies([tf.debugging.Assert(pixels <= max_pixels, [message])]):
+    with tf.control_dependencies([_check_header(data, kind, max_pixels, name)]):
         branches = [
             lambda: _decode_jpeg(data, orientation, size, mode),  # RGB: CMYK and gray converted by libjpeg
             lambda: _rgb(tf.io.decode_png(data, channels=0)),
@@ -354,15 +364,60 @@ def _batch_decoder(size: int, mode: str, max_pixels: int, name: str | None) -> t
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
     def decode(data: tf.Tensor) -> tf.Tensor:
-        indices = tf.strings.as_string(tf.range(tf.shape(data)[0]))
-        names = tf.strings.join([f"{name}[", indices, "]: "]) if name else tf.fill(tf.shape(data), "")
+        if name:
+            return _decode_named(data, size, mode, max_pixels, name)
         return tf.map_fn(
-            lambda item: _to_size(_decode_one(*item[:3], size, mode, max_pixels, item[3]), size, mode),
-            (data, image_format(data), exif_orientations(data), names),
+            lambda item: _to_size(_decode_one(*item, size, mode, max_pixels), size, mode),
+            (data, image_format(data), exif_orientations(data)),
             fn_output_signature=tf.TensorSpec([size, size, 3], tf.uint8),
         )
 
     return decode
+
+
+_PARALLEL_DECODES = 10
+
+
+def _decode_named(data: tf.Tensor, size: int, mode: str, max_pixels: int, name: str) -> tf.Tensor:
+    """`decode_images` of a batch whose every refusal names its image as `name[index]: `: our header checks do,
+    but libjpeg's and libpng's own errors (`Invalid JPEG data, size 459` for a truncated file) name none. So the
+    images are decoded by a tf.data map that drops the ones that fail; the first one missing is then refused
+    by name, with its header's reason when that is what failed."""
+    count = tf.shape(data)[0]
+    kinds = image_format(data)
+    names = tf.strings.join([f"{name}[", tf.strings.as_string(tf.range(count)), "]: "])
+    items = tf.data.Dataset.from_tensor_slices((tf.range(count), data, kinds, exif_orientations(data)))
+    decoded = items.map(
+        lambda index, *item: (index, _to_size(_decode_one(*item, size, mode, max_pixels), size, mode)),
+        num_parallel_calls=_PARALLEL_DECODES,  # as many as map_fn's parallel iterations; not autotuned
+        deterministic=True,
+    ).ignore_errors()
+    # One element past the images, so that an empty or wholly refused batch still makes one batch of them.
+    past = tf.data.Dataset.from_tensors((count, tf.zeros([size, size, 3], tf.uint8)))
+    indices, images = decoded.concatenate(past).batch(tf.cast(count, tf.int64) + 1).get_single_element()
+    decoded_index = tf.scatter_nd(indices[:, tf.newaxis], tf.ones_like(indices), [count + 1])[:count]
+    first_bad = tf.cast(tf.argmin(tf.concat([decoded_index, [0]], 0)), tf.int32)  # `count` when none is missing
+    at = tf.minimum(first_bad, tf.maximum(count - 1, 0))
+
+    def refuse() -> tf.Operation:  # why image `at` failed, read again without raising: its header, then pixels
+        kind = kinds[at]
+        read = tf.data.Dataset.from_tensors(data[at]).map(lambda one: image_size(one, tf.maximum(kind, 0)))
+        unreadable = tf.data.Dataset.from_tensors(tf.constant([-1, -1]))
+        shape = read.ignore_errors().concatenate(unreadable).batch(2).get_single_element()[0]
+        reason = tf.where(
+            kind < 0,
+            NOT_AN_IMAGE,
+            tf.where(
+                shape[0] < 0,
+                "corrupt or truncated image: its header does not read",
+                tf.where(_too_large(shape, max_pixels), _bomb(shape, max_pixels), "corrupt or truncated image"),
+            ),
+        )
+        return tf.debugging.Assert(False, [tf.strings.join([names[at], reason])])
+
+    checked = tf.cond(first_bad < count, refuse, lambda: tf.no_op())
+    with tf.control_dependencies([checked]):
+        return tf.ensure_shape(tf.identity(images[:-1]), [None, size, size, 3])
 
 
 @tf.autograph.experimental.do_not_convert  # plain TF ops: autograph's conversion only costs tracing time
