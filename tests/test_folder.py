@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import zipfile
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import tensorflow as tf
 from PIL import Image
 
 from conftest import compose, run_cli
+from trainer import quiet
 from trainer.config.store import to_settings
 from trainer.data.parts import Splits
 from trainer.data.shares import Records
@@ -99,6 +101,29 @@ def test_files_that_give_no_image_are_named_left_out_and_counted(tmp_path, caplo
     assert skipped["train/dog/truncated.jpg"].startswith("corrupt or truncated image")
     assert data.num_examples["train"] == 9, "8 images and the PNG named .jpg"
     assert all(name in caplog.text for name in skipped)
+
+
+@pytest.mark.integration
+def test_a_corrupt_jpegs_skip_line_is_its_file_and_reason_only(tmp_path, capfd):
+    """The reason held TensorFlow's graph trace ('Graph execution error: Detected at node switch_case_1/...' and
+    every frame's absolute path), in the log and in data_check.json; libjpeg printed its own lines before it."""
+    root = make_folder(tmp_path / "photos", "splits", per_class=2)
+    good = (root / "train" / "dog" / "1.jpg").read_bytes()
+    (root / "train" / "dog" / "truncated.jpg").write_bytes(good[: len(good) // 2])
+    garbled = bytearray(good)
+    garbled[200:260] = b"\xff" * 60
+    (root / "train" / "dog" / "garbled.jpg").write_bytes(bytes(garbled))
+    (root / "train" / "dog" / "header.jpg").write_bytes(good[:30])
+    capfd.readouterr()
+    data = load_data(_settings(root).dataset, batch_size=2, seed=0)
+    reasons = {entry["file"]: entry["reason"] for entry in data.skipped}
+    assert set(reasons) == {f"train/dog/{name}.jpg" for name in ("truncated", "garbled", "header")}
+    for reason in reasons.values():
+        assert re.fullmatch(r"corrupt or truncated image \([^/\n]+\)", reason), reason
+        assert "Graph execution" not in reason and "node" not in reason and "File " not in reason, reason
+    assert reasons["train/dog/header.jpg"] == "corrupt or truncated image (Invalid JPEG data, size 30)"
+    printed = capfd.readouterr().err
+    assert not [line for line in printed.splitlines() if quiet.IMAGE_LIBRARIES.match(line)], printed
 
 
 @pytest.mark.slow

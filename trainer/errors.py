@@ -32,6 +32,13 @@ class Interrupted(KeyboardInterrupt):
 
 
 TF_FUNCTION_NODE = re.compile(r"\{\{function_node [^}]*\}\}\s*")  # TensorFlow's prefix: where an op ran
+# An eager call of a graph function: "Graph execution error:\n\nDetected at node N defined at (most recent call
+# last):\n  File "/abs/path.py", line 1, in f\n ...\n\nTHE REASON\n\t [[{{node N}}]]": the trace and the node go.
+GRAPH_TRACE = re.compile(
+    r"Graph execution error:\s*(?:Detected at node .*? \(most recent call last\):\s*(?:File [^\n]*\s*)*)*"
+)
+NODE = re.compile(r"\s*\[\[(?:\{\{[^}]*\}\})+\]\]")  # `[[{{function_node f}}{{node N}}]]`: which op
+MAP_PREFIX = re.compile(r"Error in user-defined function passed to \S+ transformation with iterator: \S+: ")
 
 
 def one_line(error: BaseException) -> str:
@@ -49,7 +56,8 @@ def op_error_reason(error: Exception) -> str:
     match = assertion or re.search(r"ValueError: ([^\n]+)", message)
     if match:
         return match.group(1)
-    text = re.sub(r"\[Op:.*", "", TF_FUNCTION_NODE.sub("", message))
+    text = MAP_PREFIX.sub("", NODE.sub("", GRAPH_TRACE.sub("", TF_FUNCTION_NODE.sub("", message))))
+    text = re.sub(r"\[Op:.*", "", text)
     text = " ".join(text.split())[:300]
     if type(error).__name__ == "DataLossError" and text.startswith("corrupted record at"):
         text += " in a TFRecord file (without a manifest.json beside them, every file is checked at start-up and named)"

@@ -31,6 +31,17 @@ NOISE = re.compile(
 )
 
 
+# What libjpeg and libpng write straight to stderr for a corrupt file (`Input file read error`, twice: the pipeline's
+# decode and the eager one that finds the reason); the reason is in the skip line already.
+IMAGE_LIBRARIES = re.compile(
+    r"^(Premature end of JPEG file|Input file read error|Corrupt JPEG data: .*|Unsupported marker type 0x\w+"
+    r"|Improper call to JPEG library in state \d+|Invalid JPEG file structure: .*|Not a JPEG file: starts with .*"
+    r"|Bogus .*|(Huffman|Quantization) table 0x\w+ was not defined|Unsupported JPEG process: .*"
+    r"|Empty JPEG image \(DNL not supported\)|Invalid SOS parameters for sequential JPEG"
+    r"|Inconsistent progression sequence for component \d+ coefficient \d+|libpng (warning|error): .*)\s*$"
+)
+
+
 def configure(show_logs: bool) -> None:
     """Chooses quiet or TensorFlow's own logs for this process and the processes it starts."""
     os.environ[ENV] = "1" if show_logs else "0"
@@ -44,15 +55,24 @@ def showing_logs() -> bool:
     return os.environ.get(ENV) == "1"
 
 
-def drop_noise(text: str) -> str:
-    """`text` without the lines matching NOISE."""
-    return "".join(line for line in text.splitlines(keepends=True) if not NOISE.match(line))
+def drop_noise(text: str, *more: re.Pattern) -> str:
+    """`text` without the lines matching NOISE (or one of `more`)."""
+    patterns = (NOISE, *more)
+    return "".join(
+        line for line in text.splitlines(keepends=True) if not any(pattern.match(line) for pattern in patterns)
+    )
+
+
+def image_library_messages() -> contextlib.AbstractContextManager:
+    """Around a decode of many files: libjpeg's and libpng's own lines for a bad file are dropped (the caller
+    names the file and the reason); everything else written to stderr meanwhile comes out after the block."""
+    return contextlib.nullcontext() if showing_logs() else filtered_stderr(IMAGE_LIBRARIES)
 
 
 @contextlib.contextmanager
-def filtered_stderr() -> Iterator[None]:
+def filtered_stderr(*more: re.Pattern) -> Iterator[None]:
     """Sends file descriptor 2 (C++ writes included) to a file while the block runs, then writes what
-    was not noise to stderr."""
+    was not noise (NOISE, nor one of `more`) to stderr."""
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile() as capture:
@@ -64,7 +84,7 @@ def filtered_stderr() -> Iterator[None]:
             os.dup2(saved, 2)
             os.close(saved)
             capture.seek(0)
-            kept = drop_noise(capture.read().decode(errors="replace"))
+            kept = drop_noise(capture.read().decode(errors="replace"), *more)
             if kept:
                 sys.stderr.write(kept)
                 sys.stderr.flush()

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from trainer import quiet
 from trainer.data.decode import RESIZE_MODES, decode_images
 from trainer.data.images import decode_files
 from trainer.data.parts import Splits, val_split_name
@@ -210,13 +211,14 @@ class ImageFolder:
 
     def _checked(self, members: list[tuple[Path, int]], skipped: list[dict]) -> list[tuple[Path, int]]:
         """The members whose file decodes; the others go to `skipped` with their reason."""
-        good = []
-        for run in decode_files([str(path) for path, _ in members], self.size, self.resize_mode, batch_size=256):
-            for index, error in enumerate(run.errors, start=run.start):
-                if error is None:
-                    good.append(members[index])
-                else:
-                    skipped.append({"file": self._shown(members[index][0]), "reason": error})
+        good, paths = [], [str(path) for path, _ in members]
+        with quiet.image_library_messages():  # each bad file is one skip line, not libjpeg's raw ones too
+            for run in decode_files(paths, self.size, self.resize_mode, batch_size=256):
+                for index, error in enumerate(run.errors, start=run.start):
+                    if error is None:
+                        good.append(members[index])
+                    else:
+                        skipped.append({"file": self._shown(members[index][0]), "reason": error})
         return good
 
     def load(self, check_val: bool = True) -> Splits:
