@@ -5,7 +5,7 @@ python -m benchmarks --only cifar_pipeline tfrecord_reader
 
 from __future__ import annotations
 
-from benchmarks import converter, demo, flops, folders, pipelines, search, serving, soak, sources, training
+from benchmarks import converter, demo, flops, folders, pipelines, precision, search, serving, soak, sources, training
 from benchmarks.common import Row
 
 CASES = {
@@ -27,6 +27,7 @@ CASES = {
     "serving": serving.serving,
     "demo": demo.demo,
     "step_flops": flops.step_flops,
+    "precision": precision.precision,
     "search_pruning": search.search_pruning,
     "soak": soak.soak,
 }

@@ -8,10 +8,11 @@
   (`/proc/cpuinfo`), an NVIDIA GPU of compute capability 8.0 or more;
 - `mixed_float16` on NVIDIA GPUs of compute capability 7.x (tensor cores without bfloat16);
 - `float32` everywhere else, and for a model too small to gain: below `MIN_GFLOPS_PER_IMAGE` forward GFLOPs
-  per image, converting to and from half precision costs more than the narrower matmuls save. The rule comes
-  from `benchmarks/precision.py` (side by side in one process on a Xeon with AMX-BF16): the demo's VGG19 (width
-  0.25 at 32 px, 0.025 GFLOPs per image) trains slower in bfloat16, full width at 32 px (0.4) 1.9x faster, at
-  224 px (19.6) 3.8x.
+  per image, converting to and from half precision costs about what the narrower matmuls save, and the demo's
+  network (VGG19 at width 0.25, 32 px: 0.05 GFLOPs) ends 4 epochs at lower accuracy in bfloat16 (issue 52: 93.0%
+  against 96.7%). Measured on an AMD EPYC with AVX512-BF16 under a load of ~10 on 2 cores, side by side in one
+  process: the demo's step 0.58x (a probe of 4 steps) to 1.06x (`python -m benchmarks --only precision`) of
+  float32's, width 0.5 (0.2 GFLOPs) 1.85x, full width at 224 px (39 GFLOPs) 1.96x.
 
 Mixed policies keep variables, the softmax, the loss and batch norm's statistics in float32; what a run saves is
 float32 (`trainer.runs.checkpoints.save`).

@@ -1,0 +1,90 @@
+"""Mixed precision against float32, side by side in one process: VGG19's training step at full width and 224 px, and
+the digits demo's network, whose step bfloat16 makes slower (the rule of `trainer.precision=auto`).
+
+    python -m benchmarks --only precision
+
+Each model is built and compiled once per policy, warmed, then timed in alternating rounds (best of each), so
+that the load of a shared machine hits both alike. The row names the hardware: a CPU's native bfloat16
+instructions (AMX-BF16, AVX512-BF16) or a GPU's compute capability; without either it says "no native bfloat16"
+and has no target.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.common import TRAINING_ROUNDS, Row
+
+FULL = (1.0, 224, 8)  # width multiplier, image side, batch: the issue's full-size step
+DEMO = (0.25, 32, 128)  # the digits demo's network and batch
+TARGET = 2.5  # full-size step, mixed_bfloat16 over float32, where the hardware runs bfloat16 natively
+
+
+def _step(policy: str, width: float, size: int, batch: int):
+    """A warmed training step of VGG19 (`width`, `size` px) built and compiled in `policy`: call it to run one."""
+    import keras
+
+    from trainer.models.vgg19 import build_vgg19
+
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        keras.utils.set_random_seed(0)
+        model = build_vgg19(10, (size, size, 3), width_multiplier=width)
+        model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    images = np.random.default_rng(0).normal(size=(batch, size, size, 3)).astype(np.float32)
+    labels = np.arange(batch) % 10
+    for _ in range(2):  # traced, then warm
+        model.train_on_batch(images, labels)
+    return lambda: model.train_on_batch(images, labels)
+
+
+def _seconds(step, count: int) -> float:
+    started = time.perf_counter()
+    for _ in range(count):
+        step()
+    return (time.perf_counter() - started) / count
+
+
+def _side_by_side(width: float, size: int, batch: int, steps: int) -> tuple[float, float]:
+    """(mixed_bfloat16, float32) images per second of one step, best of alternating rounds."""
+    steps_of = {policy: _step(policy, width, size, batch) for policy in ("float32", "mixed_bfloat16")}
+    best = {policy: float("inf") for policy in steps_of}
+    for _ in range(TRAINING_ROUNDS):
+        for policy, step in steps_of.items():
+            best[policy] = min(best[policy], _seconds(step, steps))
+    return batch / best["mixed_bfloat16"], batch / best["float32"]
+
+
+def precision(folder: Path, quick: bool) -> list[Row]:
+    from trainer.training.precision import detect_hardware
+
+    hardware = detect_hardware()
+    policy, reason = hardware.native()
+    native = policy == "mixed_bfloat16"
+    where = reason if native else "no native bfloat16"
+    width, size, batch = FULL
+    bf16, f32 = _side_by_side(width, size, batch, 1 if quick else 2)
+    width_demo, size_demo, batch_demo = DEMO
+    demo_bf16, demo_f32 = _side_by_side(width_demo, size_demo, batch_demo, 3 if quick else 10)
+    return [
+        Row(
+            f"VGG19 step {size} px full width, batch {batch}: mixed_bfloat16 vs float32 ({where})",
+            bf16,
+            f32,
+            "img/s",
+            TARGET if native else None,
+        ),
+        Row(
+            f"Demo network step (width {width_demo}, {size_demo} px, batch {batch_demo}): mixed_bfloat16 vs "
+            f"float32 ({where}; below 1 is why auto keeps it float32)",
+            demo_bf16,
+            demo_f32,
+            "img/s",
+            None,
+        ),
+    ]
