@@ -266,6 +266,53 @@ def test_serve_bytes_refuses_an_image_over_max_pixels_naming_its_index(tmp_path,
         encoded(np.array([small, large], dtype=object))
 
 
+def _honest(count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Calibrated three-class probabilities and labels drawn from them."""
+    rng = np.random.default_rng(seed)
+    probabilities = rng.dirichlet([0.5, 0.5, 0.5], count).astype(np.float32)
+    labels = np.array([rng.choice(3, p=row / row.sum()) for row in probabilities.astype(np.float64)])
+    return probabilities, labels
+
+
+@pytest.mark.unit
+def test_a_temperature_is_fitted_only_on_enough_images_and_mistakes_and_held_within_its_bounds():
+    """2 validation images fitted T=19.9 (every probability about 0.5); a split without a mistake T=0.05."""
+    from trainer.evaluation import calibration
+
+    probabilities, labels = _honest(2000, 1)
+    two = calibration.fit_checked(probabilities[:2], labels[:2])
+    assert two.temperature is None and two.unfitted.startswith("2 images with ")
+    right = probabilities.argmax(axis=1) == labels
+    flawless = calibration.fit_checked(probabilities[right][:500], labels[right][:500])
+    assert flawless.temperature is None
+    assert flawless.unfitted == (
+        "500 images with 0 mistakes are too little evidence to fit a temperature on (it needs 10 images and 3 mistakes)"
+    )
+    honest = calibration.fit_checked(probabilities, labels)
+    assert honest.temperature == pytest.approx(1.0, rel=0.15) and honest.bound is None and honest.at_bound == ""
+    sharp = calibration.scale(probabilities, 0.1)  # over-confident: undoing it takes T=10, past the bound 4
+    held = calibration.fit_checked(sharp, labels)
+    assert held.temperature == held.bound == calibration.TEMPERATURES[1] == 4.0
+    assert held.at_bound == "the NLL still falls past T=4, the bound of 0.25-4: T is held at 4"
+    assert calibration.fit_checked(calibration.scale(probabilities, 5.0), labels).temperature == 0.25
+
+
+@pytest.mark.integration
+def test_export_temperature_auto_refuses_to_bake_in_a_temperature_two_validation_images_cannot_tell(
+    trained_run, tmp_path
+):
+    from conftest import compose
+    from trainer.tasks import run_task
+
+    _, run_dir = trained_run
+    typed = ["mode=export", f"checkpoint={run_dir}", f"export.dir={tmp_path / 'serving'}", "export.format=onnx",
+             "export.temperature=auto", "dataset.val_size=2"]  # fmt: skip
+    with pytest.raises(DataError, match=r"^export.temperature=auto: the validation split's 2 images with [0-2] "
+                                         r"mistakes are too little evidence .* \(export.temperature=T\)"):  # fmt: skip
+        run_task(compose(typed, tmp_path / "e"), overrides=typed)
+    assert not (tmp_path / "serving").exists()
+
+
 @pytest.mark.integration
 def test_export_temperature_auto_bakes_the_validation_fitted_temperature_into_every_format(trained_run, tmp_path):
     from conftest import compose

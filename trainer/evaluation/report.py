@@ -84,11 +84,12 @@ def _sheets(predictions: Predictions, cam: GradCam | None, class_names: list[str
     return sheets
 
 
-def _fit_temperature(model: keras.Model, calibrate_on: tf.data.Dataset | None, step) -> float | None:
-    if calibrate_on is None:
-        return None
+def _fit_temperature(model: keras.Model, calibrate_on: tf.data.Dataset, step) -> calibration.TemperatureFit:
     held_out = predict_split(model, calibrate_on, 0, step)
-    return calibration.fit_temperature(held_out.probabilities, held_out.labels)
+    fit = calibration.fit_checked(held_out.probabilities, held_out.labels)
+    if fit.temperature is None or fit.bound is not None:
+        log.info("Calibration: the validation split's %s", fit.unfitted or fit.at_bound)
+    return fit
 
 
 def write_report(
@@ -120,7 +121,8 @@ def write_report(
     matrix = classes.confusion(predictions.labels, predictions.predicted, len(class_names))
     rows = classes.class_rows(matrix, class_names)
     before = calibration.reliability(predictions.probabilities, predictions.labels)
-    temperature = _fit_temperature(model, calibrate_on, step)
+    fit = _fit_temperature(model, calibrate_on, step) if calibrate_on is not None else None
+    temperature = fit.temperature if fit else None
     after = None
     if temperature is not None:
         after = calibration.reliability(calibration.scale(predictions.probabilities, temperature), predictions.labels)
@@ -140,13 +142,13 @@ def write_report(
             shutil.copyfile(drawn, folder / "confusion_matrix.png")
         else:
             plot_confusion_png(folder / "confusion_matrix.png", matrix, class_names, f"{split} split")
-        page = _page(split, len(predictions.labels), summary, figures, rows, folder, cam)
+        page = _page(split, len(predictions.labels), summary, figures, rows, folder, cam, fit)
         (folder / "report.html").write_text(page, encoding="utf-8")
     log.info("Wrote the evaluation report: %s", (run_dir / FOLDER / "report.html").resolve())
     return figures
 
 
-def _page(split, count, summary, figures, rows, folder: Path, cam: GradCam | None) -> str:
+def _page(split, count, summary, figures, rows, folder: Path, cam: GradCam | None, fit) -> str:
     headline = [
         ("split", split),
         ("examples", str(count)),
@@ -163,12 +165,16 @@ def _page(split, count, summary, figures, rows, folder: Path, cam: GradCam | Non
           classes.confused_text(row["confused_with"])] for row in rows],
     )  # fmt: skip
     looked = f" Beside each: where the model looked (Grad-CAM at {cam.layer})." if cam else ""
-    calibrated = (
-        f" The temperature {figures['temperature']:.3f} (fitted on the validation split) brings it to "
-        f"{figures['ece_scaled']:.4f} (export.temperature=auto bakes it in)."
-        if "temperature" in figures
-        else " No validation split to fit a temperature on."
-    )
+    if fit is None:
+        calibrated = " No validation split to fit a temperature on."
+    elif fit.temperature is None:
+        calibrated = f" No temperature: the validation split's {fit.unfitted}."
+    else:
+        held = f" ({fit.at_bound})" if fit.bound is not None else ""
+        calibrated = (
+            f" The temperature {figures['temperature']:.3f}{held}, fitted on the validation split, gives an ECE "
+            f"of {figures['ece_scaled']:.4f} (export.temperature=auto bakes it in)."
+        )
     sections = [
         ("The worst mistakes", f"The most confident wrong predictions: true -> predicted, probability.{looked}",
          folder / "mistakes.png"),

@@ -101,15 +101,23 @@ def _temperature(settings: Config, model, data: Data | str) -> float | None:
             "(dataset.val_source=test): give the temperature by hand, export.temperature=T"
         )
     held_out = predict_split(model, data.val, 0)
-    fitted = calibration.fit_temperature(held_out.probabilities, held_out.labels)
+    fit = calibration.fit_checked(held_out.probabilities, held_out.labels)
+    if fit.temperature is None:  # never bake in a temperature the split cannot tell
+        raise DataError(
+            f"export.temperature=auto: the validation split's {fit.unfitted}; give the temperature by hand "
+            f"(export.temperature=T) or none (export.temperature=null)"
+        )
+    if fit.bound is not None:
+        log.warning("export.temperature=auto: %s", fit.at_bound)
     log.info(
-        "Temperature %.4f fitted on %d validation images (NLL %.4f -> %.4f) <export.temperature=auto>",
-        fitted,
-        len(held_out.labels),
+        "Temperature %.4f fitted on %d validation images, %d mistakes (NLL %.4f -> %.4f) <export.temperature=auto>",
+        fit.temperature,
+        fit.examples,
+        fit.mistakes,
         calibration.nll(held_out.probabilities, held_out.labels),
-        calibration.nll(held_out.probabilities, held_out.labels, fitted),
+        calibration.nll(held_out.probabilities, held_out.labels, fit.temperature),
     )
-    return fitted
+    return fit.temperature
 
 
 def _log_export(settings: Config, serving_info: dict, folder: str) -> None:
