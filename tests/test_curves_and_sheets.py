@@ -15,6 +15,7 @@ from conftest import TINY_MODEL, cifar_overrides, compose, write_cifar
 from trainer.data.folder_to_records import ConvertOptions, convert
 from trainer.tasks import run_task
 from trainer.tracking.curves import draw_curves
+from trainer.tracking.reports import MAX_DRAWN_CLASSES, most_confused, plot_confusion_png
 from trainer.tracking.sheets import sheet_layout, tile_origin
 
 
@@ -226,3 +227,21 @@ def test_the_progress_bar_runs_within_epochs_and_is_gone_at_their_end(capsys):
     assert "Epoch 1/2" in err and "Epoch 2/2" in err and "/5 [" in err, err
     assert err.endswith("\r") and not err.split("\r")[-2].strip(), "erased at the end: EpochLog's line stands"
     assert bar.bar is None
+
+
+@pytest.mark.unit
+def test_a_1000_class_confusion_matrix_draws_its_most_confused_classes_in_a_bounded_png(tmp_path):
+    """0.6 inch per class made 1000 classes a 60,000-pixel figure: the run died of memory at its end (and again on
+    resume). Now the most confused classes are drawn, the title says so, and the PNG stays small."""
+    rng = np.random.default_rng(0)
+    matrix = np.diag(rng.integers(5, 10, 1000))
+    confused = [3, 141, 592, 653, 998]
+    for true, predicted in zip(confused, confused[1:] + confused[:1], strict=True):
+        matrix[true, predicted] = 40  # the only mistakes: these five must be drawn
+    names = [f"class_{index:04d}" for index in range(1000)]
+    with Image.open(plot_confusion_png(tmp_path / "confusion.png", matrix, names, "test split")) as drawn:
+        assert max(drawn.size) <= 100 * (0.6 * MAX_DRAWN_CLASSES + 2), drawn.size
+    chosen = most_confused(matrix)
+    assert len(chosen) == MAX_DRAWN_CLASSES and set(confused) <= set(chosen.tolist())
+    assert list(chosen) == sorted(chosen), "in class order"
+    assert most_confused(matrix[:5, :5]).tolist() == [0, 1, 2, 3, 4], "few classes: every one"
