@@ -131,6 +131,49 @@ def test_a_truncated_image_fails_serve_bytes_naming_its_index(tiny_saved_model):
     assert encoded(np.array([good, jpeg], dtype=object)).shape == (2, 3)
 
 
+@pytest.mark.integration
+def test_the_client_reader_gives_serve_bytes_pixels_without_tensorflow_within_one_level():
+    """docs/models.md's ONNX and LiteRT clients ignored EXIF, used Pillow's bicubic resize and hard-coded 224."""
+    import subprocess
+    import sys
+
+    from trainer.serving import client_decode
+
+    def saved(image: Image.Image, format: str, **options) -> bytes:
+        buffer = io.BytesIO()
+        image.save(buffer, format=format, **options)
+        return buffer.getvalue()
+
+    def rotated(orientation: int, photo: np.ndarray) -> bytes:
+        exif = Image.Exif()
+        exif[0x0112] = orientation
+        return saved(Image.fromarray(photo), "JPEG", quality=90, exif=exif.tobytes())
+
+    smooth = lambda h, w: np.clip(np.cumsum(RNG.integers(-9, 10, (h, w, 3)), 1) + 128, 0, 255).astype(np.uint8)  # noqa: E731
+    photo = smooth(150, 210)
+    rgba = np.concatenate([photo, RNG.integers(0, 256, (150, 210, 1)).astype(np.uint8)], -1)
+    files = {
+        "exif 6": rotated(6, photo), "exif 3": rotated(3, smooth(61, 97)),
+        "rgba": _encode(rgba, "PNG"), "cmyk": saved(Image.fromarray(photo).convert("CMYK"), "JPEG"),
+        "16-bit gray": saved(Image.fromarray(photo[..., 0].astype(np.uint16) * 257 + 3), "PNG"),
+        "16-bit rgb": tf.io.encode_png(tf.constant(photo.astype(np.uint16) * 257)).numpy(),
+        "odd jpeg": _encode(smooth(37, 53), "JPEG"), "odd png": _encode(smooth(29, 71), "PNG"),
+        "large": _encode(smooth(700, 900), "JPEG"),  # read at 1/8 in the DCT
+    }  # fmt: skip
+    for resize_to, size, mode in ((64, 64, "resize"), (72, 64, "crop"), (40, 32, "pad"), (160, 160, "resize")):
+        info = checkpoints.ModelInfo(("a", "b"), size, resize_to, "none", resize_mode=mode)
+        served = saved_model.bytes_pixels(info)(tf.constant(list(files.values()))).numpy()
+        settings = {"resize_to": resize_to, "image_size": size, "resize_mode": mode}
+        for (name, data), expected in zip(files.items(), served, strict=True):
+            got = client_decode.read_image(data, settings)
+            assert got.shape == (1, size, size, 3) and got.dtype == np.uint8
+            difference = np.abs(got[0].astype(int) - expected.astype(int))
+            assert difference.max() <= client_decode.MAX_DIFFERENCE, (name, mode, difference.max())
+            assert difference.mean() < 0.05, (name, mode, difference.mean())
+    blocked = "import sys; sys.modules['tensorflow'] = None; import trainer.serving.client_decode"
+    assert subprocess.run([sys.executable, "-c", blocked], capture_output=True).returncode == 0, "Pillow + numpy"
+
+
 # --- mode=export ------------------------------------------------------------------------------------------------
 
 

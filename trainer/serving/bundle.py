@@ -193,6 +193,7 @@ def _serving_info(info: ModelInfo, files: dict, check: CheckImages, keras_accura
         "output": {"name": "probabilities", "dtype": "float32", "shape": [None, len(class_names)]},
         "resize_to": info.resize_to,
         "image_size": info.image_size,
+        "resize_mode": info.resize_mode,  # trainer/serving/client_decode.py reads these three
         "normalization": f"{info.normalization} (inside the model)",
         "dataset": info.dataset,
         "trained_precision": info.precision or "not recorded",  # every file computes in float32 whatever it is
