@@ -271,8 +271,10 @@ def test_restarting_only_the_killed_worker_gives_one_line_on_each_not_a_split_ru
     lines = list(_lines_until(chief, "Epoch 2/"))
     other.send_signal(signal.SIGKILL)
     other.wait()
+    killed = time.monotonic()
     (restarted,) = _start_workers(tmp_path, data, *common, ports=ports, indices=[1])  # the same command again
     outputs = ["".join(lines) + chief.communicate(timeout=120)[0], restarted.communicate(timeout=120)[0]]
+    print(f"the chief and the restarted worker stopped {time.monotonic() - killed:.1f} s after the kill")
     assert [chief.returncode, restarted.returncode] == [1, 1], outputs[1][-2000:]
     assert "error: strategy=multi_worker: worker1 at" in outputs[0].strip().splitlines()[-1]
     assert (
@@ -382,6 +384,7 @@ def test_a_workers_own_error_stops_its_peer_at_once_with_that_workers_line(tmp_p
     else:  # nothing was trained: the model's variables were being broadcast, which is not the model's fault
         assert last.endswith("; restart every worker with the same command") and "model._target_" not in last
     assert "Op:" not in last and "Restart your program" not in last, "TensorFlow's own sentences stay out"
+    print(f"the chief stopped {ended[0] - ended[1]:.1f} s after worker 1 ({when})")  # for the note (pytest -s)
     assert ended[0] - ended[1] < 60, "the chief stopped once told, not after strategy.timeout_seconds"
 
 

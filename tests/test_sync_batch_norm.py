@@ -158,3 +158,35 @@ def test_two_workers_with_synchronized_batch_norm_end_with_identical_weights(tmp
     assert [worker.returncode for worker in workers] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
     fingerprints = [re.findall(r"Final weights sha256 (\w+)", output) for output in outputs]
     assert fingerprints[0] and fingerprints[0] == fingerprints[1]
+
+
+@pytest.mark.unit
+def test_the_fused_moments_give_kerass_sums_with_one_all_reduce_instead_of_three(monkeypatch):
+    """Each multi-worker collective leaks upstream (ledger row 17): batch norm's three all-reduces go as one."""
+    import tensorflow as tf
+    from keras.src.backend.tensorflow import nn
+
+    from trainer.distribute import fused_moments
+
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])  # conftest's two logical CPUs
+    images = tf.random.stateless_normal([2, 4, 6, 6, 3], seed=[1, 2])  # one batch a replica
+    results, all_reduces = {}, {}
+    for name, moments in (("keras", nn._compute_moments_sync), ("fused", fused_moments._compute_moments_sync)):
+
+        def replica(moments=moments):
+            own = images[tf.distribute.get_replica_context().replica_id_in_sync_group]
+            return moments(own, [0, 1, 2], False)
+
+        step = tf.function(lambda replica=replica: strategy.run(replica))
+        results[name] = [strategy.experimental_local_results(value) for value in step()]
+        operations = step.get_concrete_function().graph.get_operations()
+        all_reduces[name] = sum("CollectiveReduce" in op.type or "NcclAllReduce" in op.type for op in operations)
+    assert all_reduces["fused"] * 3 == all_reduces["keras"] > 0, all_reduces
+    for keras_values, fused_values in zip(results["keras"], results["fused"], strict=True):
+        for a, b in zip(keras_values, fused_values, strict=True):
+            np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6)
+    whole = tf.reshape(images, [-1, 3])
+    np.testing.assert_allclose(results["fused"][0][0].numpy(), tf.reduce_mean(whole, 0).numpy(), rtol=1e-5)
+    monkeypatch.setattr(nn, "_compute_moments_sync", nn._compute_moments_sync)  # restored after the test
+    monkeypatch.setattr(fused_moments, "_applied", False)
+    assert fused_moments.apply() and nn._compute_moments_sync is fused_moments._compute_moments_sync

@@ -297,6 +297,24 @@ def test_tensorflow_still_holds_a_thread_per_collective_for_its_whole_timeout():
     )
 
 
+@pytest.mark.unit
+def test_kerass_synchronized_batch_norm_still_launches_three_all_reduces():
+    from keras.src.backend.tensorflow import nn
+
+    from trainer.distribute import fused_moments
+
+    if nn._compute_moments_sync is fused_moments._compute_moments_sync:
+        pytest.skip("patched in this process")
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])  # conftest's two logical CPUs
+    step = tf.function(lambda: strategy.run(lambda: nn._compute_moments_sync(tf.ones([2, 3, 3, 4]), [0, 1, 2], False)))
+    operations = step.get_concrete_function().graph.get_operations()
+    per_replica = sum("CollectiveReduce" in op.type or "NcclAllReduce" in op.type for op in operations) // 2
+    assert per_replica == 3, (
+        f"Keras's synchronized batch norm launches {per_replica} all-reduce(s) per layer now: if one, remove "
+        "trainer/distribute/fused_moments.py and ledger row 17"
+    )
+
+
 # --- HDF5: a process that failed to write to a full disk crashes at exit --------------------------------------------
 
 FULL_DISK_SAVE = """
