@@ -49,9 +49,11 @@ def test_a_second_load_reads_the_disk_cache_and_another_size_or_mode_is_another_
     for (images_a, labels_a), (images_b, labels_b) in zip(*batches, strict=True):
         np.testing.assert_array_equal(labels_a, labels_b)
         np.testing.assert_array_equal(images_a, images_b)
-    pixels = {mode: np.concatenate([images.numpy() for images, _ in load_data(
-        _folder_settings(root, f"dataset.cache={mode}", *first[1:]), 4, 0).val]) for mode in ("off", "disk")}  # fmt: skip
-    np.testing.assert_array_equal(pixels["off"], pixels["disk"])  # the val split, in order: the one decode's pixels
+    pixels = {}
+    for mode in ("off", "disk"):  # the val split, in order: the one decode's pixels, cached or not
+        val = load_data(_folder_settings(root, f"dataset.cache={mode}", *first[1:]), 4, 0).val
+        pixels[mode] = np.concatenate([images.numpy() for images, _ in val])
+    np.testing.assert_array_equal(pixels["off"], pixels["disk"])
     keys = {path.name for path in cache_dir.iterdir()}
     assert len(keys) == 2, "train and val"
     for other in (["dataset.image_size=48"], ["dataset.image_size=32", "dataset.resize_mode=crop"]):

@@ -448,7 +448,7 @@ def test_a_continued_study_draws_new_parameters_where_the_same_seed_drew_trial_0
     config = {"_target_": "optuna.samplers.TPESampler", "seed": 0, "n_startup_trials": 10}
     space = {"lr": optuna.distributions.FloatDistribution(1e-5, 1e-1, log=True)}
     storage = optuna.storages.JournalStorage(JournalFileBackend(str(tmp_path / "study.journal")))
-    for run, n_trials in enumerate((4, 7)):
+    for n_trials in (4, 7):  # the first run, then the same command with a larger n_trials
         study = optuna.create_study(study_name="s", storage=storage, load_if_exists=True)
         study.sampler = _instantiate(reseeded(config, len(study.trials)), "hydra.sweeper.sampler")
         while len(study.trials) < n_trials:
