@@ -101,7 +101,7 @@ def multi_worker(
     startup_timeout: float = 600.0,
     slurm_port_base: int = 8888,
 ) -> tf.distribute.Strategy:
-    """`MultiWorkerMirroredStrategy` over the cluster from TF_CONFIG, `workers` + `task_index`, or Slurm.
+    """`MultiWorkerMirroredStrategy` over the cluster from TF_CONFIG, `workers` + `task_index`, SkyPilot or Slurm.
 
     Until every worker is up, this one logs whom it waits for every 10 s and stops after `startup_timeout`
     seconds, or at once on Ctrl-C or SIGTERM (`trainer.distribute.startup`). Then a worker that sends no
