@@ -104,6 +104,23 @@ def test_files_that_give_no_image_are_named_left_out_and_counted(tmp_path, caplo
 
 
 @pytest.mark.integration
+def test_a_class_whose_training_files_all_give_no_image_is_one_line_naming_it(tmp_path):
+    """A class folder of `Thumbs.db` and `._x.jpg` passed the folder check (it holds files), every file was
+    skipped at the decode, and the run trained a 3-class model with 0 images of that class."""
+    root = make_folder(tmp_path / "photos", "splits", per_class=2, classes=("cat", "dog", "fox"))
+    for path in (root / "train" / "fox").iterdir():
+        path.unlink()
+    (root / "train" / "fox" / "Thumbs.db").write_bytes(b"\x00" * 50)
+    (root / "train" / "fox" / "._x.jpg").write_bytes(b"\x00\x05\x16\x07" + b"\x00" * 60)  # macOS AppleDouble
+    pattern = (
+        r"class 'fox' has no training image: 2 file\(s\) of it skipped \(train/fox/\._x\.jpg: not a JPEG.*"
+        r"train/fox/Thumbs\.db: not a JPEG.*\); every class needs images in the train split"
+    )
+    with pytest.raises(DataError, match=pattern):
+        load_data(_settings(root).dataset, batch_size=2, seed=0)
+
+
+@pytest.mark.integration
 def test_a_corrupt_jpegs_skip_line_is_its_file_and_reason_only(tmp_path, capfd):
     """The reason held TensorFlow's graph trace ('Graph execution error: Detected at node switch_case_1/...' and
     every frame's absolute path), in the log and in data_check.json; libjpeg printed its own lines before it."""

@@ -231,6 +231,7 @@ class ImageFolder:
         for split in ("train", "val"):
             if not checked[split]:
                 raise DataError(f"dataset.data_dir={self.root}: no file of the {split} split gives an image")
+        self._every_class_trains(names, splits["train"], checked["train"], skipped)
         log.info(
             "Dataset %s from %s: %s images of %d classes %s, every file decoded in %.1f s (%d left out) <dataset=%s>",
             self.name,
@@ -259,6 +260,33 @@ class ImageFolder:
             files=[str(path) for members in checked.values() for path, _ in members],
             photos=True,
         )
+
+    def _every_class_trains(
+        self, names: list[str], listed: list[tuple[Path, int]], good: list[tuple[Path, int]], skipped: list[dict]
+    ) -> None:
+        """Refuses a class of which no training file gives an image (a folder of `Thumbs.db` and `._x.jpg`): the
+        folder check before the decode counts such files, and the class would train with no example.
+
+        Raises:
+            DataError: naming the first such class and the files of it that were skipped.
+        """
+        trained = {label for _, label in good}
+        reasons = {entry["file"]: entry["reason"] for entry in skipped}
+        for label, name in enumerate(names):
+            if label in trained:
+                continue
+            files = [self._shown(path) for path, member in listed if member == label]
+            if not files:
+                raise DataError(
+                    f"dataset.data_dir={self.root}: class {name!r} has no file in the train split (its few files "
+                    f"all went to val and test: lower dataset.val_fraction and dataset.test_fraction, or add images)"
+                )
+            shown = "; ".join(f"{file}: {reasons[file]}" for file in files[:3] if file in reasons)
+            more = f" and {len(files) - 3} more" if len(files) > 3 else ""
+            raise DataError(
+                f"dataset.data_dir={self.root}: class {name!r} has no training image: "
+                f"{len(files)} file(s) of it skipped ({shown}{more}); every class needs images in the train split"
+            )
 
     def _shown(self, path: Path) -> str:
         """A file's path below the folder as text; bytes that are not UTF-8 become backslash escapes."""
