@@ -214,6 +214,50 @@ def test_each_bad_input_is_one_line_naming_it(tmp_path):
             load_data(_settings(root, *extra).dataset, 4, 0)
 
 
+def make_string_labels(root: Path, per_class: int = 4) -> Path:
+    """`root/{train,validation}.parquet` written by pandas: the label column holds class names (`large_string`
+    in pandas 3; `string` in older pandas)."""
+    pandas = pytest.importorskip("pandas")
+    root.mkdir(parents=True)
+    for split in ("train", "validation"):
+        labels = [NAMES[label] for label in _per_class(per_class)]
+        images = [_encoded(name, index) for index, name in enumerate(labels)]
+        pandas.DataFrame({"image": images, "label": labels}).to_parquet(root / f"{split}.parquet")
+    return root
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    "extra, names",
+    [([], sorted(NAMES)), (["dataset.class_names=[fox,cat,dog]"], ["fox", "cat", "dog"])],
+    ids=["sorted_strings", "class_names"],
+)
+def test_string_labels_are_class_names(tmp_path, extra, names):
+    """pandas and polars write string labels as `large_string`: the part refused them ('holds large_string;
+    expected integer labels'), even with dataset.class_names given."""
+    root = make_string_labels(tmp_path / "strings", per_class=2)
+    assert pq.read_schema(root / "train.parquet").field("label").type in (pa.large_string(), pa.string())
+    data = load_data(_settings(root, *extra).dataset, batch_size=4, seed=0)
+    assert data.class_names == names and data.class_counts["train"] == {name: 2 for name in names}
+    for split in ("train_plain", "val"):
+        for images, labels in getattr(data, split):
+            for image, label in zip(images.numpy(), labels.numpy(), strict=True):
+                colour = np.array(COLOURS[names[label]])
+                assert np.abs(image.reshape(-1, 3).mean(0) - colour).max() < 20, "the label names its image's class"
+
+
+@pytest.mark.unit
+def test_a_string_label_outside_the_classes_is_one_line_naming_its_row(tmp_path):
+    root = make_string_labels(tmp_path / "strings", per_class=1)
+    with pytest.raises(DataError, match=r"train.parquet: row 2 has label 'fox' \(column 'label'\), none of the "
+                       r"classes of dataset.class_names \['cat', 'dog'\]"):  # fmt: skip
+        load_data(_settings(root, "dataset.class_names=[cat,dog]").dataset, 4, 0)
+    pq.write_table(pa.table({"image": [_encoded("cat", 0)], "label": ["cow"]}),
+                   root / "validation.parquet")  # fmt: skip
+    with pytest.raises(DataError, match=r"validation.parquet: row 0 has label 'cow' .*of the train split's labels"):
+        load_data(_settings(root).dataset, 4, 0)
+
+
 @pytest.mark.unit
 def test_without_pyarrow_the_part_names_the_extra(monkeypatch):
     from trainer.data.parquet import ArrowFiles

@@ -8,7 +8,9 @@
 `train-00000-of-00002.parquet`, also in a `data/` subfolder: the Hub's layout, or any in
 `DIR/train/`), or the Arrow stream files of `datasets`' `save_to_disk` (`DIR/train/data-*.arrow`). The image
 column holds encoded bytes, or the `Image` feature's `{bytes, path}` struct; the label
-column holds integers, named by the `ClassLabel` feature when the files carry one.
+column holds integers, named by the `ClassLabel` feature when the files carry one, or strings
+(pandas and polars write `large_string`): each is its class's name, indexed by
+`dataset.class_names` when given, else the classes are the train split's distinct strings, sorted.
 
 The label column of every file is read once at start-up: the counts, a label outside
 the classes (one line naming the file and row) and, without a validation split, the
@@ -64,6 +66,20 @@ def _image_bytes(column):
     if pa.types.is_struct(column.type):
         column = column.field("bytes")
     return pc.fill_null(column, b"").to_numpy(zero_copy_only=False)
+
+
+def _is_string_type(kind) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind)
+
+
+def _indices(labels, classes):
+    """String labels -> their index in `classes` (null where a string is none of them)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    return pc.index_in(labels.cast(pa.large_string()), value_set=pa.array(list(classes), pa.large_string()))
 
 
 def _is_image_type(kind) -> bool:
@@ -122,6 +138,7 @@ class ArrowReader:
     columns: tuple[str, str]  # (image, label)
     rows: dict[str, np.ndarray] | None = field(default=None, repr=False)  # per file, the split's rows, sorted
     parallel: bool = True  # several files: read a few at once in training
+    classes: tuple[str, ...] | None = None  # string labels: their class names, in label order
 
     def _rows(self, path: bytes, start: int, length: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         path = os.fsdecode(path)
@@ -138,6 +155,8 @@ class ArrowReader:
                 inside = picked[np.searchsorted(picked, offset) : np.searchsorted(picked, offset + batch.num_rows)]
                 batch = batch.take(inside - offset)
             images, labels = (batch.column(name) for name in self.columns)
+            if self.classes is not None:  # every string was checked at start-up to be one of them
+                labels = _indices(labels, self.classes)
             yield _image_bytes(images), labels.to_numpy(zero_copy_only=False).astype(np.int32)
 
     def read(self, path, start, length):
@@ -214,6 +233,7 @@ class ArrowFiles:
         self.split_names = dict(zip(SPLITS, (train_split, val_split, test_split), strict=True))
         self.class_names = list(class_names) if class_names else None
         self.val_fraction, self.resize_mode = val_fraction, resize_mode
+        self.string_classes: list[str] | None = None  # string labels: the classes they name (set by load)
 
     # --- which files -------------------------------------------------------------------------------------------
 
@@ -240,9 +260,10 @@ class ArrowFiles:
             for column, key in ((image, "image_column"), (label, "label_column")):
                 if column not in schema.names:
                     raise DataError(f"{path}: no column {column!r} (dataset.{key}); its columns are {schema.names}")
-            if not pa.types.is_integer(schema.field(label).type):
+            kind_of_label = schema.field(label).type
+            if not (pa.types.is_integer(kind_of_label) or _is_string_type(kind_of_label)):
                 raise DataError(
-                    f"{path}: column {label!r} holds {schema.field(label).type}; expected integer labels "
+                    f"{path}: column {label!r} holds {kind_of_label}; expected integer or string labels "
                     f"(dataset.label_column)"
                 )
             if not _is_image_type(schema.field(image).type):
@@ -260,7 +281,45 @@ class ArrowFiles:
         if labels.null_count:
             row = int(np.flatnonzero(labels.is_null().to_numpy(zero_copy_only=False))[0])
             raise DataError(f"{path}: row {row} has no label (column {label!r})")
+        if _is_string_type(labels.type):
+            return labels.to_numpy().astype(object)  # class names: indexed once the classes are known
         return labels.to_numpy().astype(np.int64)
+
+    def _string_classes(self, splits: dict[str, _Split]) -> list[str] | None:
+        """Turns string labels into class indices in place and returns the class names: `dataset.class_names`
+        when given, else the train split's distinct strings, sorted. None where the labels are integers.
+
+        Raises:
+            DataError: files that mix integer and string labels, or a string that is none of the classes.
+        """
+        files = [pair for part in splits.values() for pair in zip(part.files, part.labels, strict=True)]
+        strings = [labels.dtype == object for _, labels in files]
+        if not any(strings):
+            return None
+        if not all(strings):
+            path = files[strings.index(not strings[0])][0]
+            raise DataError(
+                f"{path}: column {self.columns[1]!r} holds {'strings' if not strings[0] else 'integers'}, "
+                f"where {files[0][0]} holds {'strings' if strings[0] else 'integers'}; expected one kind of label"
+            )
+        given = "dataset.class_names" if self.class_names else "the train split's labels"
+        names = self.class_names or sorted({str(value) for labels in splits["train"].labels for value in labels})
+        index = {name: number for number, name in enumerate(names)}
+        for part in splits.values():
+            converted = []
+            for path, labels in zip(part.files, part.labels, strict=True):
+                distinct, rows = np.unique(labels.astype(str), return_inverse=True)  # one look-up per string
+                unknown = [str(value) for value in distinct if value not in index]
+                if unknown:
+                    row = int(np.flatnonzero(labels.astype(str) == unknown[0])[0])
+                    shown = names if len(names) <= 10 else names[:10] + ["..."]
+                    raise DataError(
+                        f"{path}: row {row} has label {unknown[0]!r} (column {self.columns[1]!r}), none of the "
+                        f"classes of {given} {shown}"
+                    )
+                converted.append(np.array([index[value] for value in distinct], np.int64)[rows.reshape(-1)])
+            part.labels = converted
+        return names
 
     def _class_label(self, split: _Split) -> list[str] | None:
         """The names of the label column's `ClassLabel` feature: in `dataset_info.json` beside a `save_to_disk`
@@ -285,8 +344,8 @@ class ArrowFiles:
             return list(feature["names"])
         return None
 
-    def _names(self, train: _Split, labels: dict[str, np.ndarray]) -> list[str]:
-        found = self._class_label(train)
+    def _names(self, train: _Split, labels: dict[str, np.ndarray], strings: list[str] | None) -> list[str]:
+        found = None if strings else self._class_label(train)
         if found and self.class_names and self.class_names != found:
             log.warning(
                 "dataset.class_names=%s differ from the ClassLabel names %s of %s: the data's names win",
@@ -296,6 +355,7 @@ class ArrowFiles:
             )
         names = (
             found
+            or strings
             or self.class_names
             or [str(i) for i in range(max(int(v.max()) for v in labels.values() if len(v)) + 1)]
         )
@@ -349,6 +409,7 @@ class ArrowFiles:
             )
         for part in splits.values():
             part.labels = [self._labels(path, part.kind) for path in part.files]
+        self.string_classes = self._string_classes(splits)
         if not sum(len(labels) for labels in splits["train"].labels):
             raise DataError(f"dataset.data_dir={self.root}: the files of the train split hold no rows")
         if "val" not in splits:
@@ -377,7 +438,7 @@ class ArrowFiles:
     def load(self, check_val: bool = True) -> Splits:
         splits = self._listing(check_val)
         labels = {split: part.all_labels() for split, part in splits.items()}
-        names = self._names(splits["train"], labels)
+        names = self._names(splits["train"], labels, self.string_classes)
         for part in splits.values():
             self._check_range(part, names)
         log.info(
@@ -393,7 +454,8 @@ class ArrowFiles:
         sources = {}
         for split, part in splits.items():
             files = [str(path) for path in part.files]
-            reader = ArrowReader(part.kind, self.columns, part.rows)
+            classes = tuple(names) if self.string_classes else None
+            reader = ArrowReader(part.kind, self.columns, part.rows, classes=classes)
             sources[split] = Source(Records.whole_files(files, sum(part.counts)), reader)
         train = splits["train"]
         return Splits(
