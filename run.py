@@ -10,7 +10,9 @@ HYDRA_FULL_ERROR=1 for the full traceback.
 
 import logging
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 import hydra
@@ -23,7 +25,7 @@ from trainer.cli.hints import missing_extra
 from trainer.cli.hydra_files import one_line_when_hydra_cannot_save
 from trainer.cli.overrides import check_composes
 from trainer.config import register
-from trainer.errors import DiskError, UserError, one_line
+from trainer.errors import DiskError, Interrupted, UserError, one_line
 from trainer.runs import locks
 from trainer.runs.folders import (
     check_resume_argument,
@@ -103,6 +105,7 @@ def cli(arguments: list[str] | None = None, exit_hard_on_disk_error: bool = True
         sys.exit(f"error: {one_line(error)}")
     saved, sys.argv = sys.argv, [sys.argv[0] if sys.argv else "run.py", *arguments]
     sweep.OUTCOME.clear()
+    previous = _sigterm_stops_a_sweep(arguments)
     try:
         with one_line_when_hydra_cannot_save():  # Hydra writes .hydra/ before main() runs
             result = main()
@@ -115,7 +118,23 @@ def cli(arguments: list[str] | None = None, exit_hard_on_disk_error: bool = True
         sys.exit(130)
     finally:
         sys.argv = saved
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
         _release_claims()
+
+
+def _interrupted_by_sigterm(signum: int, frame: object) -> None:
+    raise Interrupted("interrupted (SIGTERM)")
+
+
+def _sigterm_stops_a_sweep(arguments: list[str]) -> object:
+    """In a sweep (`-m`), SIGTERM stops the sweep as Ctrl-C does, wherever it lands (exit 130, the running trial
+    run again by the same command); in training, trainer.training.callbacks saves a backup first. Returns the
+    handler it replaced, None where it replaced none."""
+    multirun = any(argument in ("-m", "--multirun", "hydra.mode=MULTIRUN") for argument in arguments)
+    if not multirun or threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, _interrupted_by_sigterm)
 
 
 def _release_claims() -> None:

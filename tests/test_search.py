@@ -16,7 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, SUBPROCESS_ENV, csv_rows, run_cli, tiny_overrides, write_cifar
+from conftest import (
+    ROOT,
+    SUBPROCESS_ENV,
+    csv_rows,
+    run_cli,
+    run_patched,
+    signal_in_first_step,
+    tiny_overrides,
+    write_cifar,
+)
 
 optuna = pytest.importorskip("optuna", reason='needs the sweep extra: pip install -e ".[sweep]"')
 
@@ -325,6 +334,38 @@ def test_a_sweep_killed_in_a_trial_goes_on_with_the_same_command(tmp_path):
     study = csv_rows(tmp_path / "sweep" / "study.csv")
     assert [row["state"] for row in study] == ["complete", "failed", "complete", "complete"]
     assert study[1]["killed"] == "True" and study[2]["retry_of"] == "1"
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "ctrl-c"])
+def test_a_stop_ends_the_sweep_and_the_same_command_runs_the_stopped_trial_again(tmp_path, signum):
+    """SIGTERM (or Ctrl-C) in trial 0's first step: its backup is saved, the sweep stops with exit 130 and says
+    to rerun the sweep command, not `resume=` (which would train the trial outside its study). After SIGTERM the
+    old sweep failed the trial, ran the next and exited 0; the same command then found its n_trials and never
+    retried. After Ctrl-C it stopped, offering `python run.py resume=sweep/0`."""
+    overrides = ["hydra.sweeper.n_trials=2"]
+    data = tmp_path / "cifar"
+    write_cifar(data)
+    arguments = ["-m", *tiny_overrides(data), *SEARCH, f"hydra.sweep.dir={tmp_path / 'sweep'}", *overrides]
+    stopped = run_patched(tmp_path, arguments, signal_in_first_step(signum))
+    assert stopped.returncode == 130, stopped.stderr[-3000:]
+    last = stopped.stderr.strip().splitlines()[-1]
+    assert "rerun the sweep command" in last and "resume=" not in last, last
+    assert "resume=" not in stopped.stdout, "no log line offers to resume the trial outside its study"
+    assert not (tmp_path / "sweep" / "1").exists(), "no trial ran after the stop"
+    trials = _study(tmp_path).trials
+    assert [trial.state.name for trial in trials] == ["FAIL", "WAITING"]
+    assert trials[0].user_attrs["vggtrain:interrupted"] is True and trials[1].user_attrs["vggtrain:retry_of"] == 0
+
+    again = _search(tmp_path, *overrides)  # the same command
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "0 of 2 trials already there: it goes on; trial 0, stopped, runs again" in again.stdout
+    trials = _study(tmp_path).trials
+    assert [trial.state.name for trial in trials] == ["FAIL", "COMPLETE", "COMPLETE"]
+    assert trials[1].params == trials[0].params, "the stopped trial ran again"
+    states = [row["state"] for row in csv_rows(tmp_path / "sweep" / "study.csv")]
+    assert states == ["interrupted", "complete", "complete"]
 
 
 @pytest.mark.e2e

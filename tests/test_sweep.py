@@ -7,11 +7,21 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from pathlib import Path
 
 import pytest
 
-from conftest import CliResult, cifar_overrides, csv_rows, run_cli, tiny_overrides, write_cifar
+from conftest import (
+    CliResult,
+    cifar_overrides,
+    csv_rows,
+    run_cli,
+    run_patched,
+    signal_in_first_step,
+    tiny_overrides,
+    write_cifar,
+)
 
 
 def _sweep(tmp_path: Path, *overrides: str, model: str = "vgg19") -> tuple[CliResult, list[dict[str, str]]]:
@@ -53,6 +63,22 @@ def test_a_failing_job_keeps_the_others_and_says_why(tmp_path):
     assert (
         result.stderr.strip().splitlines()[-1] == f"error: 1 of 2 jobs failed; see {tmp_path / 'sweep' / 'summary.csv'}"
     )
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_a_sigterm_stops_a_grid_sweep_and_says_how_to_continue_its_job(tmp_path):
+    """SIGTERM in job 0's first step: the sweep stops there with exit 130, as after Ctrl-C, and names the job to
+    resume and that the later jobs did not run (it ran job 1 and exited 0, the stop unnoticed)."""
+    data = write_cifar(tmp_path / "cifar")
+    sweep = tmp_path / "sweep"
+    arguments = ["-m", *tiny_overrides(data), f"hydra.sweep.dir={sweep}", "optimizer.lr=0.1,0.01"]
+    stopped = run_patched(tmp_path, arguments, signal_in_first_step(signal.SIGTERM))
+    assert stopped.returncode == 130, stopped.stderr[-3000:]
+    last = stopped.stderr.strip().splitlines()[-1]
+    assert f"python run.py resume={sweep / '0'}" in last and "jobs after job 0 did not run" in last, last
+    assert not (sweep / "1").exists()
+    assert (sweep / "0" / "backup").is_dir()
 
 
 @pytest.mark.unit

@@ -27,8 +27,9 @@ class DiskError(UserError):
 
 
 class Interrupted(KeyboardInterrupt):
-    """Ctrl-C stopped a run after saving what it needs to resume; the message says how. A `KeyboardInterrupt`,
-    so a sweep stops too; `run.py` prints the message and exits 130, as a shell does after Ctrl-C."""
+    """Ctrl-C (or, in a sweep, SIGTERM) stopped a run after saving what it needs to resume; the message says how.
+    A `KeyboardInterrupt`, so a sweep stops too; `run.py` prints the message and exits 130, as a shell does after
+    Ctrl-C."""
 
 
 TF_FUNCTION_NODE = re.compile(r"\{\{function_node [^}]*\}\}\s*")  # TensorFlow's prefix: where an op ran

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.runs.atomic import atomic_path
-from trainer.search.study import KILLED, RETRY_OF, SURPLUS
+from trainer.search.study import INTERRUPTED, KILLED, RETRY_OF, SURPLUS
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +26,13 @@ STATES = {"COMPLETE": "complete", "PRUNED": "pruned", "FAIL": "failed", "RUNNING
 
 
 def state_name(trial: Any) -> str:
-    """A trial's state as the tables show it; a surplus trial (asked past n_trials) is `surplus`."""
-    return "surplus" if trial.user_attrs.get(SURPLUS) else STATES.get(trial.state.name, trial.state.name.lower())
+    """A trial's state as the tables show it; a surplus trial (asked past n_trials) is `surplus`, one stopped by
+    Ctrl-C or SIGTERM `interrupted`."""
+    if trial.user_attrs.get(SURPLUS):
+        return "surplus"
+    if trial.user_attrs.get(INTERRUPTED) and trial.state.name == "FAIL":
+        return "interrupted"
+    return STATES.get(trial.state.name, trial.state.name.lower())
 
 
 def _rows(trials: list[Any], names: list[str]) -> tuple[list[str], list[dict[str, Any]]]:

@@ -13,6 +13,8 @@ together they run exactly `n_trials`.
 Each sweep beats a heartbeat into the trials it runs. A RUNNING trial whose sweep died
 (its process is gone from this machine, or its heartbeat is older than the grace period)
 is marked failed and, up to `retries` times, enqueued again with the same parameters.
+A trial stopped by Ctrl-C or SIGTERM (`interrupt`) stops its sweep; it is marked failed and interrupted and
+enqueued again at once, whatever `retries`, so the same command runs it again.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ OWNER = "vggtrain:owner"  # the sweep that runs the trial: host:pid:token
 HEARTBEAT = "vggtrain:heartbeat"  # when that sweep last said it is alive (time.time())
 RETRY_OF = "vggtrain:retry_of"  # an enqueued retry: the number of the trial it repeats
 KILLED = "vggtrain:killed"  # a trial whose sweep died while it ran
+INTERRUPTED = "vggtrain:interrupted"  # a trial that Ctrl-C or SIGTERM stopped: run again by the same command
 SURPLUS = "vggtrain:surplus"  # asked past n_trials by a sweep sharing the study: failed at once, not counted
 OUTCOME = "vggtrain:outcome"  # written by the trial's job: {"state": complete|pruned, "metrics": metrics.json}
 
@@ -169,14 +172,40 @@ def fail_dead_trials(study: Any, owner: Owner, grace_seconds: float, retries: in
         except (UpdateFinishedTrialError, RuntimeError):  # another sweep got there first
             continue
         runs, earlier = 1, trial.user_attrs.get(RETRY_OF)
-        while earlier is not None and earlier in by_number:
-            runs, earlier = runs + 1, by_number[earlier].user_attrs.get(RETRY_OF)
+        while earlier is not None and earlier in by_number:  # an interrupted run is no failure: not counted
+            runs += not by_number[earlier].user_attrs.get(INTERRUPTED)
+            earlier = by_number[earlier].user_attrs.get(RETRY_OF)
         if runs <= retries:
             study.enqueue_trial(trial.params, user_attrs={RETRY_OF: trial.number}, skip_if_exists=False)
             log.warning("Trial %d was running when its sweep died: failed, and run again", trial.number)
         else:
             log.warning("Trial %d was running when its sweep died: failed (hydra.sweeper.retries=%d)", trial.number,
                         retries)  # fmt: skip
+
+
+def interrupt(study: Any, trials: list[Any], log: Any) -> list[int]:
+    """Marks failed and interrupted the `trials` still running (their jobs were stopped by Ctrl-C or SIGTERM) and
+    enqueues each again with the same parameters, so the same command runs it again.
+
+    Returns:
+        The numbers of the trials marked.
+    """
+    from optuna.exceptions import UpdateFinishedTrialError
+    from optuna.trial import TrialState
+
+    marked = []
+    for trial in trials:
+        if study._storage.get_trial(trial._trial_id).state != TrialState.RUNNING:
+            continue  # finished before the stop
+        try:
+            study._storage.set_trial_user_attr(trial._trial_id, INTERRUPTED, True)
+            study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+        except (UpdateFinishedTrialError, RuntimeError):  # finished meanwhile
+            continue
+        study.enqueue_trial(trial.params, user_attrs={RETRY_OF: trial.number}, skip_if_exists=False)
+        log.warning("Trial %d was stopped: the same command runs it again", trial.number)
+        marked.append(trial.number)
+    return marked
 
 
 def within_budget(study: Any, asked: list[Any], n_trials: int) -> list[Any]:

@@ -27,7 +27,7 @@ from hydra.core.utils import JobStatus
 from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from trainer.errors import ConfigError, UserError, one_line
+from trainer.errors import ConfigError, Interrupted, UserError, one_line
 from trainer.search import study as studies
 from trainer.search.report import best_trials, state_name, write_report
 from trainer.search.space import Space, override_text, parse_space
@@ -188,9 +188,13 @@ class OptunaSearch(Sweeper):
             log.info("Sampler seeded with seed + %d, the trials in the study <hydra.sweeper.sampler.seed>", held)
         studies.check_space(study, name, space.distributions)
         owner = studies.Owner()
-        done = len(studies.counted(study.get_trials(deepcopy=False)))
-        log.info("Study %s in %s: %d of %d trials %s", name, url, min(done, self.n_trials), self.n_trials,
-                 "already there: it goes on" if done else "to run")  # fmt: skip
+        held = studies.counted(study.get_trials(deepcopy=False))
+        done = sum(trial.state.name != "WAITING" for trial in held)
+        again = [str(trial.user_attrs[studies.RETRY_OF]) for trial in held
+                 if trial.state.name == "WAITING" and studies.RETRY_OF in trial.user_attrs]  # fmt: skip
+        log.info("Study %s in %s: %d of %d trials %s%s", name, url, min(done, self.n_trials), self.n_trials,
+                 "already there: it goes on" if done or again else "to run",
+                 f"; trial {', '.join(again)}, stopped, runs again" if again else "")  # fmt: skip
         while True:
             studies.fail_dead_trials(study, owner, self.grace_seconds, self.retries, log)
             left = self.n_trials - len(studies.counted(study.get_trials(deepcopy=False)))
@@ -200,8 +204,15 @@ class OptunaSearch(Sweeper):
             for trial in asked:
                 owner.claim(study, trial)
             trials = studies.within_budget(study, asked, self.n_trials)
-            if trials:
-                self._run_batch(study, trials, space, url, name, names)
+            try:
+                if trials:
+                    self._run_batch(study, trials, space, url, name, names)
+            except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the sweep stops, and the same command goes on
+                stopped = studies.interrupt(study, trials, log)
+                write_report(study, sweep_dir, names, plots=False)
+                shown = f"trial {', '.join(map(str, stopped))} runs again" if stopped else "it goes on"
+                log.warning("Sweep stopped: rerun the sweep command (%s)", shown)
+                raise
             write_report(study, sweep_dir, names, self.plots)
         write_report(study, sweep_dir, names, self.plots)
         self._log_best(study, names)
@@ -220,8 +231,10 @@ class OptunaSearch(Sweeper):
                 returns = [None] * len(batch)
                 reason = " ".join(str(error).split())[:300]
                 log.error("error: the launcher lost trials %s: %s", ", ".join(str(t.number) for t in trials), reason)
-        for index, trial in enumerate(trials):
-            self._tell(study, trial, returns[index * len(folds) : (index + 1) * len(folds)], names)
+        told = [self._tell(study, trial, returns[index * len(folds) : (index + 1) * len(folds)], names)
+                for index, trial in enumerate(trials)]  # fmt: skip
+        if not all(told):  # a job in another process (joblib, Slurm) was stopped by Ctrl-C or SIGTERM
+            raise Interrupted("interrupted: a trial's job was stopped; to continue, rerun the sweep command")
 
     def _job_overrides(self, trial: Any, space: Space, url: str, name: str, fold: int | None) -> list[str]:
         told = [f"trial.number={trial.number}", f"trial.study={override_text(name)}",
@@ -244,15 +257,21 @@ class OptunaSearch(Sweeper):
         usable = all(isinstance(value, (int, float)) and math.isfinite(value) for value in values)
         return [float(value) for value in values] if usable else None
 
-    def _tell(self, study: Any, trial: Any, jobs: list[Any], names: list[str]) -> None:
+    def _tell(self, study: Any, trial: Any, jobs: list[Any], names: list[str]) -> bool:
         """The outcome of a trial's jobs (one, or one per fold: their mean) into the study: complete with its
-        values, pruned, or failed (any of its jobs failed)."""
+        values, pruned, or failed (any of its jobs failed).
+
+        Returns:
+            False when one of its jobs was stopped by Ctrl-C or SIGTERM: the trial is left to `interrupt`.
+        """
         from optuna.trial import TrialState
 
         from trainer.search.trial import outcome_key
 
         attributes = study._storage.get_trial(trial._trial_id).user_attrs
         outcomes = [attributes.get(outcome_key(fold)) or {} for fold in self._folds()]
+        if any(outcome.get("state") == "interrupted" for outcome in outcomes):
+            return False
         values = [self._values(job, outcome, names) for job, outcome in zip(jobs, outcomes, strict=True)]
         usable = all(value is not None for value in values)
         mean = [sum(column) / len(column) for column in zip(*values, strict=True)] if usable else None
@@ -265,6 +284,7 @@ class OptunaSearch(Sweeper):
         shown = " ".join(f"{n}={v:.4f}" for n, v in zip(names, mean, strict=True)) if usable else ""
         folds = f" (mean of {len(jobs)} folds)" if self.folds and usable else ""
         log.info("Trial %d: %s %s%s", trial.number, state_name(study._storage.get_trial(trial._trial_id)), shown, folds)
+        return True
 
     def _log_best(self, study: Any, names: list[str]) -> None:
         best = best_trials(study)

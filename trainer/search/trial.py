@@ -70,6 +70,14 @@ def outcome_key(fold: int | None) -> str:
     return OUTCOME if fold is None else f"{OUTCOME}:fold{fold}"
 
 
+def record_interrupted(config: TrialConfig, fold: int | None = None) -> None:
+    """Notes in its trial that Ctrl-C or SIGTERM stopped this job, for a sweep that launched it in another process
+    (joblib, Slurm) and gets its exception as a failure: the sweep stops and runs the trial again next time."""
+    trial = connect(config)
+    if trial is not None:
+        trial.study._storage.set_trial_user_attr(trial._trial_id, outcome_key(fold), {"state": "interrupted"})
+
+
 def record_outcome(config: TrialConfig, metrics: dict[str, Any], fold: int | None = None) -> None:
     """Writes the run's outcome (`pruned` or `complete`) and its metrics into its trial, for the sweep (`fold`:
     the fold this job validates on, when the trial is cross-validated)."""

@@ -180,15 +180,19 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
                 by = f"the time budget (trainer.time_budget={settings.trainer.time_budget})"
             several = topology.in_multi_worker_mode(strategy)
             resume = folder.run_dir if plan.chief else CHIEF_RUN
-            log.warning(
-                "Stopped by %s: epoch %d will be redone from the backup in %s. To continue, run%s: "
-                "python run.py resume=%s",
-                by,
-                stop.epoch + 1,
-                folder.backup_dir if plan.chief else "the chief's run folder",
-                " on every worker" if several else "",
-                resume,
-            )
+            if stop.signum != TIME_BUDGET and sweep_job() is not None:  # the sweep stops too (tasks.train)
+                log.warning("Stopped by %s in epoch %d; the backup is in %s. To continue, %s", by, stop.epoch + 1,
+                            folder.backup_dir, how_to_continue(settings, folder.run_dir))  # fmt: skip
+            else:
+                log.warning(
+                    "Stopped by %s: epoch %d will be redone from the backup in %s. To continue, run%s: "
+                    "python run.py resume=%s",
+                    by,
+                    stop.epoch + 1,
+                    folder.backup_dir if plan.chief else "the chief's run folder",
+                    " on every worker" if several else "",
+                    resume,
+                )
             _sync_mirror(callbacks)
             folder.invocation["outcome"] = "interrupted" if stop.signum == signal.SIGINT else "preempted"
             folder.invocation["stopped"] = STOPPED_BY[stop.signum]
@@ -200,6 +204,25 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
                 _sync_mirror(callbacks)
                 return outcome  # no fine-tuning phase after an early stop or a pruning
     return "completed"
+
+
+def sweep_job() -> int | None:
+    """This job's number when Hydra runs it as part of a multirun (`-m`), else None."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return None
+    return int(HydraConfig.get().job.num)
+
+
+def how_to_continue(settings: Config, run_dir: Path) -> str:
+    """What to run after Ctrl-C or SIGTERM stopped a job of a sweep, which stops too, as the words after "To
+    continue, ": an Optuna trial is run again by the sweep command (`resume=` would train it outside its study);
+    a grid job is resumed, and the jobs after it did not run."""
+    if settings.trial.number is not None:
+        return f"rerun the sweep command: its study runs trial {settings.trial.number} again"
+    return f"run: python run.py resume={run_dir} (the sweep's jobs after job {sweep_job()} did not run)"
 
 
 def _sync_mirror(callbacks: list[keras.callbacks.Callback]) -> None:

@@ -39,7 +39,7 @@ from trainer.runs.checkpoints import ModelInfo, weights_fingerprint
 from trainer.runs.digest import DigestGate, FileDigests
 from trainer.runs.resume import CHIEF_RUN, DATA_FILE, Progress, bind_data, prepare_resume, resolve_resume
 from trainer.runs.storage import OutputFolders
-from trainer.search.trial import record_outcome
+from trainer.search.trial import record_interrupted, record_outcome
 from trainer.tasks import parts
 from trainer.tasks import phases as fitting
 from trainer.tasks.data import Data, load_data
@@ -54,6 +54,7 @@ from trainer.tracking.reports import run_summary
 from trainer.tracking.sweep import sweep_folder
 from trainer.tracking.tensorboard import write_test_metrics
 from trainer.training import precision
+from trainer.training.callbacks import STOPPED_BY, TIME_BUDGET
 from trainer.training.optimizers import peak_learning_rate
 
 log = logging.getLogger(__name__)
@@ -455,6 +456,10 @@ def train(settings: Config) -> float | None:
 
     Returns:
         The best value of `objective.metric` over the epochs, as a plain float (None if preempted).
+
+    Raises:
+        Interrupted: Ctrl-C stopped training, or SIGTERM stopped a sweep's job (the sweep stops too); the backup
+            is saved and the message says how to continue.
     """
     if is_evaluator(settings):  # TF_CONFIG's evaluator task: it watches the run instead of training
         with run_folder(settings.output_dir, chief=False):  # removes Hydra's temporary folder of this task
@@ -473,8 +478,15 @@ def train(settings: Config) -> float | None:
         record_outcome(settings.trial, metrics, fold)  # a search's trial: the sweep reads its outcome from the study
         if plan.outputs.model:  # Vertex AI's model folder: the deployable SavedModel, checked like mode=export's
             export_to_model_dir(settings, str(folder.run_dir), plan.outputs.model)
-    if outcome == "interrupted":  # the folder is released: the lock, the invocation's end line
-        raise Interrupted(
-            f"interrupted (Ctrl-C); the backup is saved. To continue, run: python run.py resume={folder.run_dir}"
-        )
+    in_sweep = fitting.sweep_job() is not None
+    stopped = folder.invocation.get("stopped")
+    if outcome == "interrupted" or (outcome == "preempted" and in_sweep and stopped != STOPPED_BY[TIME_BUDGET]):
+        # The folder is released (the lock, the invocation's end line). In a sweep SIGTERM stops the sweep as
+        # Ctrl-C does, and the trial is run again by the sweep command.
+        if in_sweep and plan.chief:
+            record_interrupted(settings.trial, settings.dataset.fold if settings.dataset.folds else None)
+        hint = fitting.how_to_continue(settings, folder.run_dir) if in_sweep else None
+        said = "interrupted (Ctrl-C)" if outcome == "interrupted" else f"stopped by {stopped}"
+        hint = hint or f"run: python run.py resume={folder.run_dir}"
+        raise Interrupted(f"{said}; the backup is saved. To continue, {hint}")
     return None if outcome == "preempted" else metrics["objective"]
