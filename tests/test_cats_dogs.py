@@ -430,3 +430,44 @@ def test_a_converted_folder_is_read_with_its_manifests_size_format_and_resize_mo
     (tmp_path / "records" / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(DataError, match="manifest.json: its images were decoded as 'another decode'"):
         load_data(to_settings(compose(base)).dataset, 4, 0)
+
+
+@pytest.mark.integration
+def test_a_converted_folder_of_three_classes_and_an_unlabeled_one_need_no_class_keys(tmp_path):
+    """The docs say a converted folder 'needs nothing more', but a 3-class one needed dataset.num_classes=3 and
+    dataset.class_names=[...] (the defaults are cats and dogs), and predicting on an unlabeled converted folder
+    needed the model's classes repeated; the manifest and the checkpoint hold them."""
+    from tiny_model import build
+
+    from conftest import csv_rows
+    from trainer.config.store import to_settings
+    from trainer.models.preprocessing import build_models
+    from trainer.runs import checkpoints
+    from trainer.tasks.data import load_data
+
+    make_pets(tmp_path / "in", per_class=4)
+    (tmp_path / "in" / "Fox").mkdir()
+    for index in range(4):
+        Image.fromarray(np.full((24, 30, 3), (30, 200, 30), np.uint8)).save(tmp_path / "in" / "Fox" / f"{index}.png")
+    options = ConvertOptions(SIZE, val_fraction=0.25, test_fraction=0.25, workers=1)
+    convert(tmp_path / "in", tmp_path / "records", options)
+    base = ["dataset=cats_dogs", f"dataset.data_dir={tmp_path / 'records'}", f"dataset.image_size={SIZE}"]
+    data = load_data(to_settings(compose([*base, "debug=smoke"])).dataset, 4, 0)
+    assert data.class_names == ["Cat", "Dog", "Fox"] and data.class_counts["val"] == {"Cat": 1, "Dog": 1, "Fox": 1}
+    labels = sorted(int(label) for _, batch in data.val for label in batch.numpy())
+    assert labels == [0, 1, 2], "the third class's label comes through"
+    with pytest.raises(DataError, match=r"manifest.json: lists 3 classes but dataset.num_classes=2; leave it unset"):
+        load_data(to_settings(compose([*base, "dataset.num_classes=2"])).dataset, 4, 0)
+    # An unlabeled converted folder, predicted by a 3-class model: the classes are the checkpoint's.
+    checkpoint = tmp_path / "model.keras"
+    model = build_models(build(3, (SIZE, SIZE, 3))).inference
+    checkpoints.save(model, checkpoint, checkpoints.ModelInfo(("Cat", "Dog", "Fox"), SIZE, SIZE, "standardize"))
+    convert(tmp_path / "in" / "Fox", tmp_path / "flat", ConvertOptions(image_size=SIZE, workers=1))
+    output = tmp_path / "predictions.csv"
+    overrides = ["dataset=cats_dogs", f"dataset.data_dir={tmp_path / 'flat'}", "mode=predict",
+                 f"checkpoint={checkpoint}", f"predict.input={tmp_path / 'flat'}/test.tfrecords_*",
+                 f"predict.output={output}"]  # fmt: skip
+    run_task(compose(overrides, tmp_path / "predict"))
+    rows = csv_rows(output)
+    assert sorted(row["id"] for row in rows) == [f"{index}.png" for index in range(4)]
+    assert all(row["predicted_class"] in ("Cat", "Dog", "Fox") and not row["error"] for row in rows)

@@ -102,13 +102,15 @@ class LabeledFilesConfig(DatasetConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        require(self.num_classes >= 2, "dataset.num_classes", ">= 2", self.num_classes)
-        require(
-            len(self.class_names) == self.num_classes,
-            "dataset.class_names",
-            f"a list of num_classes={self.num_classes} names",
-            list(self.class_names),
-        )
+        if self.num_classes is not None:  # null (TFRecords): the converter's manifest's
+            require(self.num_classes >= 2, "dataset.num_classes", ">= 2", self.num_classes)
+        if self.num_classes is not None and self.class_names is not None:
+            require(
+                len(self.class_names) == self.num_classes,
+                "dataset.class_names",
+                f"a list of num_classes={self.num_classes} names",
+                list(self.class_names),
+            )
         self.train_files = file_list(self.train_files, "dataset.train_files")
         self.test_files = file_list(self.test_files, "dataset.test_files")
 
@@ -174,8 +176,8 @@ class TFRecordDatasetConfig(LabeledFilesConfig):
     label_key: str | None = None  # feature key of the integer label
     filename_key: str | None = None  # feature key of the stored file name (unlabeled records, predictions)
     compression: str = "auto"  # auto (from each file's first bytes) | none | gzip | zlib
-    num_classes: int = 2  # classes the labels index
-    class_names: list[str] = field(default_factory=lambda: ["cat", "dog"])  # the manifest's win when present
+    num_classes: int | None = None  # classes the labels index; null: the converter's manifest's, else 2
+    class_names: list[str] | None = None  # in label order; null: the manifest's, else [cat, dog] (the manifest's win)
     image_size: int = 224  # stored images are resized to this side: the model input unless augment.crop crops
 
     def __post_init__(self) -> None:

@@ -4,8 +4,9 @@
     python run.py dataset=cats_dogs dataset.data_dir=records/      # 64-pixel JPEG records, from the manifest
 
 A converted folder is read as its `manifest.json` says: the stored size, the format, the
-resize mode and the decode. A config value that contradicts the manifest is one line naming
-both; one left unset (null) takes the manifest's, else the classic raw 224 layout.
+resize mode, the decode and the classes. A config value that contradicts the manifest is one
+line naming both; one left unset (null) takes the manifest's, else the classic raw 224 layout
+of two classes, cat and dog.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from trainer.errors import DataError
 log = logging.getLogger(__name__)
 
 CLASSIC = {"format": "raw", "stored_size": 224, "resize_mode": "resize"}  # files without a manifest
+CLASSIC_CLASSES = ["cat", "dog"]  # the classic files' labels, without a manifest or dataset.class_names
 
 
 def _manifest_entry(manifest: dict | None, split: str, files: list[str]) -> dict | None:
@@ -113,8 +115,8 @@ class TFRecordFiles:
         train_files: list[str],
         val_files: list[str],
         test_files: list[str],
-        num_classes: int = 2,
-        class_names: list[str] = ("cat", "dog"),
+        num_classes: int | None = None,
+        class_names: list[str] | None = None,
         format: str | None = None,
         stored_size: int | None = None,
         resize_mode: str | None = None,
@@ -127,7 +129,8 @@ class TFRecordFiles:
         image_size: int = 0,
     ) -> None:
         self.patterns = {"train": list(train_files), "val": list(val_files), "test": list(test_files)}
-        self.num_classes, self.class_names, self.name = num_classes, list(class_names), name
+        self.num_classes, self.name = num_classes, name
+        self.class_names = list(class_names) if class_names is not None else None
         self.config = {"format": format, "stored_size": stored_size, "resize_mode": resize_mode}
         self.keys = {"image": image_key, "label": label_key, "filename": filename_key}
         self.compression = compression
@@ -156,6 +159,40 @@ class TFRecordFiles:
             files[split] = list(labeled)
         return files
 
+    def _class_names(self, manifest_file: str | None, manifest: dict | None) -> list[str]:
+        """The classes the labels index: the converter's manifest's, else `dataset.class_names`, else the
+        classic files' two (cat, dog).
+
+        Raises:
+            DataError: `dataset.num_classes` contradicts the manifest, or names no list of classes.
+        """
+        listed = (manifest or {}).get("class_names")
+        if listed:
+            if self.num_classes is not None and self.num_classes != len(listed):
+                raise DataError(
+                    f"{manifest_file}: lists {len(listed)} classes but dataset.num_classes={self.num_classes}; "
+                    f"leave it unset (null) to take the manifest's"
+                )
+            given = [name.casefold() for name in self.class_names or []]
+            if self.class_names is not None and given != [name.casefold() for name in listed]:
+                log.warning(
+                    "dataset.class_names=%s differ from the classes %s of %s: the manifest's win",
+                    self.class_names,
+                    listed,
+                    manifest_file,
+                )
+            return list(listed)
+        if self.class_names is not None:
+            if self.num_classes is not None and self.num_classes != len(self.class_names):
+                raise DataError(f"dataset.class_names={self.class_names} is not num_classes={self.num_classes} names")
+            return list(self.class_names)
+        if self.num_classes not in (None, len(CLASSIC_CLASSES)):
+            raise DataError(
+                f"dataset.num_classes={self.num_classes}: set dataset.class_names to name them (no manifest.json "
+                f"beside the files lists them)"
+            )
+        return list(CLASSIC_CLASSES)
+
     def load(self, check_val: bool = True) -> Splits:
         """Expands the globs, checks each file's first record and counts the records (the manifest's counts
         when it lists the same files)."""
@@ -163,13 +200,10 @@ class TFRecordFiles:
         spec, manifest, resize_mode = self.spec(first)
         files = self._files(spec)
         manifest_file = tfrecords.read_manifest(files["train"])[0]
-        class_names = list((manifest or {}).get("class_names") or self.class_names)
-        if len(class_names) != self.num_classes:
-            raise DataError(
-                f"{manifest_file}: lists {len(class_names)} classes but dataset.num_classes={self.num_classes}"
-            )
+        class_names = self._class_names(manifest_file, manifest)
+        num_classes = len(class_names)
         records = {
-            split: Records.whole_files(paths, _count(paths, manifest, split, spec, self.num_classes))
+            split: Records.whole_files(paths, _count(paths, manifest, split, spec, num_classes))
             for split, paths in files.items()
         }
         log.info(
@@ -188,11 +222,11 @@ class TFRecordFiles:
         }
         return Splits(
             {split: Source(part, readers[split]) for split, part in records.items()},
-            TFRecordDecoder(spec, self.num_classes),
+            TFRecordDecoder(spec, num_classes),
             class_names,
             lambda: (files["train"], _file_counts(files["train"], manifest, spec)),
             {split: entry["per_class"] for split, entry in (manifest or {}).get("splits", {}).items()},
-            _bad_record_finder(files, spec, self.num_classes),
+            _bad_record_finder(files, spec, num_classes),
             resize_mode=resize_mode,
             photos=spec.format != "raw",
         )

@@ -20,6 +20,7 @@ from trainer.config.schema import Config
 from trainer.data import predict_inputs, tfrecords
 from trainer.data.decode import check_decode
 from trainer.data.preprocess import Preprocess
+from trainer.data.tfrecord_files import CLASSIC_CLASSES
 from trainer.errors import ConfigError
 from trainer.models.tta import with_tta
 from trainer.runs import checkpoints
@@ -38,10 +39,13 @@ def _text(name: object) -> str:
     return str(name).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
-def _record_class_names(settings: Config, files: list[Path]) -> list[str]:
-    """The class names that the labels of record files index: the converter's manifest's, else the dataset's."""
+def _record_class_names(settings: Config, files: list[Path], model_classes: list[str]) -> list[str]:
+    """The class names that the labels of record files index: the converter's manifest's; the model's for a
+    converted folder without labels (nothing to check); else the dataset's, else the classic files' two."""
     _, manifest = tfrecords.read_manifest([str(file) for file in files])
-    return list((manifest or {}).get("class_names") or getattr(settings.dataset, "class_names", None) or [])
+    if manifest is not None:
+        return list(manifest.get("class_names") or model_classes)
+    return list(getattr(settings.dataset, "class_names", None) or CLASSIC_CLASSES)
 
 
 def _chunks(settings: Config, info: checkpoints.ModelInfo, kind: str, files: list[Path], root: Path | None):
@@ -59,7 +63,7 @@ def _chunks(settings: Config, info: checkpoints.ModelInfo, kind: str, files: lis
         checkpoints.check_data(
             checkpoints.resolve(settings.checkpoint),
             info,
-            _record_class_names(settings, files),
+            _record_class_names(settings, files, list(info.class_names)),
             info.image_size,
             f"predict.input ({kind} of dataset={dataset.name})",
         )
