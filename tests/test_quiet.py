@@ -88,3 +88,20 @@ def test_a_search_on_a_database_prints_no_alembic_lines(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "study.db").is_file()
     assert "alembic" not in result.stdout + result.stderr
+
+
+@pytest.mark.unit
+def test_the_mlflow_model_class_is_made_without_mlflows_type_hint_warning():
+    """MLflow warns, in colour, on every import of a PythonModel whose `predict` has no type hints: the watcher
+    (mode=evaluate evaluate.watch=true logger=mlflow), training and `mlflow models serve` printed it. The module
+    is executed afresh here, as a new process imports it."""
+    import importlib.util
+    import warnings
+
+    pytest.importorskip("mlflow")
+    path = ROOT / "trainer" / "serving" / "mlflow_model.py"
+    spec = importlib.util.spec_from_file_location("mlflow_model_imported_again", path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    assert [str(warning.message) for warning in caught if "type hint" in str(warning.message)] == []

@@ -24,6 +24,7 @@ import base64
 import binascii
 import importlib.metadata
 import logging
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -82,8 +83,10 @@ class ImageClassifier(mlflow.pyfunc.PythonModel):
             bytes_function(model, info, MAX_PIXELS), input_signature=[tf.TensorSpec([None], tf.string)]
         )
 
-    # No type hints: MLflow would take them for the schema (it warns once that there are none)
-    def predict(self, context, model_input, params=None):
+    # `model_input` is typed with one of the types MLflow infers no schema from (SIGNATURE is the schema): with no
+    # type hint MLflow warned, in colour, on every import of this module (training with logger=mlflow, the watcher,
+    # `mlflow models serve`), and under its own "once" filter, which a caller's warning filter cannot override.
+    def predict(self, context, model_input: pd.DataFrame, params=None):
         frame = model_input if isinstance(model_input, pd.DataFrame) else pd.DataFrame(model_input)
         if PIXELS not in frame and ENCODED not in frame:  # what MLflow leaves of `image` or an unnamed list
             raise _bad_request(NO_COLUMN)
@@ -200,6 +203,9 @@ def _requirements() -> list[str]:
     return pins
 
 
+PROGRESS_BARS = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+
+
 def log_model(uri: str, run_id: str, checkpoint: Path, register_as: str | None = None) -> str:
     """Logs `checkpoint` (its inference model) as the MLflow Model `model` of the run `run_id`, with this
     package as its code, the class names and image size as metadata; registered as `register_as` when given.
@@ -217,6 +223,10 @@ def log_model(uri: str, run_id: str, checkpoint: Path, register_as: str | None =
     pyfunc_log = logging.getLogger("mlflow.pyfunc")
     level = pyfunc_log.level
     pyfunc_log.setLevel(logging.ERROR)  # its advice on pickling, its check of the input example
+    # MLflow's own switch for the tqdm bars ("Uploading artifacts", "Downloading artifacts" as it loads the model
+    # back to check the input example) that reached the run's log; a value the user set is kept.
+    bars = os.environ.get(PROGRESS_BARS)
+    os.environ[PROGRESS_BARS] = bars if bars is not None else "false"
     try:
         with mlflow.start_run(run_id=run_id):
             logged = mlflow.pyfunc.log_model(
@@ -233,6 +243,8 @@ def log_model(uri: str, run_id: str, checkpoint: Path, register_as: str | None =
     finally:
         mlflow.set_tracking_uri(previous)  # None: unset again, as MLflow's own _use_tracking_uri does
         pyfunc_log.setLevel(level)
+        if bars is None:
+            os.environ.pop(PROGRESS_BARS, None)
         if interactive:
             keras.config.enable_interactive_logging()
     return logged.model_uri
