@@ -272,6 +272,50 @@ class StripesSource:
         return Splits(splits, self.decode, ["top", "middle"], files, fingerprint=fingerprint, files=[])
 
 
+class FloatStripes(StripesSource):
+    """Gives float32 images in [0, 1]: the pipeline's cast to uint8 made them black, trained on silently."""
+
+    def decode(self, records):
+        images, labels = super().decode(records)
+        return tf.cast(images, tf.float32) / 255.0, labels
+
+
+class EndlessStripes(StripesSource):
+    """Its reader never ends: training takes its count, the report's in-order pass crashed after training
+    ('expected 24 elements but contained at least 25')."""
+
+    class Reader(StripesSource.Reader):
+        def read_files(self, paths, parallel_reads=None):
+            return super().read_files(paths).repeat()
+
+
+class BrokenStripes(StripesSource):
+    def load(self, check_val: bool = True) -> Splits:
+        raise RuntimeError("the bucket is gone")
+
+
+OWN_PART_ERRORS = {  # the part: its one line
+    "FloatStripes": r"^dataset._target_=test_folder.FloatStripes: its decoder gives float32 images \(values 0 to 1 in "
+    r"the first batch\); expected uint8 0-255",
+    "EndlessStripes": r"^dataset._target_=test_folder.EndlessStripes: its reader gives more than 24 records of the "
+    r"train split .*but its Records count 24",
+    "BrokenStripes": r"^dataset._target_=test_folder.BrokenStripes: its load\(\) raised RuntimeError: the bucket "
+    r"is gone$",
+}
+
+
+@pytest.mark.integration
+def test_a_dataset_part_that_breaks_the_protocol_is_one_line_naming_it_at_start_up(tmp_path):
+    for name, pattern in OWN_PART_ERRORS.items():
+        overrides = ["dataset=custom", f"dataset._target_=test_folder.{name}", "dataset.per_split=24", "debug=smoke"]
+        with pytest.raises(DataError, match=pattern):
+            load_data(to_settings(compose(overrides)).dataset, 8, 0)
+    assert load_data(to_settings(compose([*overrides[:1], "dataset._target_=test_folder.StripesSource"])).dataset, 8, 0)
+    result = run_cli([*overrides, f"hydra.run.dir={tmp_path / 'cli'}"], cwd=tmp_path)  # BrokenStripes
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert re.match(OWN_PART_ERRORS["BrokenStripes"].replace("^", "^error: "), result.stderr.strip().splitlines()[-1])
+
+
 @pytest.mark.slow
 @pytest.mark.integration
 def test_a_dataset_part_defined_here_trains_by_target(tmp_path):
