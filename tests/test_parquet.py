@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from conftest import compose
+from conftest import compose, run_cli
 from trainer.config.store import to_settings
 from trainer.errors import ConfigError, DataError
 from trainer.tasks import run_task
@@ -294,3 +295,41 @@ def test_every_name_of_the_validation_split_is_found_and_two_are_one_line(tmp_pa
     first, second = sorted([name, other], key=["val", "validation", "valid"].index)
     with pytest.raises(DataError, match=f"both '{first}' and '{second}' look like the validation split; keep one"):
         load_data(_settings(root, "dataset.class_names=[cat,dog]").dataset, 4, 0)
+
+
+def _truncated_jpeg() -> bytes:
+    whole = _encoded("cat", 1)  # odd index: a JPEG
+    return whole[: len(whole) // 2]
+
+
+BAD_IMAGES = {  # case: (row, the image there, what the line says)
+    "null": (3, None, r"no image \(a null in column 'image'\)"),
+    "garbage": (5, b"these bytes are no image at all", "not a JPEG, PNG, GIF, BMP or WebP image"),
+    "truncated_jpeg": (4, _truncated_jpeg(), "corrupt or truncated image"),
+}
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("case", list(BAD_IMAGES))
+def test_a_bad_image_stops_training_with_one_line_naming_its_file_and_row(tmp_path, case):
+    """A null or undecodable image stopped training with 'bad input data: not a JPEG, ...', naming no file or
+    row. Parquet files are records, not a photo folder: the pipeline stops, and the line names both."""
+    row, image, reason = BAD_IMAGES[case]
+    root = make_plain(tmp_path / case, per_class=3)  # train.parquet: 9 rows, test.parquet: 6
+    pq.write_table(_table(_per_class(2), False, False), root / "validation.parquet")
+    table = pq.read_table(root / "train.parquet")
+    images = table.column("image").to_pylist()
+    images[row] = image
+    table = table.set_column(0, "image", pa.array(images, pa.binary()))
+    pq.write_table(table, root / "train.parquet", row_group_size=4)  # the bad row in the second row group
+    data = load_data(_settings(root).dataset, batch_size=4, seed=0)
+    with pytest.raises(DataError, match=rf"^{re.escape(str(root / 'train.parquet'))}: row {row}: {reason}") as caught:
+        with data.named_bad_records():
+            for _ in data.train.take(4):
+                pass
+    assert "\n" not in str(caught.value)
+    if case == "null":  # training itself: one line, exit 1, no traceback
+        result = run_cli(["dataset=parquet", f"dataset.data_dir={root}", "dataset.image_size=32", "debug=smoke",
+                          "trainer.batch_size=4", f"hydra.run.dir={tmp_path / 'run'}"])  # fmt: skip
+        assert result.returncode == 1 and "Traceback" not in result.stderr
+        assert f"{root / 'train.parquet'}: row 3: no image (a null in column 'image')" in result.stderr

@@ -18,6 +18,10 @@ per-class hold-out of `dataset.val_fraction`. Training reads the files a batch a
 time (pyarrow, in Python), and each row becomes the folder's record (the label's
 `LABEL_DIGITS` digits, then the image bytes) in the graph, decoded by the folder's
 `FileDecoder`: the one decode. Each worker's share is whole files or row ranges.
+
+A null or undecodable image stops the pipeline (Parquet files are records, not a photo
+folder: nothing is skipped), and the image column of the files is then read again to
+name it, as one line: `FILE: row N: reason` (`_bad_image_finder`).
 """
 
 from __future__ import annotations
@@ -26,15 +30,16 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
 
-from trainer.data.decode import RESIZE_MODES
+from trainer.data.decode import NOT_AN_IMAGE, RESIZE_MODES, image_format
 from trainer.data.folder import LABEL_DIGITS, FileDecoder
+from trainer.data.images import decode_reason
 from trainer.data.parts import VAL_NAMES, Splits, val_split_name
 from trainer.data.shares import Records
 from trainer.data.sources import Source
@@ -59,13 +64,23 @@ def _parquet_files(folder: Path, split: str) -> list[Path]:
 
 def _image_bytes(column):
     """The encoded bytes of an image column: binary, or the `Image` feature's struct; a null is empty bytes
-    (the decode then names it a bad record)."""
+    (the decode then refuses it, and `_bad_image_finder` names its file and row)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     if pa.types.is_struct(column.type):
         column = column.field("bytes")
     return pc.fill_null(column, b"").to_numpy(zero_copy_only=False)
+
+
+def _null_images(column) -> np.ndarray:
+    """Where an image column holds no image: a null, or a null `bytes` field of the `Image` struct."""
+    import pyarrow as pa
+
+    nulls = column.is_null().to_numpy(zero_copy_only=False)
+    if pa.types.is_struct(column.type):
+        nulls = nulls | column.field("bytes").is_null().to_numpy(zero_copy_only=False)
+    return nulls
 
 
 def _is_string_type(kind) -> bool:
@@ -178,6 +193,65 @@ class ArrowReader:
         return paths.interleave(
             whole, cycle_length=parallel_reads, num_parallel_calls=parallel_reads, deterministic=True
         )
+
+
+def _first_bad_header(column, name: str) -> tuple[int, str] | None:
+    """(row in the batch, reason) of the first image of a batch's column that is null, empty or has no known
+    image header (the cheap checks: no pixel decoded); None when every one passes."""
+    nulls, data = _null_images(column), _image_bytes(column)
+    formats = image_format(tf.constant(data)).numpy()
+    bad = np.flatnonzero(nulls | (formats < 0))
+    if not len(bad):
+        return None
+    row = int(bad[0])
+    if nulls[row]:
+        return row, f"no image (a null in column {name!r})"
+    return row, "empty image bytes" if not len(data[row]) else NOT_AN_IMAGE
+
+
+def _first_undecodable(data: np.ndarray, decoder) -> tuple[int, str] | None:
+    """(row in the batch, reason) of the first image the pipeline's `decoder` refuses: the batch at once, then
+    image by image once it fails; None when every one decodes."""
+    records = tf.strings.join([b"0" * LABEL_DIGITS, tf.constant(data)])  # the reader's record, label 0
+    try:
+        decoder(records)
+        return None
+    except tf.errors.InvalidArgumentError:
+        pass
+    for row in range(len(data)):
+        try:
+            decoder(records[row : row + 1])
+        except tf.errors.InvalidArgumentError as error:
+            return row, decode_reason(error)
+    return None
+
+
+def _bad_image_finder(files: list[tuple[str, str]], column: str, decoder) -> Callable[[], None]:
+    """`Splits.find_bad_record`: a bad image stopped the input pipeline, whose error names no file or row.
+    Each file (path, kind) is read again, its image column only: first every file's nulls and headers (cheap),
+    then each batch decoded by the pipeline's own `decoder`, until one image fails.
+
+    Parquet files are records, not a photo folder: a bad image stops training, named (no file is skipped).
+
+    Raises:
+        DataError: `FILE: row N: reason`, the row counted from 0 within its file.
+    """
+
+    def scan(check) -> None:
+        for path, kind in files:
+            for offset, batch in _batches(path, kind, [column], 0, sys.maxsize):
+                found = check(batch.column(0)) if batch.num_rows else None
+                if found is not None:
+                    raise DataError(f"{path}: row {offset + found[0]}: {found[1]}")
+
+    def find() -> None:
+        log.warning(
+            "A bad image stopped the input pipeline; reading the image column of %d files to name it", len(files)
+        )
+        scan(lambda images: _first_bad_header(images, column))
+        scan(lambda images: _first_undecodable(_image_bytes(images), decoder))
+
+    return find
 
 
 @dataclass
@@ -457,16 +531,18 @@ class ArrowFiles:
             classes = tuple(names) if self.string_classes else None
             reader = ArrowReader(part.kind, self.columns, part.rows, classes=classes)
             sources[split] = Source(Records.whole_files(files, sum(part.counts)), reader)
-        train = splits["train"]
+        train, decoder = splits["train"], FileDecoder(self.size, self.resize_mode)
+        files = {str(path): part.kind for part in splits.values() for path in part.files}  # each once, in order
         return Splits(
             sources,
-            FileDecoder(self.size, self.resize_mode),
+            decoder,
             names,
             lambda: ([str(path) for path in train.files], train.counts),
             {
                 split: dict(zip(names, np.bincount(values, minlength=len(names)).tolist(), strict=True))
                 for split, values in labels.items()
             },
+            find_bad_record=_bad_image_finder(list(files.items()), self.columns[0], decoder),
             resize_mode=self.resize_mode,
             photos=True,
         )
