@@ -175,6 +175,7 @@ def test_the_report_is_one_self_contained_page_with_the_figures_of_the_predictio
     sklearn_metrics = pytest.importorskip("sklearn.metrics")
     images, labels = _quadrant_data(96, 3)
     val_images, val_labels = _quadrant_data(64, 4)
+    val_labels[::8] = 1 - val_labels[::8]  # 8 mislabelled: enough mistakes for a temperature to be fitted
     dataset = _dataset(images, labels)
     figures = write_report(tmp_path, quadrant_model, quadrant_model, dataset, ["horizontal", "vertical"], "test",
                            ReportOptions(images=5), _dataset(val_images, val_labels))  # fmt: skip

@@ -203,7 +203,7 @@ CHANGED_EXPERIMENTS = [
     (["optimizer=sgd"], "optimizer.name: 'adam' -> 'sgd'"),
     (["model.width_multiplier=0.25"], "model.width_multiplier: 0.125 -> 0.25"),
     (["trainer.batch_size=16", "seed=1"], "seed: 42 -> 1; trainer.batch_size: 8 -> 16"),
-    (["trainer.precision=mixed_bfloat16"], "trainer.precision: 'float32' -> 'mixed_bfloat16'"),
+    (["trainer.precision=mixed_bfloat16"], "trainer.precision: 'auto' -> 'mixed_bfloat16'"),
     (["strategy=mirrored"], "strategy.name: 'single' -> 'mirrored'"),
     (["trainer.epochs=2"], "trainer.epochs: 3 -> 2"),
 ]
