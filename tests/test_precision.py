@@ -208,6 +208,7 @@ def test_the_flops_rule_keeps_the_demo_in_float32_and_full_width_vgg19_in_bfloat
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # two runs; the rule itself is the unit tests' above
 def test_auto_logs_its_choice_and_a_model_too_small_trains_as_float32_would(tmp_path, cifar_dir, monkeypatch):
     """On a CPU with AMX-BF16 the tiny network is too small to gain: auto builds it in mixed_bfloat16, counts it,
     and sets it back to float32; then it trains to the weights a float32 run gets, bit for bit."""
