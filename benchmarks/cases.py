@@ -18,6 +18,7 @@ CASES = {
     "augmentation_cost": training.augmentation_cost,
     "data_digest": training.data_digest,
     "folder_pipeline": folders.folder_pipeline,
+    "folder_cache": folders.folder_cache,
     "parquet_pipeline": sources.parquet_pipeline,
     "tfds_pipeline": sources.tfds_pipeline,
     "predict_records": sources.predict_records,
