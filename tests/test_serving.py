@@ -338,6 +338,13 @@ def test_a_temperature_is_fitted_only_on_enough_images_and_mistakes_and_held_wit
     assert held.temperature == held.bound == calibration.TEMPERATURES[1] == 4.0
     assert held.at_bound == "the NLL still falls past T=4, the bound of 0.25-4: T is held at 4"
     assert calibration.fit_checked(calibration.scale(probabilities, 5.0), labels).temperature == 0.25
+    # Near-uniform answers over 200 classes: the NLL falls all the way to the bound, so flatly that the search
+    # stopped 0.3% short of it (T=3.99) and said nothing of the bound.
+    logits = np.random.default_rng(0).normal(0, 0.15, (200, 200))
+    logits[:, 13] += 0.3  # every answer leans to class 13; each class is the label once
+    flat = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    uniform = calibration.fit_checked(flat.astype(np.float32), np.arange(200))
+    assert uniform.temperature == uniform.bound == 4.0, uniform
 
 
 @pytest.mark.integration

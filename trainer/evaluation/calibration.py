@@ -131,7 +131,7 @@ def fit_checked(probabilities: np.ndarray, labels: np.ndarray) -> TemperatureFit
     fitted = fit_temperature(probabilities, labels)
     bound = None
     for edge, inward in ((TEMPERATURES[0], 1.01), (TEMPERATURES[1], 1 / 1.01)):
-        if abs(np.log(fitted / edge)) < 1e-3 and nll(probabilities, labels, edge) < nll(
+        if abs(np.log(fitted / edge)) < 1e-2 and nll(probabilities, labels, edge) <= nll(
             probabilities, labels, edge * inward
         ):
             fitted, bound = edge, edge
