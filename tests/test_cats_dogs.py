@@ -13,6 +13,7 @@ import tensorflow as tf
 from PIL import Image
 
 from conftest import ROOT, SUBPROCESS_ENV, TINY_MODEL, check_run_metrics, compose, tfrecord_parts
+from trainer.config import to_settings
 from trainer.data import pipeline, record_rows, tfrecords
 from trainer.data.decode import decode_image
 from trainer.data.folder_to_records import ConvertOptions, convert, main
@@ -20,6 +21,7 @@ from trainer.data.images import reason_for
 from trainer.data.preprocess import Preprocess
 from trainer.errors import DataError
 from trainer.tasks import run_task
+from trainer.tasks.data import load_data
 
 SIZE = 32
 
@@ -471,3 +473,29 @@ def test_a_converted_folder_of_three_classes_and_an_unlabeled_one_need_no_class_
     rows = csv_rows(output)
     assert sorted(row["id"] for row in rows) == [f"{index}.png" for index in range(4)]
     assert all(row["predicted_class"] in ("Cat", "Dog", "Fox") and not row["error"] for row in rows)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("mode", ["resize", "crop", "pad"])
+def test_jpeg_records_without_a_manifest_train_on_the_pixels_serve_bytes_gets(tmp_path, mode):
+    """JPEG records of 48x32 photos and no converter manifest: training squashed them whatever
+    dataset.resize_mode said, while serve_bytes cropped or padded them (a train/serve skew)."""
+    from trainer.data.decode import decode_images
+    from trainer.data.tfrecords import RecordSpec, make_example
+
+    spec = RecordSpec.for_format("jpeg", 32)
+    rng = np.random.default_rng(0)
+    encoded = []
+    with tf.io.TFRecordWriter(str(tmp_path / "pets.tfrecords")) as writer:
+        for index in range(8):
+            pixels = rng.integers(0, 256, (32, 48, 3), dtype=np.uint8)
+            pixels[:, :8] = 255  # a bright left edge: squashed, cropped and padded give other pixels
+            encoded.append(tf.io.encode_jpeg(pixels, quality=95).numpy())
+            writer.write(make_example(spec, encoded[-1], index % 2, None, 32, 48))
+    records = f"{tmp_path}/pets.tfrecords"
+    overrides = _cats_dogs(records, records, records, "dataset.format=jpeg", "dataset.stored_size=32",
+                           "dataset.image_size=32", f"dataset.resize_mode={mode}")  # fmt: skip
+    data = load_data(to_settings(compose(overrides)).dataset, 8, 0)
+    trained = np.concatenate([images.numpy() for images, _ in data.test])
+    served = decode_images(tf.constant(encoded), 32, mode, name="image_bytes").numpy()  # serve_bytes' decode
+    np.testing.assert_array_equal(trained, served)

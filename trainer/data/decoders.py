@@ -60,6 +60,7 @@ class TFRecordDecoder:
     spec: RecordSpec
     num_classes: int | None = None  # None: unlabeled records (label -1), as predict reads test sets
     labeled: bool = True
+    resize_mode: str = "resize"  # how an encoded image is made square, as `serve_bytes` does (`dataset.resize_mode`)
 
     def _parse(self, records: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         spec = self.spec
@@ -90,5 +91,5 @@ class TFRecordDecoder:
             tf.debugging.assert_equal(tf.strings.length(encoded), spec.raw_bytes, message=message)
             images = tf.reshape(tf.io.decode_raw(encoded, tf.uint8), [-1, spec.stored_size, spec.stored_size, 3])
         else:
-            images = decode_images(encoded, spec.stored_size)  # the one decode: see trainer.data.decode
+            images = decode_images(encoded, spec.stored_size, self.resize_mode)  # the one decode (trainer.data.decode)
         return images, check_labels(labels, self.num_classes if self.labeled else None)

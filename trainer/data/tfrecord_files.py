@@ -222,7 +222,7 @@ class TFRecordFiles:
         }
         return Splits(
             {split: Source(part, readers[split]) for split, part in records.items()},
-            TFRecordDecoder(spec, num_classes),
+            TFRecordDecoder(spec, num_classes, resize_mode=resize_mode),  # trained as served (serve_bytes)
             class_names,
             lambda: (files["train"], _file_counts(files["train"], manifest, spec)),
             {split: entry["per_class"] for split, entry in (manifest or {}).get("splits", {}).items()},
