@@ -242,6 +242,20 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
+def consecutive_free_ports(count: int) -> int:
+    """The first of `count` consecutive free ports on 127.0.0.1 (Slurm's and SkyPilot's tasks count up from a base)."""
+    for _ in range(50):
+        base = free_ports(1)[0]
+        try:
+            sockets = [socket.create_server(("127.0.0.1", base + offset)) for offset in range(count)]
+        except OSError:
+            continue
+        for sock in sockets:
+            sock.close()
+        return base
+    raise AssertionError("no consecutive free ports")
+
+
 def tf_config(ports: list[int], index: int) -> str:
     """TF_CONFIG of worker `index` in a cluster of one worker per port of `ports`, all on 127.0.0.1."""
     workers = [f"127.0.0.1:{port}" for port in ports]

@@ -23,7 +23,16 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import ROOT, SUBPROCESS_ENV, csv_rows, free_ports, launch_workers, run_cli, write_cifar
+from conftest import (
+    ROOT,
+    SUBPROCESS_ENV,
+    consecutive_free_ports,
+    csv_rows,
+    free_ports,
+    launch_workers,
+    run_cli,
+    write_cifar,
+)
 from trainer.distribute import cluster
 from trainer.errors import ClusterError, ConfigError
 
@@ -214,25 +223,11 @@ def test_a_tfjob_with_chief_worker_and_evaluator_trains_and_the_evaluator_watche
     assert not list((tmp_path / "evaluator").iterdir()), "the evaluator leaves no temporary folder"
 
 
-def _free_consecutive_ports(count: int) -> int:
-    """The first of `count` consecutive free ports on 127.0.0.1."""
-    for _ in range(50):
-        base = free_ports(1)[0]
-        try:
-            sockets = [socket.create_server(("127.0.0.1", base + offset)) for offset in range(count)]
-        except OSError:
-            continue
-        for sock in sockets:
-            sock.close()
-        return base
-    raise AssertionError("no consecutive free ports")
-
-
 @pytest.mark.e2e
 @pytest.mark.slow  # ~30 s
 def test_a_two_task_slurm_job_trains_on_slurms_variables_alone(tmp_path):
     data = write_cifar(tmp_path / "cifar")
-    base = _free_consecutive_ports(2)
+    base = consecutive_free_ports(2)
     processes = []
     for rank in range(2):  # what `srun` sets for a 2-task step on one node (CPU only: no nvidia-smi)
         slurm = {

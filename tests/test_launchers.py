@@ -11,14 +11,22 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, SUBPROCESS_ENV, compose, free_ports, run_cli, tiny_overrides, write_cifar
+from conftest import (
+    ROOT,
+    SUBPROCESS_ENV,
+    compose,
+    consecutive_free_ports,
+    free_ports,
+    run_cli,
+    tiny_overrides,
+    write_cifar,
+)
 from trainer.distribute import cluster, hosts
 from trainer.errors import ConfigError
 
@@ -402,24 +410,10 @@ def test_the_ray_call_of_the_docs_runs_run_py_on_workers_whose_first_is_the_chie
 # --- Two processes on 127.0.0.1, from each launcher's variables alone ------------------------------------------------
 
 
-def _consecutive_free_ports(count: int) -> int:
-    """The first of `count` consecutive free ports on 127.0.0.1."""
-    for _ in range(50):
-        base = free_ports(1)[0]
-        try:
-            sockets = [socket.create_server(("127.0.0.1", base + offset)) for offset in range(count)]
-        except OSError:
-            continue
-        for sock in sockets:
-            sock.close()
-        return base
-    raise AssertionError("no consecutive free ports")
-
-
 def _launch(tmp_path: Path, launcher: str) -> list[tuple[list[str], dict[str, str]]]:
     """Each of two tasks' (overrides, variables) from the docs' recipe for `launcher`, on 127.0.0.1."""
     if launcher == "skypilot":  # two nodes on one machine: the tasks of one host count up from the port base
-        base = _consecutive_free_ports(2)
+        base = consecutive_free_ports(2)
         command = _strategy_overrides(_run_command(_sky_task()))
         return [
             ([*command, f"strategy.slurm_port_base={base}"], _skypilot_environment(2, rank, ["127.0.0.1"] * 2))
