@@ -37,29 +37,31 @@ def build(
     return keras.Model(inputs, outputs, name="tiny")
 
 
-class FailOnWorker(keras.callbacks.Callback):
+class _OnWorker(keras.callbacks.Callback):
+    """Acts at epoch `epoch` on the worker of TF_CONFIG's `task_index` alone."""
+
+    def __init__(self, task_index: int, epoch: int) -> None:
+        super().__init__()
+        self.task_index, self.epoch = task_index, epoch
+
+    def _chosen(self, epoch: int) -> bool:
+        own = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {}).get("index", 0)
+        return own == self.task_index and epoch + 1 == self.epoch
+
+
+class FailOnWorker(_OnWorker):
     """Raises a `DataError` at the end of epoch `epoch` on the worker of TF_CONFIG's `task_index` alone, as a bad
     file in that worker's share would."""
 
-    def __init__(self, task_index: int, epoch: int) -> None:
-        super().__init__()
-        self.task_index, self.epoch = task_index, epoch
-
     def on_epoch_end(self, epoch, logs=None):
-        own = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {}).get("index", 0)
-        if own == self.task_index and epoch + 1 == self.epoch:
-            raise DataError(f"worker {own} fails on purpose after epoch {self.epoch}")
+        if self._chosen(epoch):
+            raise DataError(f"worker {self.task_index} fails on purpose after epoch {self.epoch}")
 
 
-class HangOnWorker(keras.callbacks.Callback):
+class HangOnWorker(_OnWorker):
     """Sleeps for ever at the start of epoch `epoch` on the worker of TF_CONFIG's `task_index` alone, as a worker
     whose input hangs on a dead mount would: alive, sending heartbeats, never joining the next collective."""
 
-    def __init__(self, task_index: int, epoch: int) -> None:
-        super().__init__()
-        self.task_index, self.epoch = task_index, epoch
-
     def on_epoch_begin(self, epoch, logs=None):
-        own = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {}).get("index", 0)
-        while own == self.task_index and epoch + 1 == self.epoch:
+        while self._chosen(epoch):
             time.sleep(1)
