@@ -42,13 +42,44 @@ def test_markdown_is_the_page_headed_by_how_it_was_measured(monkeypatch, capsys)
     page = capsys.readouterr().out
     assert page.startswith(bench.PAGE_INTRO + "\n\n")
     lines = page.removeprefix(bench.PAGE_INTRO + "\n\n").splitlines()
-    assert lines[0].startswith("Measured by `python -m benchmarks --markdown` on ")
+    assert lines[0] == "## demo"
+    assert lines[2].startswith("Measured by `python -m benchmarks --only demo` on ")
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     if commit.returncode == 0:  # a git checkout: the table names the commit it measured
-        assert re.search(rf" at commit {commit.stdout.strip()}(\+changes)? \(", lines[0]), lines[0]
-    assert lines[2] == "| figure | ours | baseline | unit | ratio | target | met |"
-    assert lines[4] == "| pipeline vs textbook | 300.0 | 100.0 | img/s | 3.00 | >= 2 | yes |"
-    assert lines[6] == "| report only | 5.0 | 4.0 | s | 1.25 | report | - |"
+        assert re.search(rf" at commit {commit.stdout.strip()}(\+changes)? \(", lines[2]), lines[2]
+    assert lines[4] == "| figure | ours | baseline | unit | ratio | target | met |"
+    assert lines[6] == "| pipeline vs textbook | 300.0 | 100.0 | img/s | 3.00 | >= 2 | yes |"
+    assert lines[8] == "| report only | 5.0 | 4.0 | s | 1.25 | report | - |"
+
+
+def test_update_remeasures_only_the_cases_run(monkeypatch, tmp_path, capsys):
+    """`--only demo --update PAGE` replaces the demo's section and keeps the others as they were measured."""
+    page = tmp_path / "benchmarks.md"
+    monkeypatch.setattr(bench, "run_case", lambda name, folder, quick: [Row(f"{name} row", 1.0, 1.0, "s", None)])
+    assert bench.main(["--only", "serving", "demo", "--update", str(page)]) == 0
+    first = page.read_text()
+    assert first.index("## serving") < first.index("## demo"), "sections follow the order of the cases"
+    monkeypatch.setattr(bench, "run_case", lambda name, folder, quick: [Row("demo again", 2.0, 1.0, "s", None)])
+    assert bench.main(["--only", "demo", "--update", str(page)]) == 0
+    sections = bench.page_sections(page.read_text())
+    assert set(sections) == {"serving", "demo"}
+    assert sections["serving"] == bench.page_sections(first)["serving"], "a section not run is kept as it was"
+    assert "| demo again | 2.0 | 1.0 | s | 2.00 | report | - |" in sections["demo"]
+    assert "demo row" not in page.read_text()
+    capsys.readouterr()
+
+
+def test_update_keeps_a_failed_cases_section(monkeypatch, tmp_path):
+    page = tmp_path / "benchmarks.md"
+    monkeypatch.setattr(bench, "run_case", lambda name, folder, quick: [Row("old", 1.0, 1.0, "s", None)])
+    assert bench.main(["--only", "demo", "--update", str(page)]) == 0
+
+    def fails(name, folder, quick):
+        raise subprocess.CalledProcessError(1, "case")
+
+    monkeypatch.setattr(bench, "run_case", fails)
+    assert bench.main(["--only", "demo", "--update", str(page)]) == 1
+    assert "| old |" in page.read_text()
 
 
 def test_the_flop_count_of_vgg19_is_the_published_one():
