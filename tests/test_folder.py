@@ -17,6 +17,7 @@ from PIL import Image
 from conftest import compose, run_cli
 from trainer import quiet
 from trainer.config.store import to_settings
+from trainer.data.check import summarise_sizes
 from trainer.data.parts import Splits
 from trainer.data.shares import Records
 from trainer.data.sources import Source
@@ -345,9 +346,20 @@ def test_the_data_check_names_bad_files_duplicates_and_leakage(tmp_path):
     report = json.loads((tmp_path / "check" / "data_check.json").read_text())
     assert report["duplicates"] == {"train": [["train/cat/2.png", "train/cat/twice.png"]]}
     assert report["per_class"]["test"] == {"cat": 3, "dog": 4} and report["num_examples"]["train"] == 7
-    assert sum(report["image_sizes"].values()) == 7 + 6 + 7, "every file that decodes, by its stored size"
+    assert report["image_sizes"]["count"] == 7 + 6 + 7, "every file that decodes, by its stored size"
     accepted = run_cli([*typed, "inspect.allow=[duplicates,bad]", f"hydra.run.dir={tmp_path / 'ok'}"], cwd=tmp_path)
     assert accepted.returncode == 0, accepted.stderr[-2000:]
+
+
+@pytest.mark.unit
+def test_the_data_check_summarises_image_sizes_instead_of_listing_each():
+    sizes = {f"{300 + index}x{400 + index}": 1 for index in range(297)} | {"3000x4000": 2, "4000x3000": 1, "unknown": 4}
+    summary = summarise_sizes(sizes)
+    assert summary == {
+        "count": 304, "unknown": 4, "min": "300x400", "median": "449x549", "max": "4000x3000", "over_12_mp": 0,
+    }  # fmt: skip
+    assert summarise_sizes({"4000x3001x3": 3, "32x32x3": 1})["over_12_mp"] == 3  # 12 MP is 4000x3000: above it
+    assert summarise_sizes({}) == {"count": 0}
 
 
 @pytest.mark.unit

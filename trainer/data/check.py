@@ -14,6 +14,7 @@ as `bad`.
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections import Counter, defaultdict
 from collections.abc import Callable
 
@@ -21,6 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 SPLITS = ("train", "val", "test")
+LARGE_PIXELS = 12_000_000  # a phone photo's 12 MP: decoding many of them is what makes a folder slow
 
 
 def _hashes(dataset: tf.data.Dataset) -> tuple[list[str], list[int], Counter]:
@@ -53,7 +55,8 @@ def check_splits(
 
     Returns:
         {"bad", "per_class", "image_sizes", "duplicates", "leakage", "num_examples"}: duplicates per split as
-        groups of names, leakage as {"splits": [a, b], "examples": [name in a, name in b]} entries.
+        groups of names, leakage as {"splits": [a, b], "examples": [name in a, name in b]} entries, the
+        image sizes summarised (`summarise_sizes`).
     """
     seen: dict[str, list[tuple[str, int]]] = defaultdict(list)
     report = {"bad": list(bad or []), "num_examples": {}, "per_class": {}, "duplicates": {}, "leakage": []}
@@ -78,8 +81,29 @@ def check_splits(
             for other in present[index + 1 :]:
                 examples = [by_split[first][0], by_split[other][0]]
                 report["leakage"].append({"splits": [first, other], "examples": examples})
-    report["image_sizes"] = dict(sizes or shapes)
+    report["image_sizes"] = summarise_sizes(sizes or shapes)
     return report
+
+
+def summarise_sizes(sizes: dict[str, int]) -> dict:
+    """{"count", "min", "median", "max", "over_12_mp"} of image sizes given as {"HxW[xC]": count}: the
+    smallest, median and largest by pixels ("HxW"), and how many hold more than 12 megapixels. Sizes a header
+    does not tell ("unknown") are counted, as `unknown`, and left out of the rest."""
+    known = sorted(
+        ((int(height) * int(width), f"{height}x{width}", count)
+         for key, count in sizes.items() if key != "unknown"
+         for height, width in [key.split("x")[:2]]),
+    )  # fmt: skip
+    total = sum(count for _, _, count in known)
+    summary = {"count": total + sizes.get("unknown", 0)}
+    if sizes.get("unknown"):
+        summary["unknown"] = sizes["unknown"]
+    if not known:
+        return summary
+    ends = list(itertools.accumulate(count for _, _, count in known))  # the last image of each size, counted
+    median = next(size for (_, size, _), end in zip(known, ends, strict=True) if end > (total - 1) // 2)  # lower median
+    over = sum(count for pixels, _, count in known if pixels > LARGE_PIXELS)
+    return {**summary, "min": known[0][1], "median": median, "max": known[-1][1], "over_12_mp": over}
 
 
 def problems(report: dict, allow: list[str]) -> list[str]:
