@@ -33,6 +33,7 @@ from trainer.data.images import decode_files
 from trainer.data.parts import Splits, val_split_name
 from trainer.data.shares import Records
 from trainer.data.sources import Source
+from trainer.data.verdicts import Verdicts
 from trainer.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -210,22 +211,38 @@ class ImageFolder:
     # --- checked once ------------------------------------------------------------------------------------------
 
     def _checked(self, members: list[tuple[Path, int]], skipped: list[dict]) -> list[tuple[Path, int]]:
-        """The members whose file decodes; the others go to `skipped` with their reason."""
-        good, paths = [], [str(path) for path, _ in members]
+        """The members whose file decodes; the others go to `skipped` with their reason. A file whose verdict an
+        earlier run kept, unchanged since (size, modification time), is not decoded again (`verdicts`)."""
+        store = Verdicts(self.root, self.size, self.resize_mode)
+        kept, reasons, unknown = store.read(), {}, []
+        for index, (path, _) in enumerate(members):
+            found, reason = store.known(kept, path)
+            if found:
+                reasons[index] = reason
+            else:
+                unknown.append(index)
+        paths = [str(members[index][0]) for index in unknown]
         with quiet.image_library_messages():  # each bad file is one skip line, not libjpeg's raw ones too
             for run in decode_files(paths, self.size, self.resize_mode, batch_size=256):
-                for index, error in enumerate(run.errors, start=run.start):
-                    if error is None:
-                        good.append(members[index])
-                    else:
-                        skipped.append({"file": self._shown(members[index][0]), "reason": error})
+                for offset, error in enumerate(run.errors, start=run.start):
+                    reasons[unknown[offset]] = error
+        if unknown:
+            store.write(kept, {members[index][0]: reasons[index] for index in unknown})
+        good = []
+        for index, member in enumerate(members):
+            if reasons[index] is None:
+                good.append(member)
+            else:
+                skipped.append({"file": self._shown(member[0]), "reason": reasons[index]})
         return good
 
     def load(self, check_val: bool = True) -> Splits:
         names, splits = self._listing()
-        started, skipped, checked = time.monotonic(), [], {}
-        for split, members in splits.items():
-            checked[split] = checked.get(id(members)) or self._checked(members, skipped)
+        started, skipped, checked, done = time.monotonic(), [], {}, {}
+        for split, members in splits.items():  # the test split standing in for val is the same list: checked once
+            if id(members) not in done:
+                done[id(members)] = self._checked(members, skipped)
+            checked[split] = done[id(members)]
         for entry in skipped:
             log.warning("Skipped %s: %s <dataset.data_dir=%s>", entry["file"], entry["reason"], self.root)
         for split in ("train", "val"):

@@ -1,0 +1,84 @@
+"""`dataset=folder`'s start-up check decodes each photo once: its verdicts are kept across runs (and trials of a
+sweep), a changed file is decoded again, and a split standing in for another is checked once."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from test_folder import make_folder
+
+from trainer.data import folder as folder_module
+from trainer.data import verdicts
+from trainer.data.folder import ImageFolder
+
+
+@pytest.fixture
+def decoded(monkeypatch, tmp_path):
+    """The files the folder check decodes, in order (each call of `decode_files` with its paths); the verdicts
+    kept under this test's own cache folder."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    calls: list[str] = []
+    original = folder_module.decode_files
+
+    def counted(paths, *args, **kwargs):
+        calls.extend(paths)
+        return original(paths, *args, **kwargs)
+
+    monkeypatch.setattr(folder_module, "decode_files", counted)
+    return calls
+
+
+def _load(root: Path, **options):
+    return ImageFolder(str(root), 32, **options).load()
+
+
+@pytest.mark.unit
+def test_a_second_check_decodes_nothing_and_a_changed_file_is_decoded_again(tmp_path, decoded):
+    root = make_folder(tmp_path / "photos", "tree", per_class=4)
+    (root / "cat" / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
+    options = {"val_fraction": 0.25, "test_fraction": 0.25}
+    first = _load(root, **options)
+    assert len(decoded) == 9 and len(set(decoded)) == 9, "the first run decodes every file once"
+    assert [entry["file"] for entry in first.skipped] == ["cat/broken.jpg"]
+
+    decoded.clear()
+    second = _load(root, **options)
+    assert decoded == [], "a second run decodes nothing"
+    assert second.skipped == first.skipped and second.fingerprint == first.fingerprint
+
+    grown, touched = root / "dog" / "1.jpg", root / "cat" / "2.png"
+    grown.write_bytes(grown.read_bytes() + b"\0")  # another size
+    status = touched.stat()
+    os.utime(touched, ns=(status.st_atime_ns, status.st_mtime_ns + 1_000_000))  # same size, another time
+    decoded.clear()
+    _load(root, **options)
+    assert sorted(decoded) == sorted([str(grown), str(touched)]), "a changed file is decoded again, only it"
+
+    decoded.clear()
+    _load(root, **options, resize_mode="crop")
+    assert len(decoded) == 9, "another resize mode is another check"
+
+
+@pytest.mark.unit
+def test_a_half_written_or_foreign_verdict_file_is_not_trusted(tmp_path, decoded):
+    root = make_folder(tmp_path / "photos", "tree", per_class=2)
+    _load(root, val_fraction=0.5)
+    (kept,) = verdicts.folder().glob("*.json")
+    kept.write_text(kept.read_text()[:40])  # as a writer killed mid-write would leave it, were it not renamed
+    decoded.clear()
+    _load(root, val_fraction=0.5)
+    assert len(decoded) == 4, "an unreadable verdict file is no verdict: every file decoded again"
+    assert list(verdicts.folder().glob(".*")) == [], "the writer's temporary file is gone once renamed"
+
+
+@pytest.mark.unit
+def test_without_a_test_split_the_validation_split_is_decoded_once(tmp_path, decoded):
+    root = make_folder(tmp_path / "photos", "splits", per_class=2)
+    for path in sorted((root / "test").rglob("*"), reverse=True):
+        path.unlink() if path.is_file() else path.rmdir()
+    (root / "test").rmdir()
+    splits = _load(root)
+    assert splits.sources["test"].count == splits.sources["val"].count == 4
+    assert len(decoded) == 8 and len(set(decoded)) == 8, "train and val each decoded once, val not again as test"
