@@ -60,3 +60,21 @@ def test_checksum_mismatch_is_rejected_and_nothing_is_kept(tmp_path, served_tarb
 def test_unreachable_server_is_one_clear_error(tmp_path):
     with pytest.raises(DataError, match="download of http://127.0.0.1:9/x.tar.gz failed"):
         binary.locate(str(tmp_path), NAMES, [], url="http://127.0.0.1:9/x.tar.gz", md5=None)
+
+
+def test_a_download_without_internet_says_where_to_put_the_files_by_hand(tmp_path, monkeypatch):
+    import socket
+
+    def blocked(*args, **kwargs):
+        raise OSError("network is unreachable (blocked by the test)")
+
+    monkeypatch.setattr(socket, "getaddrinfo", blocked)
+    monkeypatch.setattr(socket.socket, "connect", blocked)
+    url = "https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz"
+    with pytest.raises(DataError) as raised:
+        binary.locate(str(tmp_path / "data"), NAMES, ["cifar-10-batches-bin"], url=url, md5=None)
+    message = str(raised.value)
+    assert message.startswith(f"download of {url} failed: ")
+    assert f"Without internet, download {url} on another machine, extract it and put data_batch_1.bin" in message
+    assert f"in {(tmp_path / 'data').resolve()} (or its cifar-10-batches-bin/)" in message
+    assert "\n" not in message

@@ -98,7 +98,13 @@ def locate(
     """
     paths = find_files(data_dir, names, search_subdirs)
     if paths is None and url:
-        download(url, md5, data_dir)
+        try:
+            download(url, md5, data_dir)
+        except DataError as error:  # no internet, a proxy: the files can be put there by hand
+            raise DataError(
+                f"{error}. Without internet, download {url} on another machine, extract it and put "
+                f"{', '.join(names)} in {Path(data_dir).resolve()} (or its {'/, '.join(search_subdirs) or '.'}/)"
+            ) from None
         paths = find_files(data_dir, names, search_subdirs)
     if paths is None:
         where = ", ".join(str(Path(data_dir) / sub) for sub in ["", *search_subdirs])
