@@ -391,10 +391,18 @@ def lost_peer(**_: object) -> None:
 @pytest.mark.unit
 def test_a_peer_lost_while_a_part_is_built_is_not_blamed_on_the_part():
     from trainer.distribute.failures import is_peer_failure
-    from trainer.models.targets import build_target
+    from trainer.errors import ConfigError
+    from trainer.models.registry import build_model
+    from trainer.targets import build_target
+    from trainer.training.optimizers import build_optimizer
 
     with pytest.raises(tf.errors.UnavailableError):  # for collective_errors to name the worker, not model._target_
-        build_target("model", "test_distribute.lost_peer", {})
+        build_model("test_distribute.lost_peer", {}, num_classes=2, input_shape=(32, 32, 3))
+    with pytest.raises(tf.errors.UnavailableError):  # the optimizer's variables are broadcast too
+        build_optimizer("test_distribute.lost_peer", 0.1, {})
+    with pytest.raises(ConfigError, match=r"^callbacks.x._target_=test_distribute.lost_peer"):  # no broadcast there
+        build_target("callbacks.x", "test_distribute.lost_peer", {})
+
     assert is_peer_failure(tf.errors.InternalError(None, None, "Collective ops is aborted by: x"))
     assert not is_peer_failure(tf.errors.InternalError(None, None, "a bug"))
     assert not is_peer_failure(tf.errors.InvalidArgumentError(None, None, "a bad shape"))

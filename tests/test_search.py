@@ -268,7 +268,7 @@ hydra:
         (["hydra.sweeper.n_jobs=2"], "hydra.sweeper.n_jobs=2: the launcher runs at most 1 jobs at once"),
         (["hydra.sweeper.storage=sqlite:////no/such/folder/s.db"], "hydra.sweeper.storage: cannot open"),
         (["hydra.sweeper.direction=[maximize,minimize]"], "hydra.sweeper.metrics must name one metrics.json key"),
-        (["hydra.sweeper.pruner={_target_:optuna.pruners.MedianPrunr}"], "hydra.sweeper.pruner: cannot make optuna"),
+        (["hydra.sweeper.pruner={_target_:optuna.pruners.MedianPrunr}"], "hydra.sweeper.pruner._target_=optuna.prun"),
     ],
 )
 def test_a_bad_search_setting_is_one_line_before_any_trial(tmp_path, overrides, message):

@@ -1,5 +1,5 @@
 """Builds the model a config names by `_target_`: the built-in VGG19 builders and your own model, one code path
-(`trainer.models.targets.build_target`, which builds the other parts of a run the same way).
+(`trainer.targets.build_target`, which builds the other parts of a run the same way).
 
     python run.py model=custom model._target_=my_package.models.build model.units=64
 
@@ -17,8 +17,9 @@ from typing import Any
 
 import keras
 
+from trainer.distribute.failures import is_peer_failure
 from trainer.errors import ConfigError
-from trainer.models.targets import build_target
+from trainer.targets import build_target
 
 
 def build_model(
@@ -39,7 +40,10 @@ def build_model(
         ConfigError: the target cannot be imported or called with these keys, fails, or returns
             something other than a `keras.Model` with `num_classes` outputs.
     """
-    network = build_target("model", target, options, num_classes=num_classes, input_shape=tuple(input_shape))
+    network = build_target(  # a peer lost while the variables are broadcast is no fault of model._target_
+        "model", target, options, passes=is_peer_failure, num_classes=num_classes, input_shape=tuple(input_shape)
+    )
+
     if not isinstance(network, keras.Model):
         raise ConfigError(f"model._target_={target} must return a keras.Model; got {type(network).__name__}")
     shapes = [tuple(output.shape) for output in network.outputs or []]

@@ -31,6 +31,7 @@ from trainer.errors import ConfigError, Interrupted, UserError, one_line
 from trainer.search import study as studies
 from trainer.search.report import best_trials, state_name, write_report
 from trainer.search.space import Space, override_text, parse_space
+from trainer.targets import build_target
 
 log = logging.getLogger(__name__)
 
@@ -58,13 +59,8 @@ def _instantiate(config: Any, key: str) -> Any:
     """
     if not config:
         return None
-    from hydra.utils import instantiate
-
-    try:
-        return instantiate(config)
-    except Exception as error:  # an unknown _target_, a wrong argument: Hydra's InstantiationException
-        reason = " ".join(str(error).split("\n")[0].split())[:300]
-        raise ConfigError(f"{key}: cannot make {config.get('_target_')}: {reason}") from None
+    options = dict(config)
+    return build_target(key, options.pop("_target_", None), options)
 
 
 def reseeded(config: Any, trials_in_study: int) -> Any:

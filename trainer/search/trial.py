@@ -12,24 +12,38 @@ on other machines (Slurm) share nothing with the sweep but the study's storage.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import keras
 
-from trainer.config.schema import TrialConfig
 from trainer.search.study import OUTCOME, open_storage
+from trainer.targets import build_target
 
 log = logging.getLogger(__name__)
 
 
-def connect(config: TrialConfig) -> Any | None:
+@dataclass(frozen=True)
+class StudyTrial:
+    """The Optuna trial a job is: what the sweeper sets in `trial.*` (the task layer hands it over)."""
+
+    number: int | None = None  # None outside a search
+    study: str | None = None  # the study's name
+    storage: str | None = None  # the study's storage: a journal file or a database URL
+    pruner: dict[str, Any] | None = None  # the study's pruner ({_target_: optuna.pruners.MedianPruner, ...})
+
+
+def connect(config: StudyTrial) -> Any | None:
     """The Optuna trial of this job (its study loaded with the sweep's pruner); None outside a search."""
     if config.number is None:
         return None
     import optuna
-    from hydra.utils import instantiate
 
-    pruner = instantiate(config.pruner) if config.pruner else None
+    pruner = None
+    if config.pruner:
+        options = dict(config.pruner)
+        pruner = build_target("hydra.sweeper.pruner", options.pop("_target_", None), options)
+
     study = optuna.load_study(study_name=config.study, storage=open_storage(config.storage), pruner=pruner)
     trial_id = study._storage.get_trial_id_from_study_id_trial_number(study._study_id, config.number)
     return optuna.Trial(study, trial_id)
@@ -54,7 +68,7 @@ class PruneCallback(keras.callbacks.Callback):
                      float(value))  # fmt: skip
 
 
-def pruning_callbacks(config: TrialConfig, metric: str, chief: bool) -> list[keras.callbacks.Callback]:
+def pruning_callbacks(config: StudyTrial, metric: str, chief: bool) -> list[keras.callbacks.Callback]:
     """[PruneCallback] when this job is a trial of a search with a pruner (on the chief), else []."""
     if config.number is None or not config.pruner or not chief:
         return []
@@ -70,7 +84,7 @@ def outcome_key(fold: int | None) -> str:
     return OUTCOME if fold is None else f"{OUTCOME}:fold{fold}"
 
 
-def record_interrupted(config: TrialConfig, fold: int | None = None) -> None:
+def record_interrupted(config: StudyTrial, fold: int | None = None) -> None:
     """Notes in its trial that Ctrl-C or SIGTERM stopped this job, for a sweep that launched it in another process
     (joblib, Slurm) and gets its exception as a failure: the sweep stops and runs the trial again next time."""
     trial = connect(config)
@@ -78,7 +92,7 @@ def record_interrupted(config: TrialConfig, fold: int | None = None) -> None:
         trial.study._storage.set_trial_user_attr(trial._trial_id, outcome_key(fold), {"state": "interrupted"})
 
 
-def record_outcome(config: TrialConfig, metrics: dict[str, Any], fold: int | None = None) -> None:
+def record_outcome(config: StudyTrial, metrics: dict[str, Any], fold: int | None = None) -> None:
     """Writes the run's outcome (`pruned` or `complete`) and its metrics into its trial, for the sweep (`fold`:
     the fold this job validates on, when the trial is cross-validated)."""
     trial = connect(config)

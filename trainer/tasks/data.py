@@ -31,7 +31,7 @@ from trainer.data.parts import DatasetPart, Splits
 from trainer.data.preprocess import Preprocess
 from trainer.data.sources import Source
 from trainer.errors import ConfigError, DataError, op_error_reason
-from trainer.models.targets import build_target
+from trainer.targets import build_target
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ import keras
 from trainer.config.schema import CallbacksConfig, LoggerConfig
 from trainer.errors import ConfigError
 from trainer.evaluation.report import FILES as REPORT_FILES
-from trainer.models.targets import build_target
+from trainer.targets import build_target
 from trainer.tracking.loggers import MLflowTracker, Tracker
 
 ARTIFACTS = (

@@ -29,7 +29,7 @@ from trainer.runs.backup import restore as restore_backup
 from trainer.runs.checkpoints import ModelInfo
 from trainer.runs.resume import CHIEF_RUN
 from trainer.runs.storage import Mirror
-from trainer.search.trial import pruned, pruning_callbacks
+from trainer.search.trial import StudyTrial, pruned, pruning_callbacks
 from trainer.tasks import parts, weights
 from trainer.tasks.plan import Folder, Phase, Plan
 from trainer.tracking.tensorboard import RunLabel, SampleImages
@@ -122,7 +122,8 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
             model.optimizer.finalize_variable_values(model.trainable_variables)  # the EMA, as after fit
         return folder.ended or "completed"
     extra = parts.build_callbacks(settings.callbacks, settings.optimizer.schedule.name, settings.trainer.validate)
-    extra += pruning_callbacks(settings.trial, plan.metric, plan.chief)  # a search's trial with a pruner
+    extra += pruning_callbacks(StudyTrial(**vars(settings.trial)), plan.metric, plan.chief)  # a search's pruner
+
     # The first training batch, read in order (no shuffle buffer to fill at start-up): TensorBoard's sample
     # images, and what each phase's step state is built from.
     first_batch = next(iter(plan.data.train_plain.take(1)))

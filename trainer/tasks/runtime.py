@@ -22,7 +22,7 @@ from trainer.config.schema import Config
 from trainer.distribute import strategies
 from trainer.distribute.cluster import WORKER_PREFIX
 from trainer.errors import ConfigError
-from trainer.models.targets import build_target
+from trainer.targets import build_target
 
 log = logging.getLogger(__name__)
 _determinism = {"on": False}  # TensorFlow has no public call to turn op determinism off again

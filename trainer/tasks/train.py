@@ -39,7 +39,7 @@ from trainer.runs.checkpoints import ModelInfo, weights_fingerprint
 from trainer.runs.digest import DigestGate, FileDigests
 from trainer.runs.resume import CHIEF_RUN, DATA_FILE, Progress, bind_data, prepare_resume, resolve_resume
 from trainer.runs.storage import OutputFolders
-from trainer.search.trial import record_interrupted, record_outcome
+from trainer.search.trial import StudyTrial, record_interrupted, record_outcome
 from trainer.tasks import parts
 from trainer.tasks import phases as fitting
 from trainer.tasks.data import Data, load_data
@@ -475,7 +475,7 @@ def train(settings: Config) -> float | None:
                 metrics = finish(settings, plan, folder, models.inference, outcome, time.perf_counter() - started)
     if outcome not in ("preempted", "interrupted") and plan.chief:
         fold = settings.dataset.fold if settings.dataset.folds else None
-        record_outcome(settings.trial, metrics, fold)  # a search's trial: the sweep reads its outcome from the study
+        record_outcome(StudyTrial(**vars(settings.trial)), metrics, fold)  # the sweep reads it from the study
         if plan.outputs.model:  # Vertex AI's model folder: the deployable SavedModel, checked like mode=export's
             export_to_model_dir(settings, str(folder.run_dir), plan.outputs.model)
     in_sweep = fitting.sweep_job() is not None
@@ -484,7 +484,9 @@ def train(settings: Config) -> float | None:
         # The folder is released (the lock, the invocation's end line). In a sweep SIGTERM stops the sweep as
         # Ctrl-C does, and the trial is run again by the sweep command.
         if in_sweep and plan.chief:
-            record_interrupted(settings.trial, settings.dataset.fold if settings.dataset.folds else None)
+            fold = settings.dataset.fold if settings.dataset.folds else None
+            record_interrupted(StudyTrial(**vars(settings.trial)), fold)
+
         hint = fitting.how_to_continue(settings, folder.run_dir) if in_sweep else None
         said = "interrupted (Ctrl-C)" if outcome == "interrupted" else f"stopped by {stopped}"
         hint = hint or f"run: python run.py resume={folder.run_dir}"

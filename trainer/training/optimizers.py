@@ -11,7 +11,8 @@ from typing import Any
 
 import keras
 
-from trainer.models.targets import build_target
+from trainer.distribute.failures import is_peer_failure
+from trainer.targets import build_target
 
 
 def constant(lr: float, steps_per_epoch: int, epochs: int, **_) -> float:
@@ -99,7 +100,9 @@ def build_optimizer(target: str, learning_rate, options: dict[str, Any]) -> kera
     Raises:
         ConfigError: the class cannot be imported or does not take these keys.
     """
-    optimizer = build_target("optimizer", target, options, learning_rate=learning_rate)
+    # its variables are broadcast from the chief: a lost peer is no fault of optimizer._target_
+    optimizer = build_target("optimizer", target, options, passes=is_peer_failure, learning_rate=learning_rate)
+
     if not isinstance(optimizer, keras.optimizers.Optimizer):
         raise ValueError(f"optimizer._target_={target} must be a Keras optimizer; got {type(optimizer).__name__}")
     return optimizer

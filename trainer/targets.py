@@ -1,18 +1,22 @@
 """Builds what a config names by `_target_`: any importable function or class, called with the section's keys.
 
+    python run.py model=custom model._target_=my_package.models.build model.units=64
+    python run.py -m hparams_search=vgg19_optuna hydra.sweeper.pruner._target_=optuna.pruners.MedianPruner
+
 One code path for every part of a run a config names this way: the model (`trainer.models.registry.build_model`),
-the optimizer, the strategy, the callbacks, the trackers and the dataset's parts. It sits in `models`, the lowest
-layer that calls it, so `training` and `tasks` import it from below.
+the optimizer, the strategy, the callbacks, the trackers, the dataset's parts, and a search's sampler and pruner.
+It sits beside `trainer.errors`, below every layer, and imports neither TensorFlow nor Keras, so the sweeper's
+process (which never trains) builds through it too.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
-from trainer.distribute.failures import is_peer_failure
 from trainer.errors import ConfigError, UserError
 
 
@@ -22,13 +26,22 @@ def _first_line(error: BaseException) -> str:
     return f"{type(cause).__name__}: {text[0]}" if text else type(cause).__name__
 
 
-def build_target(key: str, target: Any, options: dict[str, Any], **runtime: Any) -> Any:
+def build_target(
+    key: str,
+    target: Any,
+    options: dict[str, Any],
+    *,
+    passes: Callable[[BaseException], bool] | None = None,
+    **runtime: Any,
+) -> Any:
     """Calls `target` (an importable name) with `options` and the `runtime` arguments, through Hydra's `instantiate`.
 
     Args:
         key: The config section, for the error message (`model`, `optimizer`, `callbacks.early_stopping`).
         target: The `_target_` string.
         options: Keyword arguments from the config section.
+        passes: Says which errors are not the target's fault and pass through as they are, e.g. a lost peer's
+            while a model's variables are broadcast (`trainer.distribute.failures.is_peer_failure`).
         **runtime: Keyword arguments only known when the run starts (num_classes, learning_rate, log_dir...).
 
     Raises:
@@ -50,7 +63,7 @@ def build_target(key: str, target: Any, options: dict[str, Any], **runtime: Any)
     except InstantiationException as error:  # cannot import the target, bad keys, or the target raised
         if isinstance(error.__cause__, UserError):
             raise error.__cause__ from None
-        if is_peer_failure(error.__cause__):  # a worker lost while the model's variables were broadcast
+        if passes is not None and error.__cause__ is not None and passes(error.__cause__):
             raise error.__cause__ from None
         raise ConfigError(f"{key}._target_={target} (keys {sorted(options)}): {_first_line(error)}") from error
 
