@@ -322,14 +322,42 @@ def test_a_bad_image_stops_training_with_one_line_naming_its_file_and_row(tmp_pa
     images[row] = image
     table = table.set_column(0, "image", pa.array(images, pa.binary()))
     pq.write_table(table, root / "train.parquet", row_group_size=4)  # the bad row in the second row group
-    data = load_data(_settings(root).dataset, batch_size=4, seed=0)
-    with pytest.raises(DataError, match=rf"^{re.escape(str(root / 'train.parquet'))}: row {row}: {reason}") as caught:
-        with data.named_bad_records():
-            for _ in data.train.take(4):
-                pass
+    line = rf"^{re.escape(str(root / 'train.parquet'))}: row {row}: {reason}"
+    if case == "null":  # found at start-up (tests/test_parquet.py::test_a_null_image_in_the_test_split_...)
+        with pytest.raises(DataError, match=line) as caught:
+            load_data(_settings(root).dataset, batch_size=4, seed=0)
+    else:
+        data = load_data(_settings(root).dataset, batch_size=4, seed=0)
+        with pytest.raises(DataError, match=line) as caught:
+            with data.named_bad_records():
+                for _ in data.train.take(4):
+                    pass
     assert "\n" not in str(caught.value)
     if case == "null":  # training itself: one line, exit 1, no traceback
         result = run_cli(["dataset=parquet", f"dataset.data_dir={root}", "dataset.image_size=32", "debug=smoke",
                           "trainer.batch_size=4", f"hydra.run.dir={tmp_path / 'run'}"])  # fmt: skip
         assert result.returncode == 1 and "Traceback" not in result.stderr
         assert f"{root / 'train.parquet'}: row 3: no image (a null in column 'image')" in result.stderr
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("struct", [False, True], ids=["binary", "image_struct"])
+def test_a_null_image_in_the_test_split_is_one_line_at_start_up_before_training(tmp_path, struct):
+    """A null image in the test split was found only when the test split was evaluated, after training. It is
+    found at start-up now: a Parquet file's statistics count its nulls (no image read where there are none)."""
+    root = make_plain(tmp_path / "data", per_class=3)
+    table = _table(_per_class(2), struct, False)
+    column = table.column("image").combine_chunks()
+    if struct:  # the Image feature's struct with a null bytes field, as `datasets` writes an image it lacks
+        images = column.field("bytes").to_pylist()
+        images[4] = None
+        column = pa.StructArray.from_arrays([pa.array(images, pa.binary()), column.field("path")], ["bytes", "path"])
+    else:
+        images = column.to_pylist()
+        images[4] = None
+        column = pa.array(images, pa.binary())
+    pq.write_table(table.set_column(0, "image", column), root / "test.parquet", row_group_size=2)
+    pq.write_table(_table(_per_class(2), False, False), root / "validation.parquet")
+    with pytest.raises(DataError) as caught:
+        load_data(_settings(root).dataset, batch_size=4, seed=0)
+    assert str(caught.value) == f"{root / 'test.parquet'}: row 4: no image (a null in column 'image')"

@@ -19,9 +19,11 @@ time (pyarrow, in Python), and each row becomes the folder's record (the label's
 `LABEL_DIGITS` digits, then the image bytes) in the graph, decoded by the folder's
 `FileDecoder`: the one decode. Each worker's share is whole files or row ranges.
 
-A null or undecodable image stops the pipeline (Parquet files are records, not a photo
-folder: nothing is skipped), and the image column of the files is then read again to
-name it, as one line: `FILE: row N: reason` (`_bad_image_finder`).
+A null image is found at start-up, in every split, before any training (a Parquet file's
+statistics count its nulls: only a file that has some, or has no statistics, is read). An
+undecodable image stops the pipeline (Parquet files are records, not a photo folder:
+nothing is skipped), and the image column of the files is then read again to name it.
+Both are one line: `FILE: row N: reason` (`find_null_images`, `_bad_image_finder`).
 """
 
 from __future__ import annotations
@@ -252,6 +254,40 @@ def _bad_image_finder(files: list[tuple[str, str]], column: str, decoder) -> Cal
         scan(lambda images: _first_undecodable(_image_bytes(images), decoder))
 
     return find
+
+
+def _may_hold_null_images(path: str, kind: str, column: str) -> bool:
+    """Whether the image column of a file may hold a null image: a Parquet file answers from its row groups'
+    statistics (no data read); a file without them, and an Arrow stream, may."""
+    if kind != "parquet":
+        return True
+    import pyarrow.parquet as pq
+
+    metadata = pq.ParquetFile(path).metadata
+    for group in range(metadata.num_row_groups):
+        leaves = [metadata.row_group(group).column(index) for index in range(metadata.num_columns)]
+        leaf = next((leaf for leaf in leaves if leaf.path_in_schema in (column, f"{column}.bytes")), None)
+        statistics = leaf.statistics if leaf is not None else None
+        if statistics is None or not statistics.has_null_count or statistics.null_count:
+            return True
+    return False
+
+
+def find_null_images(files: list[tuple[str, str]], column: str) -> None:
+    """Refuses the first null image of the files (path, kind) at start-up, before any training: a Parquet file
+    whose statistics count no null is not read; the others' image columns are read for their nulls only (no
+    pixel decoded). A bad image's bytes are found by the pipeline (`_bad_image_finder`).
+
+    Raises:
+        DataError: `FILE: row N: no image (a null in column 'image')`, the row counted from 0 within its file.
+    """
+    for path, kind in files:
+        if not _may_hold_null_images(path, kind, column):
+            continue
+        for offset, batch in _batches(path, kind, [column], 0, sys.maxsize):
+            nulls = np.flatnonzero(_null_images(batch.column(0))) if batch.num_rows else []
+            if len(nulls):
+                raise DataError(f"{path}: row {offset + int(nulls[0])}: no image (a null in column {column!r})")
 
 
 @dataclass
@@ -533,6 +569,7 @@ class ArrowFiles:
             sources[split] = Source(Records.whole_files(files, sum(part.counts)), reader)
         train, decoder = splits["train"], FileDecoder(self.size, self.resize_mode)
         files = {str(path): part.kind for part in splits.values() for path in part.files}  # each once, in order
+        find_null_images(list(files.items()), self.columns[0])  # before training, not after it
         return Splits(
             sources,
             decoder,
