@@ -180,3 +180,34 @@ def test_cfg_job_resolve_prints_the_config_outside_a_run(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert "output_dir: (the run folder, made when a run starts)" in result.stdout
     assert not list(tmp_path.iterdir()), "nothing written"
+
+
+PHOTOS = {
+    "folder": ["dataset.data_dir=photos"],
+    "parquet": ["dataset.data_dir=x"],
+    "tfds": ["dataset.data_dir=x", "dataset.tfds_name=beans"],
+    "cats_dogs": [],
+}
+
+
+@pytest.mark.parametrize("dataset", sorted(PHOTOS))
+def test_photo_datasets_train_with_the_demos_recipe(dataset):
+    settings = to_settings(compose([f"dataset={dataset}", *PHOTOS[dataset]]))
+    schedule, augment = settings.optimizer.schedule, settings.dataset.augment
+    assert (schedule.name, schedule.warmup_epochs) == ("cosine", 1.0)  # the demo's: conf/dataset_model/digits_vgg19
+    assert (augment.crop, augment.min_area, augment.flip) == ("random_resized", 0.25, True)
+    assert settings.dataset.image_size == 224 and settings.model.width_multiplier == 1.0  # full size: a GPU's
+    quick = to_settings(compose([f"dataset={dataset}", *PHOTOS[dataset], "experiment=photos_quick"]))
+    assert (quick.dataset.image_size, quick.model.width_multiplier) == (96, 0.25)
+    assert (quick.trainer.batch_size, quick.trainer.epochs, quick.optimizer.schedule.name) == (32, 8, "cosine")
+
+
+def test_the_help_and_the_data_page_open_with_a_folder_run_for_a_cpu():
+    from conftest import run_cli
+
+    command = "python run.py dataset=folder dataset.data_dir=photos/ dataset.val_fraction=0.2 experiment=photos_quick"
+    page = (CONF.parent / "docs" / "data.md").read_text()
+    assert command in page.split("## ")[0], "docs/data.md opens with it"
+    shown = run_cli(["--help"])
+    assert command in shown.stdout.split("Modes (mode=...)")[0]
+    assert "for a GPU" in shown.stdout.split("Modes (mode=...)")[0]
