@@ -58,12 +58,21 @@ def test_sigkill_at_the_end_of_an_epoch_redoes_that_epoch_and_skips_none(tmp_pat
     assert f"resume={run_dir}" in events[1]["command"] and events[2]["outcome"] == "finished"
 
 
+PRECISIONS = [  # issue 52: each mixed policy resumes exactly too (tests/test_precision_features.py: its features)
+    "float32",
+    pytest.param("mixed_bfloat16", marks=pytest.mark.slow),
+    pytest.param("mixed_float16", marks=pytest.mark.slow),  # the loss scale and its step counter restored too
+]
+
+
 @pytest.mark.e2e
-def test_a_run_killed_and_resumed_ends_with_the_weights_of_a_run_never_killed(tmp_path):
-    """The backup restores exactly (weights, optimizer state, the seed states of dropout and the model's random
-    flips and colour changes) and the input goes on where it was: a resumed epoch 3 sees epoch 3's order, crops,
-    flips and masks, not epoch 1's again."""
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_a_run_killed_and_resumed_ends_with_the_weights_of_a_run_never_killed(tmp_path, precision):
+    """The backup restores exactly (weights, optimizer state, the loss scale of mixed_float16, the seed states of
+    dropout and the model's random flips and colour changes) and the input goes on where it was: a resumed epoch 3
+    sees epoch 3's order, crops, flips and masks, not epoch 1's again."""
     base = [*train_arguments(tmp_path, tmp_path / "unused", epochs=3)[:-1], "trainer.deterministic=true"]
+    base.append(f"trainer.precision={precision}")
     kill = kill_in_write("trainer.training.callbacks", "last.keras", 3)
     killed = run_patched(tmp_path, [*base, f"hydra.run.dir={tmp_path / 'killed'}"], kill)
     assert killed.returncode == -signal.SIGKILL and backup_epoch(tmp_path / "killed") == 2
