@@ -52,18 +52,21 @@ def _share_cores(cfg: DictConfig) -> None:
         cfg.trainer.threads = max(1, (os.cpu_count() or 1) // jobs)
 
 
-def _config_location() -> tuple[str, str]:
-    """Hydra's config_path and the folder it names. Installed from a wheel, the configs ship inside the package
-    (`trainer/conf/`) and Hydra finds them as `pkg://trainer.conf`; in a clone (installed editable or not) they are
-    the checkout's own `conf/` beside `trainer/`, so two clones never read each other's configs."""
-    package = Path(__file__).resolve().parents[1]
+PACKAGE = Path(__file__).resolve().parents[1]  # trainer/
+
+
+def config_location(package: Path = PACKAGE) -> tuple[str, str]:
+    """Hydra's config_path and the folder it names, for the package folder `trainer/`. Installed from a wheel, the
+    configs ship inside the package (`trainer/conf/`) and Hydra finds them as `pkg://trainer.conf`; in a clone
+    (installed editable or not) they are the checkout's own `conf/` beside `trainer/`, so two clones never read
+    each other's configs."""
     if (package / "conf" / "config.yaml").is_file():
         return "pkg://trainer.conf", str(package / "conf")
     checkout = str(package.parent / "conf")
     return checkout, checkout
 
 
-CONFIG_PATH, CONFIG_DIR = _config_location()
+CONFIG_PATH, CONFIG_DIR = config_location()
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="config")
