@@ -34,7 +34,7 @@ EvaluateSplit = choice("EvaluateSplit", "val", "test")
 Split = choice("Split", "train", "val", "test")
 WandbMode = choice("WandbMode", "offline", "online", "disabled")
 Mode = choice("Mode", "train", "evaluate", "predict", "inspect", "export")
-ExportFormat = choice("ExportFormat", "saved_model", "onnx", "litert", "all")
+ExportFormat = choice("ExportFormat", "saved_model", "onnx", "litert", "openvino", "all")
 Quantize = choice("Quantize", "none", "float16", "int8")
 
 

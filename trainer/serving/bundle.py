@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,16 +26,18 @@ import tensorflow as tf
 from trainer.data.decode import MAX_PIXELS
 from trainer.data.preprocess import Preprocess, prepare_images
 from trainer.errors import DataError
+from trainer.models.temperature import with_temperature
 from trainer.runs.atomic import atomic_folder
 from trainer.runs.checkpoints import ModelInfo
-from trainer.serving import portable, saved_model
-from trainer.serving.runners import Runner, in_batches, io_names, load_runner
+from trainer.serving import embeddings, portable, saved_model
+from trainer.serving.runners import FLOAT32_PRECISION, Runner, in_batches, io_names, load_runner, onnx_runner
 
 log = logging.getLogger(__name__)
 
-FORMATS = ("saved_model", "onnx", "litert")
+FORMATS = ("saved_model", "onnx", "litert", "openvino")
 FLOAT_TOLERANCE = 1e-4  # largest |probability difference| from Keras's predict for a float format
 INFO_FILE = "serving_info.json"
+MODEL_CARD = "MODEL_CARD.md"
 
 
 @dataclass(frozen=True)
@@ -85,19 +88,19 @@ def _prepared(check: CheckImages, info: ModelInfo) -> CheckImages:
 
 
 def _saved_model(
-    model: keras.Model, info: ModelInfo, folder: Path, check: CheckImages, expected, max_pixels: int
+    model: keras.Model, info: ModelInfo, folder: Path, check: CheckImages, expected, max_pixels: int, embedder=None
 ) -> dict:
     """`folder/1` with `serve` and `serve_bytes`, both sent the images as a client holds them: `serve` the pixels,
     `serve_bytes` the same images as PNG (lossless); each against Keras's predict on what the test evaluation
     prepares of them."""
-    path = saved_model.write_saved_model(model, folder, info, max_pixels)
+    path = saved_model.write_saved_model(model, folder, info, max_pixels, embedder)
     measured = _measure(load_runner("saved_model", path), check.images, expected, check.labels)
     _require_close(f"{path.name}/ (serve)", measured, len(check.images))
     encoded = _measure(load_runner("saved_model", path, "serve_bytes"), _png(check.images), expected, None)
     _require_close(f"{path.name}/ (serve_bytes, PNG)", encoded, len(check.images))
     return {
         "path": path.name,
-        "signatures": saved_model.SIGNATURES,
+        "signatures": {**saved_model.SIGNATURES, **({"embed": saved_model.EMBED} if embedder else {})},
         **_named_io(io_names("saved_model", path)),
         "max_pixels": max_pixels,  # serve_bytes refuses a larger image (export.max_pixels)
         "bytes": _size(path),
@@ -130,17 +133,107 @@ def _checked(format: str, path: Path, check: CheckImages, expected: np.ndarray, 
     return {"path": path.name, "bytes": _size(path), **measured}
 
 
+def _agreement(runner, check: CheckImages, expected: np.ndarray) -> dict:
+    """How a quantized file agrees with the float model on the held-out check images: the share whose top-1
+    class it keeps (a tie at the top, as a uint8 output's step makes, counts as kept) and the largest
+    probability difference."""
+    probabilities = in_batches(runner, check.images)
+    top = np.argmax(expected, axis=1)
+    kept = probabilities[np.arange(len(top)), top] >= probabilities.max(axis=1)
+    return {
+        "top1_agreement": float(np.mean(kept)),
+        "agreeing_images": int(np.sum(kept)),
+        "max_difference": float(np.max(np.abs(probabilities - expected))),
+        "accuracy": _accuracy(probabilities, check.labels),
+    }
+
+
+def _require_agreement(file: str, measured: dict, options: ExportOptions) -> None:
+    if measured["top1_agreement"] >= options.int8_min_agreement:
+        return
+    raise DataError(
+        f"export.quantize=int8: {file} keeps the float model's top-1 class on {measured['agreeing_images']} of "
+        f"{measured['images']} held-out images ({100 * measured['top1_agreement']:.1f}%), below "
+        f"export.int8_min_agreement={options.int8_min_agreement:g} (largest probability difference "
+        f"{measured['max_difference']:.3g}); nothing was written. Calibrate on more training images "
+        f"(export.calibration_images, now {len(options.calibration)}), or export float16 (export.quantize=float16): "
+        f"the converter already quantizes weights per channel"
+    )
+
+
+def _quantized(model: keras.Model, folder: Path, check: CheckImages, expected, options: ExportOptions) -> dict:
+    """model_QUANTIZE.tflite, measured against the float model on the check images (held out from the
+    calibration, which reads the training split); int8 below `int8_min_agreement` fails the export."""
+    quantize, integer_io = options.quantize, options.integer_io and options.quantize == "int8"
+    path = portable.write_litert(model, folder / f"model_{quantize}.tflite", quantize, options.calibration, integer_io)
+    measured = {**_agreement(load_runner("litert", path), check, expected), "images": int(len(check.images))}
+    if quantize == "int8":
+        _require_agreement(path.name, measured, options)
+    output = quantized_output(path)
+    return {"quantize": quantize, "path": path.name, "bytes": _size(path), **measured, "output": output}
+
+
+def quantized_output(path: Path) -> dict:
+    """The output tensor of a LiteRT file as its interpreter reports it: dtype and, for uint8
+    (export.integer_io), the scale and zero point that give probabilities: (q - zero_point) * scale."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    target = Interpreter(model_path=str(path)).get_output_details()[0]
+    entry = {"name": target["name"], "dtype": np.dtype(target["dtype"]).name}
+    if entry["dtype"] != "float32":
+        scale, zero_point = target["quantization"]
+        entry.update(scale=float(scale), zero_point=int(zero_point))
+    return entry
+
+
 def _litert(
-    model: keras.Model, info: ModelInfo, folder: Path, check: CheckImages, expected, quantize: str, calibration
+    model: keras.Model, info: ModelInfo, folder: Path, check: CheckImages, expected, options: ExportOptions
 ) -> dict:
-    """model.tflite (float), checked; with `quantize`, also model_QUANTIZE.tflite, measured but not held to the
-    float tolerance."""
+    """model.tflite (float), checked; with `quantize`, also model_QUANTIZE.tflite (`_quantized`)."""
     entry = {**_checked("litert", portable.write_litert(model, folder / "model.tflite"), check, expected)}
     entry.update(_portable_io("litert", folder / "model.tflite", info))
-    if quantize != "none":
-        path = portable.write_litert(model, folder / f"model_{quantize}.tflite", quantize, calibration)
-        entry["quantized"] = {"quantize": quantize, **_checked("litert", path, check, expected, tolerance=False)}
+    if options.quantize != "none":
+        entry["quantized"] = _quantized(model, folder, check, expected, options)
     return entry
+
+
+def _embeddings(
+    embedder: keras.Model | None, folder: Path, check: CheckImages, prepared: CheckImages, files: dict
+) -> dict | None:
+    """With an `embedder`: what serving_info.json says of the embeddings, each format that carries them
+    checked against Keras on the `prepared` images: the SavedModel's `embed` (sent the `check` images as a
+    client holds them, as `serve` is), the ONNX file's `embeddings` output."""
+    if embedder is None:
+        return None
+    expected = embedder.predict(prepared.images, verbose=0)
+    entry = {"size": int(expected.shape[1]), "layer": f"the input of '{embeddings.HEAD}'", "norm": "L2 (unit length)"}
+    if "saved_model" in files:
+        path = folder / files["saved_model"]["path"]
+        measured = _measure(load_runner("saved_model", path, "embed"), check.images, expected, None)
+        _require_close(f"{path.name}/ (embed)", measured, len(check.images))
+        entry["saved_model"] = {"signature": "embed", "output": "embeddings", **measured}
+    if "onnx" in files:
+        measured = _measure(onnx_runner(folder / "model.onnx", "embeddings"), prepared.images, expected, None)
+        _require_close("model.onnx (embeddings)", measured, len(check.images))
+        entry["onnx"] = {"output": "embeddings", **measured}
+    for measured in (entry.get("saved_model"), entry.get("onnx")):
+        if measured:
+            measured.pop("accuracy")
+    return entry
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """What `mode=export` asks of the files beyond their formats (the `export.*` keys)."""
+
+    quantize: str = "none"  # none | float16 | int8: a second LiteRT file
+    calibration: np.ndarray | None = None  # int8: training images of the model's input size
+    integer_io: bool = False  # int8: uint8 output too (the input is uint8 pixels either way)
+    int8_min_agreement: float = 0.98  # int8: the least share of held-out images whose top-1 class it keeps
+    max_pixels: int = MAX_PIXELS  # serve_bytes refuses a larger image
+    temperature: float | None = None  # baked into every format's probabilities (softmax(log(p) / T))
+    embeddings: bool = False  # the SavedModel's `embed` and the ONNX file's second output
+    model_card: Callable[[dict], str] | None = None  # serving_info.json's content -> MODEL_CARD.md
 
 
 def write_export(
@@ -149,35 +242,45 @@ def write_export(
     export_dir: str | os.PathLike,
     formats: list[str],
     check: CheckImages,
-    quantize: str = "none",
-    calibration: np.ndarray | None = None,
-    max_pixels: int = MAX_PIXELS,
-    temperature: float | None = None,
+    options: ExportOptions = ExportOptions(),
 ) -> dict:
-    """Writes `formats` of the inference `model` into the new folder `export_dir`, each checked, with
-    serving_info.json (which records the `temperature` baked into `model`, if any). Returns its content.
+    """Writes `formats` of the inference `model` (with `options.temperature` baked in) into the new folder
+    `export_dir`, each checked, with serving_info.json and, given `options.model_card`, MODEL_CARD.md.
+    Returns serving_info.json's content.
 
     Raises:
-        DataError: `export_dir` exists already (nothing is overwritten), or a float format fails its check.
+        DataError: `export_dir` exists already (nothing is overwritten), a float format fails its check, or
+            the int8 file keeps the float model's top-1 class on too few check images.
         DiskError: the folder cannot be written (full disk, permissions); nothing is left of it.
     """
     export_dir = Path(export_dir)
     if export_dir.exists():
         raise DataError(f"export.dir={export_dir}: already exists; choose a new folder (nothing is overwritten)")
+    base, model = model, with_temperature(model, options.temperature)
     with atomic_folder(export_dir, key="export.dir") as temporary:  # a failed export leaves nothing
         prepared = _prepared(check, info)  # what the portable formats take: the model's input, as evaluated
         expected = model.predict(prepared.images, verbose=0)  # the test evaluation's probabilities
+        embedder = embeddings.embedding_model(base) if options.embeddings else None
+        both = embeddings.with_embeddings(base, options.temperature, names=True) if options.embeddings else model
         files = {}
         if "saved_model" in formats:
-            files["saved_model"] = _saved_model(model, info, temporary, check, expected, max_pixels)
+            files["saved_model"] = _saved_model(model, info, temporary, check, expected, options.max_pixels, embedder)
         if "onnx" in formats:
-            files["onnx"] = _checked("onnx", portable.write_onnx(model, temporary / "model.onnx"), prepared, expected)
+            files["onnx"] = _checked("onnx", portable.write_onnx(both, temporary / "model.onnx"), prepared, expected)
             files["onnx"].update(_portable_io("onnx", temporary / "model.onnx", info))
         if "litert" in formats:
-            files["litert"] = _litert(model, info, temporary, prepared, expected, quantize, calibration)
+            files["litert"] = _litert(model, info, temporary, prepared, expected, options)
+        if "openvino" in formats:
+            path = portable.write_openvino(model, temporary / "model.xml")
+            files["openvino"] = {**_checked("openvino", path, prepared, expected), "weights": "model.bin"}
+            files["openvino"]["bytes"] += _size(path.with_suffix(".bin"))
+            files["openvino"].update(_portable_io("openvino", path, info), compile_config=FLOAT32_PRECISION)
         serving_info = _serving_info(info, files, check, _accuracy(expected, check.labels))
-        serving_info["output"]["temperature"] = temperature  # softmax(log(p) / T) inside the model; null: none
+        serving_info["output"]["temperature"] = options.temperature  # softmax(log(p) / T) in the model; null: none
+        serving_info["embeddings"] = _embeddings(embedder, temporary, check, prepared, files)
         (temporary / INFO_FILE).write_text(json.dumps(serving_info, indent=2) + "\n")
+        if options.model_card is not None:
+            (temporary / MODEL_CARD).write_text(options.model_card(serving_info), encoding="utf-8")
     return serving_info
 
 

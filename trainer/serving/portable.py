@@ -1,10 +1,11 @@
-"""ONNX and LiteRT files of the inference model, written by Keras's own `model.export`.
+"""ONNX, LiteRT and OpenVINO files of the inference model, written by Keras's own `model.export`.
 
     python run.py mode=export checkpoint=RUN export.dir=serving/digits export.format=onnx
     python run.py mode=export checkpoint=RUN export.dir=serving/digits export.format=litert export.quantize=int8
+    python run.py mode=export checkpoint=RUN export.dir=serving/digits export.format=openvino
 
-Both take uint8 [batch, size, size, 3] at the model's input size: the resize that `serve` does stays with
-the client (TensorFlow's antialiased resize has no ONNX or LiteRT op). They need the `[export]` extra.
+Each takes uint8 [batch, size, size, 3] at the model's input size: the resize that `serve` does stays with
+the client (TensorFlow's antialiased resize has no ONNX, LiteRT or OpenVINO op). They need the `[export]` extra.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import tensorflow as tf
 from trainer import quiet
 from trainer.errors import ConfigError
 
-EXTRA = {"onnx": ("tf2onnx", "onnxruntime"), "litert": ("ai_edge_litert",)}
+EXTRA = {"onnx": ("tf2onnx", "onnxruntime"), "litert": ("ai_edge_litert",), "openvino": ("openvino",)}
 QUANTIZATIONS = ("none", "float16", "int8")
 
 
@@ -51,13 +52,21 @@ def _representative(images: Iterable[np.ndarray]) -> Iterator[list[np.ndarray]]:
         yield [image[np.newaxis]]
 
 
-def write_litert(model: keras.Model, path: Path, quantize: str = "none", calibration: np.ndarray | None = None) -> Path:
+def write_litert(
+    model: keras.Model,
+    path: Path,
+    quantize: str = "none",
+    calibration: np.ndarray | None = None,
+    integer_io: bool = False,
+) -> Path:
     """`model` as a LiteRT flatbuffer (uint8 in, float32 probabilities out).
 
     Args:
         quantize: `none`; `float16` (weights in float16); `int8` (weights and activations in int8,
             calibrated on `calibration`, uint8 images of the model's input size; float where an op has no
-            int8 kernel).
+            int8 kernel; the converter quantizes convolution weights per channel).
+        integer_io: with `int8`, the output is uint8 too (the probabilities quantized by the output tensor's
+            scale and zero point), as edge accelerators take it; the input is the uint8 pixels either way.
     """
     options = {}
     if quantize == "float16":
@@ -69,7 +78,26 @@ def write_litert(model: keras.Model, path: Path, quantize: str = "none", calibra
             "optimizations": [tf.lite.Optimize.DEFAULT],
             "representative_dataset": lambda: _representative(calibration),
         }
+        if integer_io:
+            options.update(inference_input_type=tf.uint8, inference_output_type=tf.uint8)
     elif quantize != "none":
         raise ConfigError(f"export.quantize must be one of {list(QUANTIZATIONS)}; got {quantize!r}")
     model.export(str(path), format="litert", input_signature=_signature(model), verbose=False, **options)
+    return path
+
+
+def write_openvino(model: keras.Model, path: Path, output_names: tuple[str, ...] = ("probabilities",)) -> Path:
+    """`model` as an OpenVINO IR, `path` (`.xml`) and its weights beside it (`.bin`), uint8 in; the outputs
+    named `output_names` (Keras names them after its graph's ops). The weights stay float32."""
+    import openvino
+
+    keras_file = path.with_name(f"keras_{path.name}")
+    model.export(str(keras_file), format="openvino", input_signature=_signature(model), verbose=False)
+    converted = openvino.Core().read_model(str(keras_file))
+    for output, name in zip(converted.outputs, output_names, strict=True):
+        output.get_tensor().set_names({name})
+    openvino.save_model(converted, str(path), compress_to_fp16=False)  # its default halves the weights
+    del converted
+    for file in (keras_file, keras_file.with_suffix(".bin")):
+        file.unlink()
     return path

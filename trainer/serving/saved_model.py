@@ -23,16 +23,16 @@ from trainer.runs.checkpoints import ModelInfo
 VERSION = "1"  # TensorFlow Serving's version folder
 
 
-def _probabilities(model: keras.Model, images: tf.Tensor) -> dict[str, tf.Tensor]:
-    """The model's probabilities, float32 [batch, classes]; an empty batch gets an empty answer (the model's
-    layers are not all defined on zero images)."""
+def _probabilities(model: keras.Model, images: tf.Tensor, name: str = "probabilities") -> dict[str, tf.Tensor]:
+    """The model's output, float32 [batch, classes] (or [batch, size] of an embedding model); an empty batch
+    gets an empty answer (the model's layers are not all defined on zero images)."""
     classes = model.output_shape[-1]
     probabilities = tf.cond(
         tf.shape(images)[0] > 0,
         lambda: tf.cast(model(images, training=False), tf.float32),
         lambda: tf.zeros([0, classes], tf.float32),
     )
-    return {"probabilities": tf.ensure_shape(probabilities, [None, classes])}
+    return {name: tf.ensure_shape(probabilities, [None, classes])}
 
 
 def serving_function(model: keras.Model, info: ModelInfo):
@@ -44,6 +44,17 @@ def serving_function(model: keras.Model, info: ModelInfo):
         return _probabilities(model, prepare_images(images, preprocess))
 
     return serve
+
+
+def embed_function(embedder: keras.Model, info: ModelInfo):
+    """uint8 [batch, height, width, 3] of any size -> {"embeddings": [batch, size]}: `serve`'s resize and
+    centre crop, then `embedder` (`trainer.serving.embeddings.embedding_model`: unit-length features)."""
+    preprocess = Preprocess.for_evaluation(info.resize_to, info.image_size)
+
+    def embed(images: tf.Tensor) -> dict[str, tf.Tensor]:
+        return _probabilities(embedder, prepare_images(images, preprocess), "embeddings")
+
+    return embed
 
 
 def bytes_function(model: keras.Model, info: ModelInfo, max_pixels: int = MAX_PIXELS):
@@ -79,10 +90,18 @@ SIGNATURES = {
     "serve": {"name": "images", "dtype": "uint8", "shape": [None, None, None, 3]},
     "serve_bytes": {"name": "image_bytes", "dtype": "string", "shape": [None]},
 }
+EMBED = {"name": "images", "dtype": "uint8", "shape": [None, None, None, 3]}  # export.embeddings: `embed`
 
 
-def write_saved_model(model: keras.Model, folder: Path, info: ModelInfo, max_pixels: int = MAX_PIXELS) -> Path:
-    """Writes `folder/1/` with the `serve` (the default) and `serve_bytes` signatures. Returns `folder/1`."""
+def write_saved_model(
+    model: keras.Model,
+    folder: Path,
+    info: ModelInfo,
+    max_pixels: int = MAX_PIXELS,
+    embedder: keras.Model | None = None,
+) -> Path:
+    """Writes `folder/1/` with the `serve` (the default) and `serve_bytes` signatures, and `embed` with an
+    `embedder`. Returns `folder/1`."""
     archive = keras.export.ExportArchive()
     archive.track(model)
     archive.add_endpoint(
@@ -95,5 +114,12 @@ def write_saved_model(model: keras.Model, folder: Path, info: ModelInfo, max_pix
         fn=bytes_function(model, info, max_pixels),
         input_signature=[tf.TensorSpec([None], tf.string, name="image_bytes")],
     )
+    if embedder is not None:
+        archive.track(embedder)
+        archive.add_endpoint(
+            name="embed",
+            fn=embed_function(embedder, info),
+            input_signature=[tf.TensorSpec([None, None, None, 3], tf.uint8, name="images")],
+        )
     archive.write_out(str(folder / VERSION), verbose=False)
     return folder / VERSION

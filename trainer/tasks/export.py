@@ -1,14 +1,18 @@
-"""`mode=export`: a trained checkpoint as a SavedModel for TensorFlow Serving, ONNX or LiteRT, each checked.
+"""`mode=export`: a trained checkpoint as a SavedModel for TensorFlow Serving, ONNX, LiteRT or OpenVINO, each
+checked, with a model card.
 
     python run.py mode=export checkpoint=outputs/2026-11-30/12-00-00 export.dir=serving/pets
     python run.py mode=export checkpoint=RUN export.dir=serving/pets export.format=all export.quantize=int8
+    python run.py mode=export checkpoint=RUN export.dir=serving/pets export.embeddings=true
     python run.py mode=export checkpoint=model.keras export.dir=serving/pets      # a bare .keras file works too
     AIP_MODEL_DIR=gs://b/job/model python run.py mode=export checkpoint=RUN      # Vertex AI's model folder
 
 The model carries its preprocessing and class names. The check images are the
 test split of the run's dataset (its saved config); where that data does not fit
 the model or cannot be read, the check runs on random pixels, with a warning.
-`export.quantize=int8` calibrates on the training split and cannot do without it.
+`export.quantize=int8` calibrates on the training split and cannot do without it; the check
+images, held out from that, measure how often it keeps the float model's top-1 class.
+MODEL_CARD.md is written from the run folder (`trainer/serving/model_card.py`).
 """
 
 from __future__ import annotations
@@ -23,15 +27,15 @@ from pathlib import Path
 
 import numpy as np
 
+from trainer.config.reuse import run_folder_of
 from trainer.config.schema import Config
 from trainer.data.decode import check_decode
 from trainer.errors import DataError
 from trainer.evaluation import calibration
 from trainer.evaluation.predictions import predict_split
-from trainer.models.temperature import with_temperature
 from trainer.runs import checkpoints, storage
-from trainer.serving import portable
-from trainer.serving.bundle import FORMATS, INFO_FILE, CheckImages, write_export
+from trainer.serving import embeddings, model_card, portable
+from trainer.serving.bundle import FORMATS, INFO_FILE, CheckImages, ExportOptions, write_export
 from trainer.tasks.data import Data, load_data
 
 log = logging.getLogger(__name__)
@@ -141,6 +145,14 @@ def _log_export(settings: Config, serving_info: dict, folder: str) -> None:
                     item["max_difference"],
                     _percent(item["accuracy"]),
                 )
+    quantized = serving_info["files"].get("litert", {}).get("quantized")
+    if quantized:
+        log.info(
+            "%s keeps the float model's top-1 class on %d of %d check images <export.int8_min_agreement>",
+            quantized["path"],
+            quantized["agreeing_images"],
+            quantized["images"],
+        )
 
 
 def _percent(value: float | None) -> str:
@@ -148,22 +160,30 @@ def _percent(value: float | None) -> str:
 
 
 def _write(settings: Config, export_dir: Path) -> dict:
-    """Loads `checkpoint`, writes `export.format` into the new local folder `export_dir` with serving_info.json,
-    each format checked. Returns serving_info.json's content."""
+    """Loads `checkpoint`, writes `export.format` into the new local folder `export_dir` with serving_info.json
+    and MODEL_CARD.md, each format checked. Returns serving_info.json's content."""
     formats, checkpoint = _formats(settings), settings.checkpoint
     for format in formats:
         portable.require_extra(format)
     model, info = checkpoints.load(checkpoint)
     check_decode(info.decode, f"checkpoint={checkpoint}")  # serve_bytes decodes as this version does
+    export = settings.export
+    if export.embeddings:  # before any data is read: a model without a layer to read is one line
+        embeddings.embedding_model(model)
     data = _fitting_data(settings, info)
     check = _check_images(settings, info, data)
-    quantized_on = _calibration(settings, data)
-    temperature = _temperature(settings, model, data)
-    model = with_temperature(model, temperature)
-    export = settings.export
-    return write_export(
-        model, info, export_dir, formats, check, str(export.quantize), quantized_on, export.max_pixels, temperature
+    run = model_card.read_run(run_folder_of(checkpoint))  # the card comes from the run folder alone
+    options = ExportOptions(
+        quantize=str(export.quantize),
+        calibration=_calibration(settings, data),
+        integer_io=export.integer_io,
+        int8_min_agreement=export.int8_min_agreement,
+        max_pixels=export.max_pixels,
+        temperature=_temperature(settings, model, data),
+        embeddings=export.embeddings,
+        model_card=lambda serving_info: model_card.render(serving_info, run),
     )
+    return write_export(model, info, export_dir, formats, check, options)
 
 
 def export_to_model_dir(settings: Config, checkpoint: str, model_dir: str) -> None:
