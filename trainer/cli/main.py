@@ -57,7 +57,7 @@ PACKAGE = Path(__file__).resolve().parents[1]  # trainer/
 
 def config_location(package: Path = PACKAGE) -> tuple[str, str]:
     """Hydra's config_path and the folder it names, for the package folder `trainer/`. Installed from a wheel, the
-    configs ship inside the package (`trainer/conf/`) and Hydra finds them as `pkg://trainer.conf`; in a clone
+    configs ship inside the package (its `conf` folder) and Hydra finds them as `pkg://trainer.conf`; in a clone
     (installed editable or not) they are the checkout's own `conf/` beside `trainer/`, so two clones never read
     each other's configs."""
     if (package / "conf" / "config.yaml").is_file():
