@@ -124,20 +124,20 @@ def test_a_trial_of_a_dead_sweep_is_failed_and_run_again_up_to_retries(tmp_path)
     study = _journal_study(tmp_path)
     space = {"x": FloatDistribution(0, 1)}
     dead = study.ask(space)
-    study._storage.set_trial_user_attr(dead._trial_id, studies.OWNER, f"{studies.Owner().host}:{_dead_pid()}:abc")
+    dead.set_user_attr(studies.OWNER, f"{studies.Owner().host}:{_dead_pid()}:abc")
     alive = study.ask(space)
     me = studies.Owner()
-    me.claim(study, alive)
+    me.claim(alive)
     log = logging.getLogger("test")
     studies.fail_dead_trials(study, me, grace_seconds=3600, retries=1, log=log)
     trials = study.get_trials(deepcopy=False)
     assert [trial.state for trial in trials] == [TrialState.FAIL, TrialState.RUNNING, TrialState.WAITING]
-    assert trials[0].user_attrs[studies.KILLED] and trials[2].user_attrs[studies.RETRY_OF] == 0
+    assert study.user_attrs[studies.killed_key(0)] and trials[2].user_attrs[studies.RETRY_OF] == 0
     assert [trial.number for trial in studies.counted(trials)] == [1, 2], "the retry takes the dead trial's place"
 
     retry = study.ask(space)  # the enqueued retry: the same parameters
     assert retry.number == 2 and retry.params == dead.params
-    study._storage.set_trial_user_attr(retry._trial_id, studies.OWNER, f"{me.host}:{_dead_pid()}:def")
+    retry.set_user_attr(studies.OWNER, f"{me.host}:{_dead_pid()}:def")
     studies.fail_dead_trials(study, me, grace_seconds=3600, retries=1, log=log)
     assert len(study.trials) == 3, "retries=1: a trial killed twice is not run a third time"
     assert study.trials[2].state == TrialState.FAIL
@@ -151,8 +151,8 @@ def test_a_silent_trial_of_another_machine_is_dead_after_the_grace_period(tmp_pa
 
     study = _journal_study(tmp_path)
     trial = study.ask({"x": FloatDistribution(0, 1)})
-    study._storage.set_trial_user_attr(trial._trial_id, studies.OWNER, "another-host:1:abc")
-    study._storage.set_trial_user_attr(trial._trial_id, studies.HEARTBEAT, time.time() - 60)
+    trial.set_user_attr(studies.OWNER, "another-host:1:abc")
+    trial.set_user_attr(studies.HEARTBEAT, time.time() - 60)
     frozen = study.get_trials(deepcopy=False)[0]
     me = studies.Owner()
     assert not me.is_dead(frozen, grace_seconds=120) and me.is_dead(frozen, grace_seconds=30)

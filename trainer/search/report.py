@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.runs.atomic import atomic_path
-from trainer.search.study import INTERRUPTED, KILLED, RETRY_OF, SURPLUS
+from trainer.search.study import INTERRUPTED, RETRY_OF, SURPLUS, was_killed
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ def state_name(trial: Any) -> str:
     return STATES.get(trial.state.name, trial.state.name.lower())
 
 
-def _rows(trials: list[Any], names: list[str]) -> tuple[list[str], list[dict[str, Any]]]:
+def _rows(trials: list[Any], names: list[str], study_attrs: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
     keys = sorted({key for trial in trials for key in trial.params})
     columns = ["trial", "state", *names, *keys, "epochs_reported", "retry_of", "killed", "seconds"]
     rows = []
@@ -53,7 +53,7 @@ def _rows(trials: list[Any], names: list[str]) -> tuple[list[str], list[dict[str
         row.update(
             epochs_reported=len(trial.intermediate_values) or None,
             retry_of=trial.user_attrs.get(RETRY_OF),
-            killed=bool(trial.user_attrs.get(KILLED)) or None,
+            killed=was_killed(trial, study_attrs) or None,
             seconds=None if seconds is None else round(seconds, 1),
         )
         rows.append(row)
@@ -78,9 +78,10 @@ def write_report(study: Any, sweep_dir: Path, names: list[str], plots: bool = Tr
     """`study.csv` and `best.csv` (`names`: one column per objective), then the plots; a plot that cannot be drawn
     yet (too few complete trials) is left out with no error."""
     trials = [trial for trial in study.get_trials(deepcopy=False) if not trial.user_attrs.get(SURPLUS)]
-    columns, rows = _rows(trials, names)
+    attrs = study.user_attrs
+    columns, rows = _rows(trials, names, attrs)
     _write_csv(sweep_dir / "study.csv", columns, rows)
-    _write_csv(sweep_dir / "best.csv", columns, _rows(best_trials(study), names)[1])
+    _write_csv(sweep_dir / "best.csv", columns, _rows(best_trials(study), names, attrs)[1])
     if plots:
         draw_plots(study, sweep_dir, names)
 

@@ -130,9 +130,10 @@ class Owner:
         self.host, self.pid, self.token = socket.gethostname(), os.getpid(), uuid.uuid4().hex[:8]
         self.mark = f"{self.host}:{self.pid}:{self.token}"
 
-    def claim(self, study: Any, trial: Any) -> None:
-        study._storage.set_trial_user_attr(trial._trial_id, OWNER, self.mark)
-        study._storage.set_trial_user_attr(trial._trial_id, HEARTBEAT, time.time())
+    def claim(self, trial: Any) -> None:
+        """Marks an asked trial (an `optuna.Trial`) as this sweep's."""
+        trial.set_user_attr(OWNER, self.mark)
+        trial.set_user_attr(HEARTBEAT, time.time())
 
     def is_dead(self, trial: Any, grace_seconds: float) -> bool:
         """Whether the sweep that runs `trial` (RUNNING) is gone: a process of this machine that no longer
@@ -155,10 +156,21 @@ class Owner:
         return time.time() - float(beat) > grace_seconds
 
 
+def killed_key(number: int) -> str:
+    """The study attribute that marks trial `number` killed (a trial of another sweep takes no attribute through
+    Optuna's public API: `study.set_user_attr` marks it)."""
+    return f"{KILLED}:{number}"
+
+
+def was_killed(trial: Any, study_attrs: dict[str, Any]) -> bool:
+    """Whether a trial was running when its sweep died (marked on the study; studies of earlier versions marked
+    the trial itself)."""
+    return bool(study_attrs.get(killed_key(trial.number)) or trial.user_attrs.get(KILLED))
+
+
 def fail_dead_trials(study: Any, owner: Owner, grace_seconds: float, retries: int, log: Any) -> None:
     """Marks failed the RUNNING trials whose sweep died, and enqueues each again (same parameters) while it has
     been run fewer than `retries` + 1 times. Two sweeps doing this at once fail and retry each trial once."""
-    from optuna.exceptions import UpdateFinishedTrialError
     from optuna.trial import TrialState
 
     trials = study.get_trials(deepcopy=False)
@@ -166,11 +178,11 @@ def fail_dead_trials(study: Any, owner: Owner, grace_seconds: float, retries: in
     for trial in trials:
         if trial.state != TrialState.RUNNING or not owner.is_dead(trial, grace_seconds):
             continue
-        try:  # a finished trial takes no attribute: marked first
-            study._storage.set_trial_user_attr(trial._trial_id, KILLED, True)
-            study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
-        except (UpdateFinishedTrialError, RuntimeError):  # another sweep got there first
+        try:
+            study.tell(trial.number, state=TrialState.FAIL)
+        except (ValueError, RuntimeError):  # another sweep got there first (UpdateFinishedTrialError is one)
             continue
+        study.set_user_attr(killed_key(trial.number), True)
         runs, earlier = 1, trial.user_attrs.get(RETRY_OF)
         while earlier is not None and earlier in by_number:  # an interrupted run is no failure: not counted
             runs += not by_number[earlier].user_attrs.get(INTERRUPTED)
@@ -190,22 +202,27 @@ def interrupt(study: Any, trials: list[Any], log: Any) -> list[int]:
     Returns:
         The numbers of the trials marked.
     """
-    from optuna.exceptions import UpdateFinishedTrialError
     from optuna.trial import TrialState
 
     marked = []
     for trial in trials:
-        if study._storage.get_trial(trial._trial_id).state != TrialState.RUNNING:
+        if frozen(study, trial.number).state != TrialState.RUNNING:
             continue  # finished before the stop
         try:
-            study._storage.set_trial_user_attr(trial._trial_id, INTERRUPTED, True)
-            study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
-        except (UpdateFinishedTrialError, RuntimeError):  # finished meanwhile
+            trial.set_user_attr(INTERRUPTED, True)
+            study.tell(trial, state=TrialState.FAIL)
+        except (ValueError, RuntimeError):  # finished meanwhile (UpdateFinishedTrialError is a RuntimeError)
             continue
         study.enqueue_trial(trial.params, user_attrs={RETRY_OF: trial.number}, skip_if_exists=False)
         log.warning("Trial %d was stopped: the same command runs it again", trial.number)
         marked.append(trial.number)
     return marked
+
+
+def frozen(study: Any, number: int) -> Any:
+    """Trial `number` of the study as stored now (what its jobs wrote included): an asked `optuna.Trial` keeps
+    the attributes of when it was asked."""
+    return next(trial for trial in study.get_trials(deepcopy=False) if trial.number == number)
 
 
 def within_budget(study: Any, asked: list[Any], n_trials: int) -> list[Any]:
@@ -219,13 +236,13 @@ def within_budget(study: Any, asked: list[Any], n_trials: int) -> list[Any]:
         if ranks.get(trial.number, n_trials) < n_trials:
             kept.append(trial)
         else:
-            study._storage.set_trial_user_attr(trial._trial_id, SURPLUS, True)
+            trial.set_user_attr(SURPLUS, True)
             study.tell(trial, state=TrialState.FAIL)
     return kept
 
 
 @contextlib.contextmanager
-def heartbeat(study: Any, trials: list[Any], seconds: float) -> Iterator[None]:
+def heartbeat(trials: list[Any], seconds: float) -> Iterator[None]:
     """Beats every `seconds` into `trials` while the block runs (their jobs), so that other sweeps see them alive."""
     stop = threading.Event()
 
@@ -233,7 +250,7 @@ def heartbeat(study: Any, trials: list[Any], seconds: float) -> Iterator[None]:
         while not stop.wait(seconds):
             for trial in trials:
                 with contextlib.suppress(Exception):  # a finished trial takes no attribute: nothing to keep alive
-                    study._storage.set_trial_user_attr(trial._trial_id, HEARTBEAT, time.time())
+                    trial.set_user_attr(HEARTBEAT, time.time())
 
     thread = threading.Thread(target=beat, name="search-heartbeat", daemon=True)
     thread.start()

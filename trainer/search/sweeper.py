@@ -198,7 +198,7 @@ class OptunaSearch(Sweeper):
                 break
             asked = [study.ask(space.distributions) for _ in range(min(self.n_jobs, left))]
             for trial in asked:
-                owner.claim(study, trial)
+                owner.claim(trial)
             trials = studies.within_budget(study, asked, self.n_trials)
             try:
                 if trials:
@@ -220,7 +220,7 @@ class OptunaSearch(Sweeper):
     def _run_batch(self, study: Any, trials: list[Any], space: Space, url: str, name: str, names: list[str]) -> None:
         folds = self._folds()
         batch = [self._job_overrides(trial, space, url, name, fold) for trial in trials for fold in folds]
-        with studies.heartbeat(study, trials, self.heartbeat_seconds):
+        with studies.heartbeat(trials, self.heartbeat_seconds):
             try:
                 returns = self.launcher.launch(batch, initial_job_idx=trials[0].number * len(folds))
             except Exception as error:  # noqa: BLE001 - a launcher's own failure (submitit: a job's process died)
@@ -264,7 +264,7 @@ class OptunaSearch(Sweeper):
 
         from trainer.search.trial import outcome_key
 
-        attributes = study._storage.get_trial(trial._trial_id).user_attrs
+        attributes = studies.frozen(study, trial.number).user_attrs
         outcomes = [attributes.get(outcome_key(fold)) or {} for fold in self._folds()]
         if any(outcome.get("state") == "interrupted" for outcome in outcomes):
             return False
@@ -279,7 +279,7 @@ class OptunaSearch(Sweeper):
             study.tell(trial, state=TrialState.FAIL)
         shown = " ".join(f"{n}={v:.4f}" for n, v in zip(names, mean, strict=True)) if usable else ""
         folds = f" (mean of {len(jobs)} folds)" if self.folds and usable else ""
-        log.info("Trial %d: %s %s%s", trial.number, state_name(study._storage.get_trial(trial._trial_id)), shown, folds)
+        log.info("Trial %d: %s %s%s", trial.number, state_name(studies.frozen(study, trial.number)), shown, folds)
         return True
 
     def _log_best(self, study: Any, names: list[str]) -> None:

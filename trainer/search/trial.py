@@ -44,8 +44,13 @@ def connect(config: StudyTrial) -> Any | None:
         options = dict(config.pruner)
         pruner = build_target("hydra.sweeper.pruner", options.pop("_target_", None), options)
 
-    study = optuna.load_study(study_name=config.study, storage=open_storage(config.storage), pruner=pruner)
-    trial_id = study._storage.get_trial_id_from_study_id_trial_number(study._study_id, config.number)
+    storage = open_storage(config.storage)
+    study = optuna.load_study(study_name=config.study, storage=storage, pruner=pruner)
+    # Optuna has no public call that opens a running trial of another process: its id comes from the storage we
+    # opened (BaseStorage: "not supposed to be directly accessed by library users") and optuna.Trial's own
+    # constructor ("direct use is not recommended") makes it (docs/development.md, the ledger's Optuna row).
+    study_id = storage.get_study_id_from_name(config.study)
+    trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, config.number)
     return optuna.Trial(study, trial_id)
 
 
@@ -89,7 +94,7 @@ def record_interrupted(config: StudyTrial, fold: int | None = None) -> None:
     (joblib, Slurm) and gets its exception as a failure: the sweep stops and runs the trial again next time."""
     trial = connect(config)
     if trial is not None:
-        trial.study._storage.set_trial_user_attr(trial._trial_id, outcome_key(fold), {"state": "interrupted"})
+        trial.set_user_attr(outcome_key(fold), {"state": "interrupted"})
 
 
 def record_outcome(config: StudyTrial, metrics: dict[str, Any], fold: int | None = None) -> None:
@@ -100,4 +105,4 @@ def record_outcome(config: StudyTrial, metrics: dict[str, Any], fold: int | None
         return
     shown = {key: value for key, value in metrics.items() if isinstance(value, (int, float, str, bool, type(None)))}
     state = "pruned" if metrics.get("pruned") else "complete"
-    trial.study._storage.set_trial_user_attr(trial._trial_id, outcome_key(fold), {"state": state, "metrics": shown})
+    trial.set_user_attr(outcome_key(fold), {"state": state, "metrics": shown})
