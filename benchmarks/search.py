@@ -2,7 +2,7 @@
 by Hyperband (vgg19_hyperband) and by Optuna's MedianPruner, each against the same search unpruned.
 
     python -m benchmarks --only search_pruning            # 16 trials x 12 epochs, sampler seeds 0, 1, 2
-    python -m benchmarks --only search_pruning --quick    # the same searches on seed 0 only
+    python -m benchmarks --only search_pruning --quick    # successive halving and unpruned, seed 0 only
 
 Every search is `python run.py -m hparams_search=vgg19_asha` (or vgg19_hyperband, the same space: lr over three
 decades, weight decay, dropout, batch size, width) in its own sweep folder, one process
@@ -44,11 +44,12 @@ SEARCHES = {  # name: (its folder, the preset, the pruner it swaps in or None, t
     ),
     "unpruned": ("unpruned", "vgg19_asha", "hydra.sweeper.pruner=null", None),
 }
+QUICK = ("successive halving (vgg19_asha)", "unpruned")  # --quick: the figure's pair, on seed 0
 POINTS = 0.5  # the pruned search's best within this many points of the unpruned best
 
 
-def _search(folder: Path, seed: int, preset: str, pruner: str | None) -> tuple[int, float]:
-    """(epochs trained by every trial, the best val_accuracy of a trial that was not pruned) of one search."""
+def _search(folder: Path, seed: int, preset: str, pruner: str | None) -> None:
+    """Runs one search into its own sweep folder."""
     overrides = [
         "-m",
         f"hparams_search={preset}",
@@ -64,26 +65,41 @@ def _search(folder: Path, seed: int, preset: str, pruner: str | None) -> tuple[i
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(f"{folder}: exit {done.returncode}: {done.stderr[-2000:]}")
+
+
+def counted(folder: Path) -> tuple[int, float]:
+    """(epochs trained by every trial, the best val_accuracy of a trial that was not pruned) of a search's folder."""
     runs = [json.loads(path.read_text()) for path in folder.glob("*/metrics.json")]
     assert len(runs) == TRIALS, f"{folder}: {len(runs)} of {TRIALS} trials finished"
     best = max(run["objective"] for run in runs if not run["pruned"])
     return sum(run["epochs_completed"] for run in runs), best
 
 
-def search_pruning(folder: Path, quick: bool) -> list[Row]:
-    seeds = SEEDS[quick]
-    figures = {}  # name: ([epochs per seed], [best per seed])
-    for name, (key, preset, pruner, _) in SEARCHES.items():
-        searches = [_search(folder / f"{key}_{seed}", seed, preset, pruner) for seed in seeds]
-        figures[name] = ([epochs for epochs, _ in searches], [best for _, best in searches])
-    full_epochs, full_best = (statistics.mean(values) for values in figures.pop("unpruned"))
+def rows(figures: dict[str, tuple[list[int], list[float]]], seeds: tuple[int, ...]) -> list[Row]:
+    """The rows of `figures` ({search name: ([epochs per seed], [best per seed])}, "unpruned" among them)."""
+    full_epochs, full_best = (statistics.mean(values) for values in figures["unpruned"])
     shown = f"seed {seeds[0]}" if len(seeds) == 1 else f"mean of seeds {', '.join(map(str, seeds))}"
-    rows = []
+    result = []
     for name, (epochs, bests) in figures.items():
+        if name == "unpruned":
+            continue
         label = f"{TRIALS}-trial TPE search on digits ({shown}), {name} vs unpruned"
         target = SEARCHES[name][3]
-        epochs_row = Row(f"{label}: epochs trained", statistics.mean(epochs), full_epochs, "epochs", target, False)
-        rows.append(epochs_row)
+        result.append(Row(f"{label}: epochs trained", statistics.mean(epochs), full_epochs, "epochs", target, False))
         best_target = None if target is None else 1 - POINTS / (100 * full_best)  # within 0.5 points
-        rows.append(Row(f"{label}: best val_accuracy", 100 * statistics.mean(bests), 100 * full_best, "%", best_target))
-    return rows
+        result.append(
+            Row(f"{label}: best val_accuracy", 100 * statistics.mean(bests), 100 * full_best, "%", best_target)
+        )
+    return result
+
+
+def search_pruning(folder: Path, quick: bool) -> list[Row]:
+    seeds, figures = SEEDS[quick], {}
+    for name in QUICK if quick else SEARCHES:
+        key, preset, pruner, _ = SEARCHES[name]
+        searches = []
+        for seed in seeds:
+            _search(folder / f"{key}_{seed}", seed, preset, pruner)
+            searches.append(counted(folder / f"{key}_{seed}"))
+        figures[name] = ([epochs for epochs, _ in searches], [best for _, best in searches])
+    return rows(figures, seeds)
