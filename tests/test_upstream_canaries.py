@@ -355,3 +355,41 @@ def test_hdf5_still_crashes_the_process_at_exit_after_a_write_to_a_full_disk_fai
         f"trainer/runs/backup.py::save_weights can go (keep _release_hdf5 in trainer/runs/atomic.py while its own "
         f"canary holds), and this canary"
     )
+
+
+# --- Optuna: a job opens its running trial through the storage and the trial's constructor -------------------
+
+OPTUNA_STUDY_API = {  # Optuna 5.1's public Study: none of it opens a running trial by its number
+    "add_trial", "add_trials", "ask", "best_params", "best_trial", "best_trials", "best_value", "direction",
+    "directions", "enqueue_trial", "get_trials", "metric_names", "optimize", "set_metric_names", "set_user_attr",
+    "stop", "tell", "trials", "trials_dataframe", "user_attrs",
+}  # fmt: skip
+
+
+@pytest.mark.unit
+def test_optuna_still_opens_a_running_trial_of_another_process_only_through_its_internal_storage_calls(tmp_path):
+    import optuna
+    from optuna.storages.journal import JournalFileBackend
+
+    where = "trainer/search/trial.py::connect"
+    public = {name for name in dir(optuna.Study) if not name.startswith("_")}
+    assert public == OPTUNA_STUDY_API, (
+        f"Optuna's public Study changed ({sorted(public ^ OPTUNA_STUDY_API)}): if a new call opens a running trial "
+        f"by its number, use it in {where} instead of the storage's ids and optuna.Trial(study, trial_id), and drop "
+        f"the ledger's Optuna row with this canary; else add the names to OPTUNA_STUDY_API"
+    )
+    internal = "not supposed to be directly accessed by library users"
+    assert internal in optuna.storages.BaseStorage.__doc__, (
+        f"Optuna's BaseStorage is public now: {where} uses it as it is; drop the ledger's Optuna row and this canary"
+    )
+    assert "direct use of this constructor is not recommended" in " ".join(optuna.Trial.__doc__.split()), (
+        f"optuna.Trial's constructor is public now: {where} uses it as it is; drop the ledger's Optuna row and this "
+        f"canary"
+    )
+    storage = optuna.storages.JournalStorage(JournalFileBackend(str(tmp_path / "study.journal")))
+    study = optuna.create_study(study_name="s", storage=storage)
+    asked = study.ask()  # the sweep's trial; the job opens it in another process, as connect does
+    study_id = storage.get_study_id_from_name("s")
+    trial = optuna.Trial(study, storage.get_trial_id_from_study_id_trial_number(study_id, asked.number))
+    trial.report(0.5, 0)
+    assert study.get_trials(deepcopy=False)[0].intermediate_values == {0: 0.5}
