@@ -155,7 +155,9 @@ def test_resume_of_a_finished_run_is_refused(tmp_path):
     before = {path: path.read_bytes() for path in (tmp_path / "run").rglob("*") if path.is_file()}
     refused = run_cli([f"resume={tmp_path / 'run'}"], cwd=tmp_path)  # as typed: refused before Hydra logs into it
     assert refused.returncode == 1 and refused.stderr.strip().splitlines() == [
-        f"error: resume={tmp_path / 'run'}: the run finished (it has metrics.json); start a new run instead"
+        f"error: resume={tmp_path / 'run'}: the run finished (it has metrics.json); to train on from its weights, "
+        f"start a new run with model.init_from={tmp_path / 'run'} (its own folder, config and schedule, "
+        "e.g. trainer.epochs=20)"
     ]
     after = {path: path.read_bytes() for path in (tmp_path / "run").rglob("*") if path.is_file()}
     assert after == before, "a refused command writes nothing into the run (run.log included)"

@@ -17,9 +17,21 @@ from typing import Any, ClassVar
 
 from omegaconf import MISSING
 
-from trainer.config.fields import ResizeMode, ScheduleName, TFRecordFormat, ValSource, file_list, require
+from trainer.config.fields import (
+    Channels,
+    ClusterSource,
+    Compression,
+    ResizeMode,
+    ScheduleName,
+    TFRecordFormat,
+    ValSource,
+    chosen,
+    file_list,
+    require,
+)
 from trainer.data.augmentation import Augmentation
 from trainer.data.cache import MODES as CACHE_MODES
+from trainer.models import IMAGENET_VGG19_MIN_INPUT, VGG19_MIN_INPUT
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +136,7 @@ class BinaryDatasetConfig(LabeledFilesConfig):
     search_subdirs: list[str] = field(default_factory=list)  # also look in these folders below data_dir
     height: int = MISSING  # stored image height
     width: int = MISSING  # stored image width
-    channels: int = MISSING  # 1 or 3
+    channels: Channels = MISSING  # 1 or 3
     label_bytes: int = 1  # bytes before the pixels (CIFAR-100: 2, coarse then fine)
     label_index: int = 0  # which of those bytes is the label
     shuffle_buffer: int = 10000
@@ -136,9 +148,9 @@ class BinaryDatasetConfig(LabeledFilesConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for key in ("height", "width", "channels", "label_bytes"):
+        self.channels = int(chosen(Channels, self.channels, "dataset.channels"))  # the part takes the number
+        for key in ("height", "width", "label_bytes"):
             require(getattr(self, key) >= 1, f"dataset.{key}", ">= 1", getattr(self, key))
-        require(self.channels in (1, 3), "dataset.channels", "1 or 3", self.channels)
         require(self.num_classes <= 256, "dataset.num_classes", "<= 256 (one label byte)", self.num_classes)
         require(
             0 <= self.label_index < self.label_bytes, "dataset.label_index", "in [0, label_bytes)", self.label_index
@@ -175,19 +187,13 @@ class TFRecordDatasetConfig(LabeledFilesConfig):
     image_key: str | None = None  # feature keys; null: the format's defaults
     label_key: str | None = None  # feature key of the integer label
     filename_key: str | None = None  # feature key of the stored file name (unlabeled records, predictions)
-    compression: str = "auto"  # auto (from each file's first bytes) | none | gzip | zlib
+    compression: Compression = Compression.auto  # auto (from each file's first bytes) | none | gzip | zlib
     num_classes: int | None = None  # classes the labels index; null: the converter's manifest's, else 2
     class_names: list[str] | None = None  # in label order; null: the manifest's, else [cat, dog] (the manifest's win)
     image_size: int = 224  # stored images are resized to this side: the model input unless augment.crop crops
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        require(
-            self.compression in ("auto", "none", "gzip", "zlib"),
-            "dataset.compression",
-            "auto, none, gzip or zlib",
-            self.compression,
-        )
         require(self.image_size >= 1, "dataset.image_size", ">= 1", self.image_size)
         if self.stored_size is not None:
             require(self.stored_size >= 1, "dataset.stored_size", ">= 1", self.stored_size)
@@ -305,12 +311,15 @@ class CustomDatasetConfig(DatasetConfig):
 class ModelConfig:
     """What every model option shares. Its other keys go to the builder `_target_` names."""
 
-    RESERVED: ClassVar[tuple[str, ...]] = ("_target_", "name", "preprocessing")  # read by the trainer
+    RESERVED: ClassVar[tuple[str, ...]] = ("_target_", "name", "preprocessing", "init_from")  # the trainer's
     PRETRAINED_BASE: ClassVar[bool] = False  # trains in phases: the new head first, then the base (finetune.*)
+    MIN_INPUT: ClassVar[tuple[int, str]] = (1, "")  # (the smallest input side the builder takes, why); your own
+    # model's builder checks its own, whatever its name
 
     _target_: str = MISSING  # the builder: called with num_classes, input_shape and the other keys
     name: str = MISSING  # the option's name: the log, the curves' title
     preprocessing: str | None = None  # null: the dataset's normalization | caffe (what ImageNet weights expect)
+    init_from: str | None = None  # a run folder or .keras file: this new run starts from its weights
 
     def __post_init__(self) -> None:
         require(
@@ -334,6 +343,8 @@ def _check_head(model: Any) -> None:
 
 @dataclass
 class VGG19Config(ModelConfig):
+    MIN_INPUT: ClassVar[tuple[int, str]] = VGG19_MIN_INPUT
+
     _target_: str = "trainer.models.vgg19.build_vgg19"  # the builder
     name: str = "vgg19"  # the option's name
     width_multiplier: float = 1.0  # scales every layer's channels; 0.125 for tiny test models
@@ -366,6 +377,7 @@ class VGG19Config(ModelConfig):
 @dataclass
 class VGG19ImageNetConfig(ModelConfig):
     PRETRAINED_BASE: ClassVar[bool] = True
+    MIN_INPUT: ClassVar[tuple[int, str]] = IMAGENET_VGG19_MIN_INPUT
 
     _target_: str = "trainer.models.finetune.build_vgg19_imagenet"  # the builder
     name: str = "vgg19_imagenet"  # the option's name
@@ -399,6 +411,8 @@ class CustomModelConfig(ModelConfig):
 
 @dataclass
 class ScheduleConfig:
+    """The learning rate, step by step: `name` picks its builder in `trainer.training.optimizers` (`target`)."""
+
     name: ScheduleName = ScheduleName.constant  # constant | step | cosine
     warmup_epochs: float = 0.0  # cosine: linear warmup from 0 to optimizer.lr
     boundaries: list[float] = field(default_factory=list)  # step: epochs at which lr is multiplied by factor
@@ -415,6 +429,22 @@ class ScheduleConfig:
             list(self.boundaries),
         )
         require(0 <= self.alpha <= 1, "optimizer.schedule.alpha", "in [0, 1]", self.alpha)
+
+    @property
+    def target(self) -> str:
+        """The builder of this schedule, built like every `_target_` (`trainer.targets.build_target`): the choice
+        names its function, one per choice."""
+        return f"trainer.training.optimizers.{self.name}"
+
+    @property
+    def steps_the_rate(self) -> bool:
+        """Whether it sets the rate at every step (a callback that sets it per epoch would be overridden)."""
+        return self.name != ScheduleName.constant
+
+    @property
+    def warms_up(self) -> bool:
+        """Whether `warmup_epochs` applies (cosine's linear warm-up)."""
+        return self.name == ScheduleName.cosine
 
 
 @dataclass
@@ -503,6 +533,8 @@ class AdamWConfig(AdamConfig):
 class StrategyConfig:
     """What every strategy option shares; `_target_` builds the `tf.distribute.Strategy` from the other keys."""
 
+    SPANS_WORKERS: ClassVar[bool] = False  # a cluster of worker processes: roles (chief, evaluator), one machine each
+
     _target_: str = MISSING  # a function of trainer.distribute.strategies, called with the other keys
     name: str = MISSING  # the option's name: the log, resume's check of the experiment
 
@@ -527,9 +559,11 @@ class MirroredStrategyConfig(StrategyConfig):
 
 @dataclass
 class MultiWorkerStrategyConfig(StrategyConfig):
+    SPANS_WORKERS: ClassVar[bool] = True
+
     _target_: str = "trainer.distribute.strategies.multi_worker"  # the builder
     name: str = "multi_worker"  # the option's name
-    cluster: str = "auto"  # auto (the first found, in this order) | tf_config | workers | skypilot | slurm
+    cluster: ClusterSource = ClusterSource.auto  # auto (first found, in order) | tf_config | workers | skypilot | slurm
     workers: list[str] | None = None  # host:port of every worker, same order on all of them
     task_index: int | None = None  # this worker's position in `workers`
     timeout_seconds: float = 600.0  # a step waiting longer on its peers (one hung) stops every worker

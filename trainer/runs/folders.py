@@ -97,7 +97,9 @@ def check_resume_argument(arguments: list[str]) -> None:
                 folder = Path(resume_folder(value))
                 if (folder / "metrics.json").is_file() and "-m" not in arguments and "--multirun" not in arguments:
                     raise ConfigError(
-                        f"resume={value}: the run finished (it has metrics.json); start a new run instead"
+                        f"resume={value}: the run finished (it has metrics.json); to train on from its weights, "
+                        f"start a new run with model.init_from={folder} (its own folder, config and schedule, "
+                        f"e.g. trainer.epochs=20)"
                     )
 
 

@@ -63,7 +63,10 @@ def prepare_resume(run_dir: Path, backup_dir: Path, resume: str | None) -> Progr
         ConfigError: `resume` points at a run that finished (it has its metrics.json), or at an unreadable backup.
     """
     if resume and (run_dir / "metrics.json").is_file():
-        raise ConfigError(f"resume={resume}: the run finished (it has metrics.json); start a new run instead")
+        raise ConfigError(
+            f"resume={resume}: the run finished (it has metrics.json); to train on from its weights, start a new "
+            f"run with model.init_from={run_dir} (its own folder, config and schedule, e.g. trainer.epochs=20)"
+        )
     state = read_state(backup_dir)
     done = state.epoch if state else 0
     history.trim(run_dir / history.FILE, done)

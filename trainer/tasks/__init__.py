@@ -42,8 +42,9 @@ def print_config_tree(cfg: DictConfig, path: Path | None = None) -> str:
             continue
         if value is None:  # checkpoint or resume, when not given
             continue
-        if key == "finetune" and cfg.get("model", {}).get("name") != "vgg19_imagenet":
-            continue  # only the ImageNet model trains in phases
+        pretrained = getattr(OmegaConf.get_type(cfg.get("model")), "PRETRAINED_BASE", False)
+        if key == "finetune" and not (pretrained or cfg.get("model", {}).get("init_from")):
+            continue  # only a pretrained base (model=vgg19_imagenet) or a run's weights train in phases
         branch = tree.add(f"[bold]{key}[/bold]")
         text = OmegaConf.to_yaml(value, resolve=True) if OmegaConf.is_config(value) else str(value)
         branch.add(text.rstrip())

@@ -31,10 +31,11 @@ from trainer.runs.resume import CHIEF_RUN
 from trainer.runs.storage import Mirror
 from trainer.search.trial import StudyTrial, pruned, pruning_callbacks
 from trainer.tasks import parts, weights
-from trainer.tasks.plan import Folder, Phase, Plan
+from trainer.tasks.plan import Folder, Phase, Plan, fine_tunes
 from trainer.tracking.tensorboard import RunLabel, SampleImages
 from trainer.training.callbacks import STOPPED_BY, TIME_BUDGET, Preempted, RunFiles, TimeBudget, training_callbacks
-from trainer.training.compiling import compile_model
+from trainer.training.compiling import build_phase_optimizer, compile_model
+from trainer.training.optimizers import build_learning_rate
 from trainer.training.resumed import WithinEpoch
 from trainer.training.tracing import build_step_state
 
@@ -42,6 +43,33 @@ log = logging.getLogger(__name__)
 
 
 # --- 4. fit the phases ----------------------------------------------------------------------------------------
+
+
+def compile_phase(model: keras.Model, settings: Config, lr: float, steps_per_epoch: int, epochs: int) -> None:
+    """Compiles `model` for a phase of `epochs` at peak rate `lr` with the run's optimizer, schedule, loss and
+    `trainer.*` compile options; call inside the strategy's scope."""
+    schedule, trainer = settings.optimizer.schedule, settings.trainer
+    learning_rate = build_learning_rate(
+        schedule.target,
+        lr,
+        steps_per_epoch,
+        epochs,
+        warmup_epochs=schedule.warmup_epochs,
+        alpha=schedule.alpha,
+        boundaries=list(schedule.boundaries),
+        factor=schedule.factor,
+    )
+    optimizer = build_phase_optimizer(
+        settings.optimizer._target_, settings.optimizer.keras_options(), learning_rate, trainer.grad_accum_steps
+    )
+    compile_model(
+        model,
+        optimizer,
+        label_smoothing=trainer.label_smoothing,
+        soft_labels=settings.dataset.augment.mixing,  # MixUp's and CutMix's labels
+        jit_compile=trainer.jit_compile,
+        steps_per_execution=trainer.steps_per_execution,
+    )
 
 
 def _log_xla(model: keras.Model, jit_compile: str) -> None:
@@ -116,12 +144,12 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
         else:
             log.info("All %d epochs are done: running the test evaluation the interrupted run missed", folder.done)
         with strategy.scope():
-            compile_model(model, settings, plan.lr * last.lr_scale, steps, last.end - last.start)
+            compile_phase(model, settings, plan.lr * last.lr_scale, steps, last.end - last.start)
             restore_backup(model, folder.backup_dir, models.inference)  # builds the optimizer: inside the scope
             Workers(strategy).take_chief_state(model)
             model.optimizer.finalize_variable_values(model.trainable_variables)  # the EMA, as after fit
         return folder.ended or "completed"
-    extra = parts.build_callbacks(settings.callbacks, settings.optimizer.schedule.name, settings.trainer.validate)
+    extra = parts.build_callbacks(settings.callbacks, settings.optimizer.schedule, settings.trainer.validate)
     extra += pruning_callbacks(StudyTrial(**vars(settings.trial)), plan.metric, plan.chief)  # a search's pruner
 
     # The first training batch, read in order (no shuffle buffer to fill at start-up): TensorBoard's sample
@@ -239,7 +267,7 @@ def _start_phase(
 ) -> None:
     """Freezes what the phase freezes and compiles for its epochs (its step functions' state built from
     `first_batch` before `fit`, so each is traced once), logging both."""
-    if settings.model.PRETRAINED_BASE:
+    if fine_tunes(settings):
         trainable = set_trainable(model, phase.unfreeze_from)
         log.info(
             "Epochs %d-%d: %d base layers train, lr x %g <finetune.unfreeze_from=%s>",
@@ -250,10 +278,10 @@ def _start_phase(
             phase.unfreeze_from,
         )
     with plan.strategy.scope():
-        compile_model(model, settings, plan.lr * phase.lr_scale, plan.steps_per_epoch, phase.end - phase.start)
+        compile_phase(model, settings, plan.lr * phase.lr_scale, plan.steps_per_epoch, phase.end - phase.start)
     build_step_state(model, first_batch)
     schedule = settings.optimizer.schedule.name
-    if len(plan.phases) > 1 and schedule != "constant":
+    if len(plan.phases) > 1 and settings.optimizer.schedule.steps_the_rate:
         log.info(
             "Epochs %d-%d: the %s schedule starts again from lr %g over these %d epochs <optimizer.schedule.name=%s>",
             phase.start + 1,

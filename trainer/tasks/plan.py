@@ -41,10 +41,17 @@ class Phase:
     lr_scale: float
 
 
+def fine_tunes(settings: Config) -> bool:
+    """Whether the run trains in fine-tuning's phases: a pretrained base (`model=vgg19_imagenet`), or a run's
+    weights (`model.init_from`) with `finetune.freeze_epochs` of the head alone first."""
+    return settings.model.PRETRAINED_BASE or bool(settings.model.init_from and settings.finetune.freeze_epochs)
+
+
 def phases(settings: Config) -> list[Phase]:
-    """One phase for a model trained from scratch; for a pretrained base, the head first, then fine-tuning."""
+    """One phase for a model trained from scratch (or on from a run's weights); for a pretrained base, the head
+    first, then fine-tuning."""
     epochs = settings.trainer.epochs
-    if not settings.model.PRETRAINED_BASE:
+    if not fine_tunes(settings):
         return [Phase(0, epochs, "all", 1.0)]
     tune = settings.finetune
     freeze = min(tune.freeze_epochs, epochs)
@@ -101,7 +108,7 @@ def check_updates(settings: Config, steps_per_epoch: int) -> None:
             f"use at most {steps}"
         )
     schedule = settings.optimizer.schedule
-    if schedule.name == "cosine" and schedule.warmup_epochs >= epochs:
+    if schedule.warms_up and schedule.warmup_epochs >= epochs:
         log.warning(
             "optimizer.schedule.warmup_epochs=%g is not shorter than trainer.epochs=%d: warming up over %g "
             "epoch(s) instead, a tenth of the run, so that the rate reaches its peak",

@@ -40,6 +40,7 @@ from trainer.runs.digest import DigestGate, FileDigests
 from trainer.runs.resume import CHIEF_RUN, DATA_FILE, Progress, bind_data, prepare_resume, resolve_resume
 from trainer.runs.storage import OutputFolders
 from trainer.search.trial import StudyTrial, record_interrupted, record_outcome
+from trainer.tasks import init_from as starting
 from trainer.tasks import parts
 from trainer.tasks import phases as fitting
 from trainer.tasks.data import Data, load_data
@@ -397,9 +398,12 @@ def agree_on_progress(strategy: tf.distribute.Strategy, progress: Progress) -> P
 # --- 5. finish ------------------------------------------------------------------------------------------------
 
 
-def finish(settings: Config, plan: Plan, folder: Folder, model: keras.Model, outcome: str, seconds: float) -> dict:
-    """The best epoch from history.csv, the best checkpoint on the test split, metrics.json; then the backup
-    goes, the trackers get the files and the summary is logged. Returns metrics.json's content."""
+def finish(
+    settings: Config, plan: Plan, folder: Folder, model: keras.Model, outcome: str, seconds: float, start: dict
+) -> dict:
+    """The best epoch from history.csv, the best checkpoint on the test split, metrics.json (with `start`: what
+    `model.init_from` started the run from); then the backup goes, the trackers get the files and the summary
+    is logged. Returns metrics.json's content."""
     run_dir = folder.run_dir
     values = history.columns(history.read_rows(run_dir / history.FILE))
     best = history.best_index(values[plan.metric], settings.objective.mode, settings.objective.tolerance)
@@ -428,6 +432,7 @@ def finish(settings: Config, plan: Plan, folder: Folder, model: keras.Model, out
         **({"skipped": plan.data.skipped} if plan.data.skipped else {}),
         "num_replicas": plan.strategy.num_replicas_in_sync,
         "weights_sha256": weights_fingerprint(model),
+        **({"init_from": start} if start else {}),  # model.init_from: the weights the run started from
     }
     write_json(run_dir / "metrics.json", metrics)
     remove_backup(folder.backup_dir)  # only now: a kill before this resumes into the evaluation
@@ -464,15 +469,20 @@ def train(settings: Config) -> float | None:
     if is_evaluator(settings):  # TF_CONFIG's evaluator task: it watches the run instead of training
         with run_folder(settings.output_dir, chief=False):  # removes Hydra's temporary folder of this task
             return watch(settings, evaluator=True)
+    init_from = settings.model.init_from
+    start = {"file": str(starting.source_file(init_from))} if init_from else {}  # checked before the data is read
     strategy = setup_strategy(settings)
     with errors_told_to_peers(strategy):  # a worker's own error stops its peers at once, with its line
         plan = plan_run(settings, strategy)
         models, info = build_run_model(settings, plan)
+        if init_from and not settings.resume:  # a resumed run goes on from its own backup
+            start = starting.start_from(init_from, models, plan.data.class_names, plan.strategy)
         with open_run_folder(settings, plan) as folder:
             started = time.perf_counter()
             outcome = fitting.fit_phases(settings, plan, folder, models, info)
             if outcome not in ("preempted", "interrupted"):
-                metrics = finish(settings, plan, folder, models.inference, outcome, time.perf_counter() - started)
+                seconds = time.perf_counter() - started
+                metrics = finish(settings, plan, folder, models.inference, outcome, seconds, start)
     if outcome not in ("preempted", "interrupted") and plan.chief:
         fold = settings.dataset.fold if settings.dataset.folds else None
         record_outcome(StudyTrial(**vars(settings.trial)), metrics, fold)  # the sweep reads it from the study
