@@ -24,7 +24,7 @@ import yaml
 
 from conftest import CONF, ROOT, run_cli
 
-tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+tomllib = pytest.importorskip("tomllib" if sys.version_info >= (3, 11) else "tomli")  # tomli: Python 3.10
 
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 SETUPTOOLS = PYPROJECT["tool"]["setuptools"]
