@@ -236,26 +236,32 @@ class ImageFolder:
                 skipped.append({"file": self._shown(member[0]), "reason": reasons[index]})
         return good
 
-    def load(self, check_val: bool = True) -> Splits:
+    def load(self, check_val: bool = True, reads: tuple[str, ...] = SPLITS) -> Splits:
+        """The splits, each file of those in `reads` decoded once (the caller reads no other split: `mode=evaluate
+        evaluate.split=test` decodes no training image; the others are listed, unchecked)."""
         names, splits = self._listing()
         started, skipped, checked, done = time.monotonic(), [], {}, {}
+        read = {split for split, members in splits.items() if any(splits.get(other) is members for other in reads)}
         for split, members in splits.items():  # the test split standing in for val is the same list: checked once
-            if id(members) not in done:
+            if split in read and id(members) not in done:
                 done[id(members)] = self._checked(members, skipped)
-            checked[split] = done[id(members)]
+            checked[split] = done.get(id(members), members)
         for entry in skipped:
             log.warning("Skipped %s: %s <dataset.data_dir=%s>", entry["file"], entry["reason"], self.root)
         for split in ("train", "val"):
-            if not checked[split]:
+            if split in read and not checked[split]:
                 raise DataError(f"dataset.data_dir={self.root}: no file of the {split} split gives an image")
-        self._every_class_trains(names, splits["train"], checked["train"], skipped)
+        if "train" in read:
+            self._every_class_trains(names, splits["train"], checked["train"], skipped)
         log.info(
-            "Dataset %s from %s: %s images of %d classes %s, every file decoded in %.1f s (%d left out) <dataset=%s>",
+            "Dataset %s from %s: %s images of %d classes %s, every file of %s decoded in %.1f s (%d left out) "
+            "<dataset=%s>",
             self.name,
             self.root,
             {split: len(members) for split, members in checked.items()},
             len(names),
             names,
+            "/".join(split for split in splits if split in read) or "no split",
             time.monotonic() - started,
             len(skipped),
             self.name,

@@ -54,7 +54,7 @@ class Splits:
     class_names: list[str]
     train_files: Callable[[], tuple[list[str], list[int]]]  # every train file and its records (worker shares)
     class_counts: dict[str, dict[str, int]] | None = None  # per split, when known without reading the images
-    find_bad_record: Callable[[], None] | None = None  # names the bad record after a pipeline failed
+    find_bad_record: Callable[[Exception], None] | None = None  # names what the pipeline's error could not name
     fingerprint: dict | None = None  # what a resume checks; None: file names, sizes and sampled checksums
     skipped: list[dict] = field(default_factory=list)  # files left out, each {"file", "reason"}
     resize_mode: str = "resize"  # how encoded images are made square (`trainer.data.decode.RESIZE_MODES`)
@@ -66,7 +66,9 @@ class DatasetPart(Protocol):
     """What `dataset._target_` builds."""
 
     def load(self, check_val: bool = True) -> Splits:
-        """Finds and checks the data; without `check_val` the caller never reads the validation split."""
+        """Finds and checks the data; without `check_val` the caller never reads the validation split. A part
+        whose check is costly may take `reads` too, the splits the caller reads (`ImageFolder` decodes only
+        theirs): `load(check_val, reads=("test",))`."""
 
     def predict_chunks(self, kind: str, files: list, preprocess, num_classes: int, batch_size: int) -> Iterator:
         """Optional: `mode=predict` on record files of this format (`kind`: records | tfrecords)."""

@@ -164,6 +164,21 @@ def read_info(file: Path) -> ModelInfo | None:
         raise DataError(f"checkpoint={file}: {INFO_ENTRY} is not valid ({error})") from None
 
 
+def info_of(path: str | os.PathLike) -> ModelInfo:
+    """The `ModelInfo` of the checkpoint `path` names, read from its archive without building the model: the
+    check a task makes before it reads any data.
+
+    Raises:
+        DataError: the file or folder is missing, holds no checkpoint, or the archive is unreadable or was saved
+            before models carried their preprocessing.
+    """
+    file = resolve(path)
+    info = read_info(file)
+    if info is None:
+        raise _outdated(file)
+    return info
+
+
 def _load_keras(file: Path) -> keras.Model:
     try:
         return keras.saving.load_model(file, compile=False, safe_mode=True)

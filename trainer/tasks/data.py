@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import inspect
 import logging
 import posixpath
 from collections.abc import Callable, Iterator
@@ -199,6 +200,7 @@ def load_data(
     check_val: bool = True,
     num_workers: int = 1,
     replicas: int = 1,
+    reads: tuple[str, ...] | None = None,
 ) -> Data:
     """Every split of `dataset` as a pipeline, and what the model needs.
 
@@ -212,10 +214,14 @@ def load_data(
         num_workers: The input pipelines of a multi-worker training run, each of which reads its own share.
         replicas: The replicas a global training batch is split among (the last batch of an epoch is cut to a
             multiple of them: `trainer.data.pipeline.pass_batches`).
+        reads: The splits the caller reads, where it reads fewer than all: a part that takes `reads` (a folder)
+            checks only theirs; the others' pipelines are built but must not be read.
     """
     part = build_part(dataset)
     if own_parts.is_own(dataset._target_):  # held to the protocol once: one line, not a late crash
         splits = own_parts.load(part, dataset._target_, check_val)
+    elif reads is not None and "reads" in inspect.signature(part.load).parameters:
+        splits = part.load(check_val, reads=tuple(reads))
     else:
         splits = part.load(check_val)
     if dataset.folds:

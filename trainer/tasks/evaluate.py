@@ -13,6 +13,7 @@ import logging
 from trainer.config.schema import Config
 from trainer.distribute import topology
 from trainer.distribute.failures import collective_errors, errors_told_to_peers
+from trainer.runs import checkpoints
 from trainer.runs.atomic import write_json
 from trainer.tasks.data import load_data
 from trainer.tasks.runtime import check_replica_batches, run_folder, setup_strategy
@@ -31,11 +32,16 @@ def evaluate(settings: Config) -> float:
         from trainer.tasks.watch import watch
 
         return watch(settings)
+    checkpoints.info_of(settings.checkpoint)  # a bad checkpoint= is one line before any data is read
     strategy = setup_strategy(settings)
     split = settings.evaluate.split
     how = Evaluation.of(settings, report=topology.is_chief(strategy))
+    # The split, the test split's first batch (the model's step state) and, for the report, val (its temperature).
+    reads = (split, "test", *(["val"] if how.report else []))
     with errors_told_to_peers(strategy):  # a worker's own error stops its peers at once, with its line
-        data = load_data(settings.dataset, settings.trainer.batch_size, settings.seed, check_val=split == "val")
+        data = load_data(
+            settings.dataset, settings.trainer.batch_size, settings.seed, check_val=split == "val", reads=reads
+        )
         examples = {split: data.num_examples[split]}
         check_replica_batches(settings.trainer.batch_size, strategy.num_replicas_in_sync, examples)
         with run_folder(settings.output_dir, topology.is_chief(strategy)) as run_dir:

@@ -61,7 +61,8 @@ def _fitting_data(settings: Config, info: checkpoints.ModelInfo) -> Data | str:
     """The dataset of the run (or of the command line), when it can be read and fits the model; else why not."""
     try:
         check_val = settings.export.temperature == "auto"  # fitted on the validation split
-        data = load_data(settings.dataset, settings.trainer.batch_size, settings.seed, check_val=check_val)
+        reads = ("test", *(["val"] if check_val else []), *(["train"] if settings.export.quantize == "int8" else []))
+        data = load_data(settings.dataset, settings.trainer.batch_size, settings.seed, check_val=check_val, reads=reads)
         file = checkpoints.resolve(settings.checkpoint)
         checkpoints.check_data(file, info, data.class_names, data.input_shape[0], f"dataset={settings.dataset.name}")
     except DataError as error:
@@ -165,6 +166,9 @@ def _write(settings: Config, export_dir: Path) -> dict:
     formats, checkpoint = _formats(settings), settings.checkpoint
     for format in formats:
         portable.require_extra(format)
+    if export_dir.exists():  # before the model and the data are read (write_export refuses it again)
+        raise DataError(f"export.dir={export_dir}: already exists; choose a new folder (nothing is overwritten)")
+    checkpoints.info_of(checkpoint)  # a bad checkpoint= is one line before the model is built
     model, info = checkpoints.load(checkpoint)
     check_decode(info.decode, f"checkpoint={checkpoint}")  # serve_bytes decodes as this version does
     export = settings.export

@@ -80,7 +80,8 @@ def inspect(settings: Config) -> None:
     """
     options = settings.inspect
     check_val = options.split == "val" or options.check
-    data = load_data(settings.dataset, min(options.num_images, 256), settings.seed, check_val=check_val)
+    reads = ("train", "val", "test") if options.check else (options.split,)
+    data = load_data(settings.dataset, min(options.num_images, 256), settings.seed, check_val=check_val, reads=reads)
     with data.named_bad_records():
         _inspect(settings, data)
         if options.check:
