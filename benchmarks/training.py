@@ -18,6 +18,7 @@ def trainer_overhead(folder: Path, quick: bool) -> list[Row]:
     import keras
     import tensorflow as tf
 
+    from trainer.config.groups import ScheduleConfig
     from trainer.runs.checkpoints import ModelInfo
     from trainer.training.callbacks import RunFiles, training_callbacks
     from trainer.training.optimizers import build_learning_rate, build_optimizer
@@ -34,7 +35,7 @@ def trainer_overhead(folder: Path, quick: bool) -> list[Row]:
     )
     keras.utils.set_random_seed(0)
     ours = demo_model()
-    schedule = build_learning_rate("cosine", 0.01, steps, 3, warmup_epochs=1.0)
+    schedule = build_learning_rate(ScheduleConfig(name="cosine").target, 0.01, steps, 3, warmup_epochs=1.0)
     ours.compile(
         build_optimizer("keras.optimizers.SGD", schedule, {"momentum": 0.9}),
         loss="sparse_categorical_crossentropy",

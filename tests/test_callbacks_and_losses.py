@@ -115,4 +115,4 @@ def test_a_class_outside_the_dataset_and_a_plateau_rule_fighting_a_schedule_are_
         class_weights({12: 2.0}, None, 10)
     settings = to_settings(compose(["callbacks=reduce_lr_on_plateau", "optimizer.schedule.name=cosine"]))
     with pytest.raises(ConfigError, match="needs optimizer.schedule.name=constant"):
-        build_callbacks(settings.callbacks, settings.optimizer.schedule.name)
+        build_callbacks(settings.callbacks, settings.optimizer.schedule)

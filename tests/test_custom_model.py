@@ -104,6 +104,20 @@ def test_a_bad_custom_model_is_one_clear_error(overrides, message):
 
 
 @pytest.mark.unit
+def test_the_smallest_input_is_the_schemas_not_the_models_name():
+    """A model of your own named vgg19 (the name the log and the curves show) took VGG19's limit of 16 pixels:
+    the limit belongs to the built-in model's schema, whatever the name."""
+    small = ["dataset.image_size=8", "model.width_multiplier=0.0625"]
+    with pytest.raises(ConfigError, match=r"^dataset.image_size must be >= 16 for VGG19's five poolings"):
+        to_settings(compose(small))
+    mine = to_settings(compose(["model=custom", f"model._target_={TARGET}", "model.name=vgg19", small[0]]))
+    assert (mine.model.name, mine.dataset.input_size) == ("vgg19", 8)
+    with pytest.raises(ConfigError, match=r">= 32 for Keras's ImageNet VGG19 base"):
+        to_settings(compose(["model=vgg19_imagenet", "dataset=cats_dogs", "dataset.image_size=16"]))
+    assert build_model(TARGET, {}, 10, (8, 8, 3)).input_shape == (None, 8, 8, 3)
+
+
+@pytest.mark.unit
 def test_a_builder_s_own_clear_error_passes_through_unchanged():
     with pytest.raises(DataError, match=r"^model\.weights=/nowhere\.h5: no such file$"):
         build_model("test_custom_model.build_missing_weights", {}, 10, (32, 32, 3))

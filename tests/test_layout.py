@@ -94,6 +94,28 @@ def test_only_tasks_and_config_read_the_hydra_config():
     )
 
 
+CONFIG_IMPORTERS = ("cli", "tasks", "config")  # the command line, the task layer, the config itself
+
+
+def _config_imports(path: Path) -> list[str]:
+    return sorted(module for module in _imports(path) if _layer(module) == "config")
+
+
+def test_below_the_tasks_no_package_imports_the_config(tmp_path):
+    """`search`, `training`, `serving` and `evaluation` sit above `config` in the import order, but below the task
+    layer they take plain arguments: the tasks unpack the typed settings (`trainer.tasks.phases.compile_phase`,
+    `search.trial.StudyTrial`). The sweeper, which Hydra itself builds, is handed its own keys and imports none."""
+    importers = {
+        str(path.relative_to(ROOT)): _config_imports(path)
+        for path in MODULES
+        if path.relative_to(PACKAGE).parts[0] not in CONFIG_IMPORTERS and _config_imports(path)
+    }
+    assert importers == {}, "pass plain arguments: only trainer/tasks/ (and cli/) unpack the config"
+    hidden = tmp_path / "compiling.py"
+    hidden.write_text("import trainer.config\ndef later():\n    from trainer.config.schema import Config\n")
+    assert _config_imports(hidden) == ["trainer.config", "trainer.config.schema", "trainer.config.schema.Config"]
+
+
 def _module_name(path: Path) -> str:
     parts = path.with_suffix("").relative_to(ROOT).parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)

@@ -66,7 +66,7 @@ def test_mixed_float16_checkpoint_and_backup_keep_their_optimizer_state_without_
     and a resume restores it into the freshly compiled model."""
     from trainer.config import to_settings
     from trainer.runs.backup import RunBackup, restore
-    from trainer.training.compiling import compile_model
+    from trainer.tasks.phases import compile_phase
 
     cfg = compose(["debug=smoke", "trainer.precision=mixed_float16"], tmp_path)  # 4 steps
     try:
@@ -79,7 +79,7 @@ def test_mixed_float16_checkpoint_and_backup_keep_their_optimizer_state_without_
         # Resume: the training task compiles a fresh model, then the backup restores the optimizer into it.
         keras.mixed_precision.set_global_policy("mixed_float16")
         trained = keras.saving.load_model(tmp_path / "checkpoints" / "last.keras", compile=False)
-        compile_model(trained, to_settings(cfg), 1e-3, steps_per_epoch=4, epochs=1)
+        compile_phase(trained, to_settings(cfg), 1e-3, steps_per_epoch=4, epochs=1)
         images = np.random.default_rng(0).integers(0, 256, (8, 32, 32, 3)).astype(np.uint8)
         trained.fit(images, np.arange(8) % 10, epochs=1, verbose=0)  # Adam's slots and the loss scale move
         assert isinstance(trained.optimizer, keras.optimizers.LossScaleOptimizer)
@@ -92,7 +92,7 @@ def test_mixed_float16_checkpoint_and_backup_keep_their_optimizer_state_without_
         backup.set_model(trained)
         backup.save(1)
         fresh = keras.saving.load_model(tmp_path / "checkpoints" / "last.keras", compile=False)
-        compile_model(fresh, to_settings(cfg), 1e-3, steps_per_epoch=4, epochs=1)
+        compile_phase(fresh, to_settings(cfg), 1e-3, steps_per_epoch=4, epochs=1)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             restore(fresh, tmp_path / "backup")

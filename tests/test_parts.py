@@ -20,7 +20,7 @@ from trainer.training.optimizers import build_optimizer
 def test_your_own_callback_is_built_from_its_target(tmp_path):
     target = ["+callbacks.csv._target_=keras.callbacks.CSVLogger", f"+callbacks.csv.filename={tmp_path / 'e.csv'}"]
     settings = to_settings(compose(["callbacks=early_stopping", *target]))
-    built = parts.build_callbacks(settings.callbacks, settings.optimizer.schedule.name)
+    built = parts.build_callbacks(settings.callbacks, settings.optimizer.schedule)
     assert [type(callback).__name__ for callback in built] == ["EarlyStopping", "CSVLogger"]
     assert built[1].filename == str(tmp_path / "e.csv") and built[0].monitor == "val_accuracy"
 
@@ -35,9 +35,9 @@ def test_a_callback_monitoring_validation_without_validation_is_one_error():
         match=r"^callbacks\.early_stopping\.monitor=val_loss: trainer\.validate=false leaves no validation metrics; "
         r"monitor loss or validate in fit$",
     ):
-        parts.build_callbacks(settings.callbacks, "constant", validate=settings.trainer.validate)
+        parts.build_callbacks(settings.callbacks, settings.optimizer.schedule, validate=settings.trainer.validate)
     following = to_settings(compose(without))  # the monitor follows objective.metric
-    assert parts.build_callbacks(following.callbacks, "constant", validate=False)[0].monitor == "loss"
+    assert parts.build_callbacks(following.callbacks, following.optimizer.schedule, validate=False)[0].monitor == "loss"
 
 
 @pytest.mark.unit
@@ -46,7 +46,7 @@ def test_a_callback_target_that_is_no_callback_is_one_error():
     with pytest.raises(
         ConfigError, match=r"callbacks\.bad\._target_=collections\.OrderedDict must be a Keras callback"
     ):
-        parts.build_callbacks(settings.callbacks, "constant")
+        parts.build_callbacks(settings.callbacks, settings.optimizer.schedule)
 
 
 @pytest.mark.unit

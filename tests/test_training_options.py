@@ -20,7 +20,7 @@ from trainer.models.tta import with_tta
 from trainer.runs import checkpoints
 from trainer.runs.history import columns, read_rows
 from trainer.training.callbacks import Checkpoints, averaged_weights
-from trainer.training.compiling import compile_model
+from trainer.training.compiling import build_phase_optimizer, compile_model
 
 CLASSES = 10
 
@@ -215,7 +215,8 @@ def _accumulated_update(strategy: tf.distribute.Strategy, accumulate: int, batch
     x, y = rng.normal(size=(32, 6)).astype(np.float32), rng.integers(0, 3, 32)
     with strategy.scope():
         model = _dense_model(5)
-        compile_model(model, settings, 0.3, steps, 1)
+        options = settings.optimizer.keras_options()
+        compile_model(model, build_phase_optimizer(settings.optimizer._target_, options, 0.3, accumulate))
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch)
     model.fit(dataset, epochs=1, steps_per_epoch=steps, verbose=0, shuffle=False)
     return model.get_weights()

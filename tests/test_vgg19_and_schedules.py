@@ -8,6 +8,7 @@ import keras
 import numpy as np
 import pytest
 
+from trainer.config.groups import ScheduleConfig
 from trainer.models.vgg19 import build_vgg19
 from trainer.training.optimizers import build_learning_rate, build_optimizer, peak_learning_rate
 
@@ -64,23 +65,28 @@ def _lr(schedule, step):
     return float(schedule(step)) if callable(schedule) else schedule
 
 
+def _target(name: str) -> str:
+    """The builder `optimizer.schedule.name=NAME` names."""
+    return ScheduleConfig(name=name).target
+
+
 def test_step_decay_multiplies_at_each_boundary():
-    schedule = build_learning_rate("step", 0.1, steps_per_epoch=10, epochs=30, boundaries=[10, 20], factor=0.1)
+    schedule = build_learning_rate(_target("step"), 0.1, steps_per_epoch=10, epochs=30, boundaries=[10, 20], factor=0.1)
     assert [_lr(schedule, s) for s in (0, 99, 101, 199, 201)] == pytest.approx([0.1, 0.1, 0.01, 0.01, 0.001])
 
 
 def test_cosine_warms_up_then_decays_to_alpha():
-    schedule = build_learning_rate("cosine", 0.1, steps_per_epoch=10, epochs=10, warmup_epochs=2, alpha=0.1)
+    schedule = build_learning_rate(_target("cosine"), 0.1, steps_per_epoch=10, epochs=10, warmup_epochs=2, alpha=0.1)
     assert _lr(schedule, 0) == pytest.approx(0.0)
     assert _lr(schedule, 10) == pytest.approx(0.05)
     assert _lr(schedule, 20) == pytest.approx(0.1)
     assert _lr(schedule, 100) == pytest.approx(0.01)
-    assert build_learning_rate("constant", 0.3, 10, 10) == 0.3
+    assert build_learning_rate(_target("constant"), 0.3, 10, 10) == 0.3
 
 
 def test_a_warmup_longer_than_the_run_is_cut_so_the_run_reaches_its_peak_rate():
     """experiment=cifar_vgg19_modern warms up for 5 epochs; a 4-epoch trial of it never reached its peak."""
-    schedule = build_learning_rate("cosine", 0.1, steps_per_epoch=10, epochs=4, warmup_epochs=5, alpha=0.0)
+    schedule = build_learning_rate(_target("cosine"), 0.1, steps_per_epoch=10, epochs=4, warmup_epochs=5, alpha=0.0)
     rates = [_lr(schedule, step) for step in range(40)]
     assert max(rates) == pytest.approx(0.1) and rates.index(max(rates)) == 4, "a tenth of the run: 4 steps"
 
@@ -92,8 +98,8 @@ def test_unknown_names_are_one_clear_error():
         build_optimizer("keras.optimizers.Lamb2", 0.1, {})
     with pytest.raises(ConfigError, match=r"optimizer._target_=keras.optimizers.Adam \(keys \['momentum'\]\)"):
         build_optimizer("keras.optimizers.Adam", 0.1, {"momentum": 0.9})  # Adam takes no momentum
-    with pytest.raises(ValueError, match="cosine"):
-        build_learning_rate("linear", 0.1, 10, 10)
+    with pytest.raises(ConfigError, match=r"^optimizer.schedule._target_=trainer.training.optimizers.linear"):
+        build_learning_rate(_target("linear"), 0.1, 10, 10)  # the config refuses the name first (test_configs)
 
 
 def test_optimizers_get_their_settings():

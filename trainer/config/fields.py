@@ -9,7 +9,9 @@ import re
 from enum import Enum
 from typing import Any
 
+from trainer.distribute.cluster import CLUSTER_SOURCES
 from trainer.errors import ConfigError
+from trainer.models import TTA
 
 
 class Choice(str, Enum):
@@ -18,6 +20,13 @@ class Choice(str, Enum):
 
     __str__ = str.__str__
     __format__ = str.__format__
+
+    @classmethod
+    def _missing_(cls, value: Any) -> Choice | None:
+        """An integer option's number (`trainer.verbose: 0` in YAML) is its member of that name ("0")."""
+        if isinstance(value, int) and not isinstance(value, bool):
+            return cls.__members__.get(str(value))
+        return None
 
 
 def choice(name: str, *values: str) -> type[Choice]:
@@ -34,8 +43,31 @@ EvaluateSplit = choice("EvaluateSplit", "val", "test")
 Split = choice("Split", "train", "val", "test")
 WandbMode = choice("WandbMode", "offline", "online", "disabled")
 Mode = choice("Mode", "train", "evaluate", "predict", "inspect", "export")
-ExportFormat = choice("ExportFormat", "saved_model", "onnx", "litert", "openvino", "all")
+ExportFormat = choice("ExportFormat", "saved_model", "onnx", "litert", "all")
 Quantize = choice("Quantize", "none", "float16", "int8")
+TestTimeAugmentation = choice("TestTimeAugmentation", *TTA)  # trainer.models.tta
+PredictFormat = choice("PredictFormat", "auto", "images", "binary", "tfrecord", "records")  # records: binary's old
+# name, still read (trainer.data.predict_inputs.FORMAT_ALIASES; remove in vggtrain 0.2, docs/development.md row 13)
+Compression = choice("Compression", "auto", "none", "gzip", "zlib")  # trainer.data.tfrecords.COMPRESSIONS
+ClusterSource = choice("ClusterSource", *CLUSTER_SOURCES)  # trainer.distribute.cluster
+# Integer options: a field holds the member while Hydra composes, and its number once `__post_init__` ran.
+Verbosity = choice("Verbosity", "0", "1", "2")
+Channels = choice("Channels", "1", "3")
+# Checked by `chosen`, not typed: true and false are booleans to Hydra's override parser and to YAML, and OmegaConf
+# refuses a boolean for an enum field before any hook of ours could read it as "true".
+JitCompile = choice("JitCompile", "auto", "true", "false")
+
+
+def chosen(kind: type[Choice], value: Any, key: str) -> Choice:
+    """`value` (its lower-case text: a boolean is `true` or `false`) as a member of `kind`.
+
+    Raises:
+        ConfigError: `KEY must be one of A, B, C; got VALUE`, as Hydra's composition says it for a typed choice.
+    """
+    text = str(value).lower()
+    if text not in kind.__members__:
+        raise ConfigError(f"{key} must be one of {', '.join(kind.__members__)}; got {text!r}")
+    return kind[text]
 
 
 def require(condition: bool, key: str, expected: str, value: Any) -> None:

@@ -411,8 +411,9 @@ class CustomModelConfig(ModelConfig):
 
 @dataclass
 class ScheduleConfig:
-    """The learning rate, step by step: `name` picks its builder in `trainer.training.optimizers` (`target`)."""
+    """The learning rate, step by step: constant, decayed at boundaries, or cosine after a linear warm-up."""
 
+    # `name` picks the schedule's function in trainer.training.optimizers (`target`), built like every `_target_`
     name: ScheduleName = ScheduleName.constant  # constant | step | cosine
     warmup_epochs: float = 0.0  # cosine: linear warmup from 0 to optimizer.lr
     boundaries: list[float] = field(default_factory=list)  # step: epochs at which lr is multiplied by factor

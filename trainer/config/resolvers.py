@@ -33,7 +33,7 @@ def worker_dir(path: str, resume: str | None = None, *, _root_: DictConfig) -> s
     (PATH-2, PATH-3... when a run started in the same second has it).
     """
     strategy = _root_.get("strategy") or {}
-    if strategy.get("name") == "multi_worker":
+    if getattr(OmegaConf.get_type(strategy), "SPANS_WORKERS", False):  # its schema: strategy=multi_worker
         try:
             settings = (strategy.get("cluster", "auto"), strategy.get("workers"), strategy.get("task_index"))
             chief = cluster.worker_role(*settings).is_chief

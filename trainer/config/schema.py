@@ -23,17 +23,21 @@ from trainer.config.fields import (
     Direction,
     EvaluateSplit,
     ExportFormat,
+    JitCompile,
     Mode,
     Precision,
+    PredictFormat,
     Quantize,
     Split,
+    TestTimeAugmentation,
+    Verbosity,
     WandbMode,
+    chosen,
     duration_seconds,
     require,
 )
 from trainer.config.groups import DatasetConfig, ModelConfig, OptimizerConfig, StrategyConfig
 from trainer.errors import ConfigError
-from trainer.models import MIN_INPUT_SIZES, TTA
 
 FLOAT32_MAX = 3.4028234663852886e38  # the largest finite float32: a larger weight is inf in the loss
 
@@ -64,7 +68,7 @@ class TrainerConfig:
     epochs: int = 30  # passes over the training split
     batch_size: int = 128  # global batch size, summed over replicas
     steps_per_epoch: int | None = None  # default: training records // batch_size
-    verbose: int = 1  # one line per epoch; 1: plus a progress bar within epochs on a terminal (0, 2: none)
+    verbose: Verbosity = Verbosity["1"]  # one line per epoch; 1: plus a progress bar on a terminal (0, 2: none)
     threads: int = 0  # TensorFlow intra-op threads; 0: TensorFlow's default (all cores)
     save_every_steps: int | None = None  # also back up every N steps, not only at epoch ends
     time_budget: str | None = None  # e.g. 2h30m: stop, saved, before the next epoch would not fit (Slurm --time)
@@ -87,15 +91,9 @@ class TrainerConfig:
             ">= 1 or null",
             self.steps_per_epoch,
         )
-        require(self.verbose in (0, 1, 2), "trainer.verbose", "0, 1 or 2", self.verbose)
+        self.verbose = int(chosen(Verbosity, self.verbose, "trainer.verbose"))  # Keras's verbose takes the number
         require(self.threads >= 0, "trainer.threads", ">= 0", self.threads)
-        self.jit_compile = str(self.jit_compile).lower()
-        require(
-            self.jit_compile in ("auto", "true", "false"),
-            "trainer.jit_compile",
-            "auto, true or false",
-            self.jit_compile,
-        )
+        self.jit_compile = chosen(JitCompile, self.jit_compile, "trainer.jit_compile")
         require(self.steps_per_execution >= 1, "trainer.steps_per_execution", ">= 1", self.steps_per_execution)
         require(self.grad_accum_steps >= 1, "trainer.grad_accum_steps", ">= 1 (1: off)", self.grad_accum_steps)
         require(0 <= self.label_smoothing < 1, "trainer.label_smoothing", "in [0, 1)", self.label_smoothing)
@@ -226,7 +224,7 @@ class FinetuneConfig:
 @dataclass
 class EvaluateConfig:
     split: EvaluateSplit = EvaluateSplit.test  # val | test
-    tta: str = "none"  # none | flip: the mean of the probabilities of each image and its mirror image
+    tta: TestTimeAugmentation = TestTimeAugmentation.none  # none | flip: mean probabilities of image and mirror
     watch: bool = False  # with checkpoint=RUN: evaluate each epoch the run commits, beside it, until it ends
     watch_timeout: float = 3600.0  # watch: stop after this many seconds without a new epoch
     top_k: int = 5  # top-k accuracy with k = min(top_k, classes - 1), above 2 classes; 0: none
@@ -235,7 +233,6 @@ class EvaluateConfig:
     cam_layer: str | None = None  # report: the 4-D layer Grad-CAM reads; null: the last convolution block's
 
     def __post_init__(self) -> None:
-        require(self.tta in TTA, "evaluate.tta", "none or flip", self.tta)
         require(self.top_k >= 0, "evaluate.top_k", ">= 0 (0: no top-k accuracy)", self.top_k)
         require(
             self.report_images >= 1, "evaluate.report_images", ">= 1 (or evaluate.report=false)", self.report_images
@@ -246,25 +243,15 @@ class EvaluateConfig:
 @dataclass
 class PredictConfig:
     input: str | None = None  # a folder of images, a glob of images, .bin or TFRecord files
-    format: str = "auto"  # auto (by file name) | images | binary (fixed-length .bin) | tfrecord | records (old binary)
+    format: PredictFormat = PredictFormat.auto  # auto (by file name) | images | binary (.bin) | tfrecord | records
     output: str | None = None  # the CSV; default: predictions.csv in the run folder
     workers: int = 0  # image files decoded at once (tf.data); 0: one per core
-    tta: str = "none"  # none | flip: the mean of the probabilities of each image and its mirror image
+    tta: TestTimeAugmentation = TestTimeAugmentation.none  # none | flip: mean probabilities of image and mirror
     top_k: int = 0  # also the k most probable classes and their probabilities, in order (top1_class, top1_prob, ...)
-    embeddings: bool = False  # also embeddings.npy beside the CSV: each row's L2-normalised penultimate features
 
     def __post_init__(self) -> None:
-        require(self.tta in TTA, "predict.tta", "none or flip", self.tta)
         require(self.top_k >= 0, "predict.top_k", ">= 0 (0: none)", self.top_k)
-        formats = ("auto", "images", "binary", "tfrecord", "records")  # records: binary's old name, still read
-        require(self.format in formats, "predict.format", "auto, images, binary or tfrecord", self.format)
         require(self.workers >= 0, "predict.workers", ">= 0 (0: one per core)", self.workers)
-        require(
-            not self.embeddings or self.tta == "none",
-            "predict.embeddings",
-            "false with predict.tta=flip (an embedding is of one image)",
-            self.embeddings,
-        )
 
 
 @dataclass
@@ -284,13 +271,10 @@ class InspectConfig:
 @dataclass
 class ExportConfig:
     dir: str | None = None  # the export folder (must not exist yet); null: AIP_MODEL_DIR where Vertex AI sets it
-    format: ExportFormat = ExportFormat.saved_model  # saved_model | onnx | litert | openvino | all ([export] extra)
+    format: ExportFormat = ExportFormat.saved_model  # saved_model | onnx | litert | all (onnx, litert: [export] extra)
     quantize: Quantize = Quantize.none  # litert: also write model_float16.tflite or model_int8.tflite
     check_images: int = 256  # test images the export is checked on against Keras's predict
     calibration_images: int = 300  # training images that calibrate export.quantize=int8
-    int8_min_agreement: float = 0.98  # int8: least share of check images whose float top-1 class it keeps
-    integer_io: bool = False  # int8: a uint8 output too (its scale in serving_info.json), as edge accelerators take
-    embeddings: bool = False  # also the penultimate features, L2-normalised: SavedModel `embed`, a 2nd ONNX output
     max_pixels: int = 89_478_485  # serve_bytes refuses an image larger than this (Pillow's decompression-bomb limit)
     temperature: Any = None  # null: the model's probabilities; auto: fitted on the val split (lowest NLL); or a T > 0
 
@@ -301,13 +285,6 @@ class ExportConfig:
         require(self.check_images >= 1, "export.check_images", ">= 1", self.check_images)
         require(self.max_pixels >= 1, "export.max_pixels", ">= 1", self.max_pixels)
         require(self.calibration_images >= 1, "export.calibration_images", ">= 1", self.calibration_images)
-        require(0 <= self.int8_min_agreement <= 1, "export.int8_min_agreement", "in [0, 1]", self.int8_min_agreement)
-        require(
-            not self.integer_io or self.quantize == "int8",
-            "export.integer_io",
-            "false unless export.quantize=int8",
-            self.integer_io,
-        )
         require(
             self.quantize == "none" or self.format in ("litert", "all"),
             "export.quantize",
@@ -353,7 +330,7 @@ class Config:
 
     def __post_init__(self) -> None:
         require(0 <= self.seed < 2**32, "seed", "in [0, 2**32)", self.seed)
-        smallest, why = MIN_INPUT_SIZES.get(self.model.name, (1, ""))
+        smallest, why = self.model.MIN_INPUT
         if why:
             require(
                 self.dataset.input_size >= smallest,

@@ -10,14 +10,14 @@ from __future__ import annotations
 import keras
 from keras import layers
 
-from trainer.models import MIN_INPUT_SIZES
+from trainer.models import VGG19_MIN_INPUT
 
 # Convolutions per block and their channels at width_multiplier=1.
 BLOCKS = ((2, 64), (2, 128), (4, 256), (4, 512), (4, 512))
 # He initialization: a 19-layer ReLU stack trained from scratch without batch
 # norm does not learn from Glorot's smaller weights (Keras's default).
 INITIALIZER = "he_normal"
-MIN_INPUT_SIZE = MIN_INPUT_SIZES["vgg19"][0]  # five 2x2 "same" poolings take 16 down to 1
+MIN_INPUT_SIZE = VGG19_MIN_INPUT[0]  # five 2x2 "same" poolings take 16 down to 1
 
 
 def _check_args(num_classes, input_shape, width_multiplier, fc_units, dropout, weight_decay):

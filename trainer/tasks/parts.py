@@ -17,6 +17,7 @@ from typing import Any
 
 import keras
 
+from trainer.config.groups import ScheduleConfig
 from trainer.config.schema import CallbacksConfig, LoggerConfig
 from trainer.errors import ConfigError
 from trainer.evaluation.report import FILES as REPORT_FILES
@@ -61,7 +62,9 @@ def _build(key: str, options: dict[str, Any], **runtime: Any) -> Any:
     return build_target(key, options["_target_"], rest, **runtime)
 
 
-def build_callbacks(callbacks: CallbacksConfig, schedule: str, validate: bool = True) -> list[keras.callbacks.Callback]:
+def build_callbacks(
+    callbacks: CallbacksConfig, schedule: ScheduleConfig, validate: bool = True
+) -> list[keras.callbacks.Callback]:
     """Every callback `callbacks=` chose (early stopping, LR on plateau, your own), built from its `_target_`.
 
     Raises:
@@ -69,10 +72,10 @@ def build_callbacks(callbacks: CallbacksConfig, schedule: str, validate: bool = 
             not a Keras callback; a callback that monitors a `val_` metric when `trainer.validate=false`
             leaves none (Keras would only warn, every epoch, and never act).
     """
-    if callbacks.reduce_lr_on_plateau is not None and schedule != "constant":
+    if callbacks.reduce_lr_on_plateau is not None and schedule.steps_the_rate:
         raise ConfigError(
-            f"callbacks=reduce_lr_on_plateau needs optimizer.schedule.name=constant (the {schedule} schedule sets "
-            f"the rate every step); got {schedule}"
+            f"callbacks=reduce_lr_on_plateau needs optimizer.schedule.name=constant (the {schedule.name} schedule "
+            f"sets the rate every step); got {schedule.name}"
         )
     built = []
     for name, options in _entries(callbacks).items():

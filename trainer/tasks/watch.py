@@ -49,7 +49,7 @@ FIELDS = ("epoch", "split", "accuracy", "loss", "num_examples", "checkpoint")
 def is_evaluator(settings: Config) -> bool:
     """Whether this process is the `evaluator` task of a multi-worker cluster (TF_CONFIG)."""
     options = settings.strategy
-    if options.name != "multi_worker":
+    if not options.SPANS_WORKERS:
         return False
     return cluster.worker_role(options.cluster, options.workers, options.task_index).is_evaluator
 

@@ -1,4 +1,5 @@
-"""Optimizers (a Keras class named by `optimizer._target_`) and learning-rate schedules (a registry by name).
+"""Optimizers (a Keras class named by `optimizer._target_`) and learning-rate schedules (one function per
+`optimizer.schedule.name`, which its schema names as its target: `trainer.config.groups.ScheduleConfig.target`).
 
 python run.py optimizer=sgd optimizer.lr=0.05 optimizer.schedule.name=cosine
 python run.py optimizer=adam optimizer._target_=keras.optimizers.Nadam    # any Keras optimizer with Adam's keys
@@ -6,7 +7,6 @@ python run.py optimizer=adam optimizer._target_=keras.optimizers.Nadam    # any 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import keras
@@ -20,7 +20,7 @@ def constant(lr: float, steps_per_epoch: int, epochs: int, **_) -> float:
     return lr
 
 
-def step_decay(lr: float, steps_per_epoch: int, epochs: int, boundaries=(), factor: float = 0.1, **_):
+def step(lr: float, steps_per_epoch: int, epochs: int, boundaries=(), factor: float = 0.1, **_):
     """Multiplies the learning rate by `factor` at each boundary (given in epochs)."""
     if not boundaries:
         return lr
@@ -53,15 +53,6 @@ def cosine(lr: float, steps_per_epoch: int, epochs: int, warmup_epochs: float = 
     )
 
 
-SCHEDULES: dict[str, Callable] = {"constant": constant, "step": step_decay, "cosine": cosine}
-
-
-def _lookup(registry: dict[str, Callable], kind: str, name: str) -> Callable:
-    if name not in registry:
-        raise ValueError(f"Unknown {kind} {name!r}; expected one of {sorted(registry)}")
-    return registry[name]
-
-
 def peak_learning_rate(
     lr: float, batch_size: int, lr_batch_size: int | None = None, replicas: int = 1, scale_with_replicas: bool = False
 ) -> float:
@@ -80,17 +71,22 @@ def peak_learning_rate(
     return lr * (replicas if scale_with_replicas else 1)
 
 
-def build_learning_rate(name: str, lr: float, steps_per_epoch: int, epochs: int, **options):
+def build_learning_rate(target: str, lr: float, steps_per_epoch: int, epochs: int, **options):
     """A float or a `keras.optimizers.schedules.LearningRateSchedule`, stepping once per batch.
 
     Args:
-        name: One of `SCHEDULES`: constant, step or cosine.
+        target: The schedule's function (`optimizer.schedule`'s target): `trainer.training.optimizers.constant`,
+            `.step` or `.cosine`.
         lr: Peak learning rate.
         steps_per_epoch: Optimizer steps in one epoch.
         epochs: Length of the run, for the cosine schedule.
         **options: The schedule's own settings (boundaries, factor, warmup_epochs, alpha).
+
+    Raises:
+        ConfigError: naming `optimizer.schedule`, for a target that cannot be called with these keys.
     """
-    return _lookup(SCHEDULES, "learning-rate schedule", name)(lr, steps_per_epoch, epochs, **options)
+    runtime = {"lr": lr, "steps_per_epoch": steps_per_epoch, "epochs": epochs}
+    return build_target("optimizer.schedule", target, options, **runtime)
 
 
 def build_optimizer(target: str, learning_rate, options: dict[str, Any]) -> keras.optimizers.Optimizer:
