@@ -80,3 +80,26 @@ def test_a_preset_on_top_of_a_saved_run_is_one_error_not_ignored(tmp_path, prese
         with_run_config(compose(typed, output_dir=tmp_path / "eval"), typed)
     (run / ".hydra" / "hydra.yaml").write_text(choices + f"      {key}: {value}\n")
     assert with_run_config(compose(typed, output_dir=tmp_path / "eval"), typed).mode == "evaluate"  # the same one
+
+
+def test_a_relative_data_dir_of_a_reused_run_is_the_one_it_was_launched_with(tmp_path, monkeypatch, caplog):
+    """`mode=export|evaluate checkpoint=RUN` run from another folder read a relative `dataset.data_dir` of the
+    run's config against today's folder: other data of the same name, evaluated silently."""
+    launched, elsewhere = tmp_path / "launched", tmp_path / "elsewhere"
+    for folder in (launched, elsewhere):
+        (folder / "photos").mkdir(parents=True)
+    run = _save_run(tmp_path / "run", ["dataset=folder", "dataset.data_dir=photos", "dataset.val_fraction=0.2"])
+    OmegaConf.save({"hydra": {"runtime": {"cwd": str(launched)}}}, run / ".hydra" / "hydra.yaml")
+    monkeypatch.chdir(elsewhere)
+
+    def data_dir(*extra: str) -> str:
+        typed = ["mode=evaluate", f"checkpoint={run}", *extra]
+        return to_settings(with_run_config(compose(typed, output_dir=tmp_path / "eval"), typed)).dataset.data_dir
+
+    assert data_dir() == str(launched / "photos"), "the run's own data"
+    assert data_dir("dataset.data_dir=photos") == "photos", "typed now: relative to today's folder"
+    monkeypatch.chdir(launched)
+    assert data_dir() == "photos", "launched here: nothing to anchor"
+    (launched / "photos").rmdir()
+    monkeypatch.chdir(elsewhere)
+    assert data_dir() == "photos" and "is gone, so" in caplog.text, "the run's data gone: today's, said in a line"

@@ -9,10 +9,16 @@ dataset, its files, image size, class names and model settings are the run's,
 not whatever today's defaults say. The keys that describe this invocation
 (`mode`, `checkpoint`, `evaluate`, `predict`, ..., the strategy) come from the
 command line, and so does every key you override: what you type wins, key by key.
+
+A relative `dataset.data_dir` in the saved config is the one the run was launched with:
+it is anchored to the folder the run was launched from (`RUN/.hydra/hydra.yaml`'s
+`hydra.runtime.cwd`), not to today's folder, where the same name may be other data.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -23,6 +29,7 @@ from trainer.config.schema import Config
 from trainer.config.store import SCHEMAS, open_node
 from trainer.errors import ConfigError
 
+log = logging.getLogger(__name__)
 SAVED_CONFIG = Path(".hydra") / "config.yaml"
 # Keys that belong to this invocation, not to the run it reads: taken from the command line.
 INVOCATION_KEYS = (
@@ -121,6 +128,44 @@ def _saved_choices(run_dir: Path) -> dict:
         return {}
 
 
+def _launch_folder(run_dir: Path) -> Path | None:
+    """The folder the run was launched from (`RUN/.hydra/hydra.yaml`'s `hydra.runtime.cwd`), None if unknown."""
+    try:
+        cwd = OmegaConf.load(run_dir / ".hydra" / "hydra.yaml").hydra.runtime.cwd
+    except Exception:  # no such file (a run folder made by hand), or an unreadable one
+        return None
+    return Path(cwd) if cwd else None
+
+
+def _anchor_data_dir(merged: DictConfig, run_dir: Path, typed_keys: Sequence[str]) -> None:
+    """A relative `dataset.data_dir` of the saved config, made absolute against the folder the run was launched
+    from: read from another folder, the same relative name is other data (or none), a silent wrong answer. A
+    data_dir typed now is the user's, relative to today's folder.
+    """
+    if any(key in ("dataset", "dataset.data_dir") for key in typed_keys):
+        return
+    data_dir = OmegaConf.select(merged, "dataset.data_dir", default=None, throw_on_missing=False)
+    if not isinstance(data_dir, str) or not data_dir or "${" in data_dir or "://" in data_dir:
+        return
+    launched = _launch_folder(run_dir)
+    if os.path.isabs(os.path.expanduser(data_dir)) or launched is None or launched == Path.cwd():
+        return
+    anchored, here = launched / data_dir, Path.cwd() / data_dir
+    if not anchored.exists() and here.exists():
+        log.warning(
+            "%s was trained on dataset.data_dir=%s, relative to %s: %s is gone, so %s of this folder is read; "
+            "give dataset.data_dir= if that is other data", run_dir, data_dir, launched, anchored, here,
+        )  # fmt: skip
+        return
+    OmegaConf.update(merged, "dataset.data_dir", str(anchored), merge=False)
+    log.info(
+        "dataset.data_dir=%s of %s is relative to the folder it was launched from: %s <dataset.data_dir>",
+        data_dir,
+        run_dir,
+        anchored,
+    )
+
+
 def _check_presets(cfg: DictConfig, run_dir: Path, overrides: Sequence[str]) -> None:
     """Presets of the global package (`experiment=`, `debug=`) have no key of their own to lay over the
     run's saved config: the same choice the run was made with is fine (a repeated command), another is an
@@ -169,4 +214,5 @@ def reuse(
         value = OmegaConf.select(cfg, key, default=_ABSENT)  # a whole node for a group, typed as composed now
         if value is not _ABSENT:
             OmegaConf.update(merged, key, value, merge=False, force_add=True)
+    _anchor_data_dir(merged, run_dir, typed_keys)
     return merged, [key for key in typed_keys if key not in ("mode", "checkpoint")]
