@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import SUBPROCESS_ENV
+from conftest import ROOT, SUBPROCESS_ENV
 
 # --- tf.data: destroying an iterator waits for the autotune model thread -----------------------------------------
 
@@ -393,3 +393,59 @@ def test_optuna_still_opens_a_running_trial_of_another_process_only_through_its_
     trial = optuna.Trial(study, storage.get_trial_id_from_study_id_trial_number(study_id, asked.number))
     trial.report(0.5, 0)
     assert study.get_trials(deepcopy=False)[0].intermediate_values == {0: 0.5}
+
+
+# --- OmegaConf: a child node, as it is, only through the private `_get_node` --------------------------------------
+
+
+@pytest.mark.unit
+def test_omegaconf_still_gives_a_child_node_unresolved_only_through_its_private_get_node(monkeypatch):
+    from omegaconf import DictConfig, OmegaConf
+    from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
+
+    where = "trainer/cli/arguments.py::_check_path"
+    monkeypatch.delenv("VGGTRAIN_CANARY_UNSET", raising=False)
+    section = OmegaConf.create({"lazy": "${oc.env:VGGTRAIN_CANARY_UNSET}", "missing": "???", "inner": {"key": 1}})
+    nodes = [section._get_node(key)._value() for key in ("lazy", "missing")]
+    assert nodes == ["${oc.env:VGGTRAIN_CANARY_UNSET}", "???"], (
+        f"DictConfig._get_node, which {where} calls, no longer gives a child as it is ({nodes}): find its successor"
+    )
+    public = [name for kind in (OmegaConf, DictConfig) for name in dir(kind) if "node" in name and name[0] != "_"]
+    assert not public, (
+        f"upstream added a public call ({public[0]}): use it in {where}, drop ledger row 19 and this canary"
+    )
+    for read in (lambda: section.get("lazy"), lambda: section["missing"], lambda: OmegaConf.select(section, "lazy")):
+        with pytest.raises((InterpolationResolutionError, MissingMandatoryValue)):
+            read()  # else that public read gives a child as it is: use it in _check_path, drop row 19 and this canary
+
+
+# --- Not upstream: vggtrain 0.2 removes the readers of 0.1's files and names (ledger rows 10, 11 and 13) ----------
+
+REMOVED_IN_0_2 = {  # ledger row -> what goes when pyproject.toml's version reaches 0.2
+    10: "trainer/config/legacy.py (its call in trainer/config/reuse.py::load_saved) and tests/test_config_legacy.py",
+    11: "trainer/runs/checkpoints.py::_without_augmentation (its call in load) and its test in test_preprocessing.py",
+    13: "`records` in trainer/config/fields.py::PredictFormat and trainer/data/predict_inputs.py::FORMAT_ALIASES",
+}
+
+
+def _release(version: str) -> tuple[int, int]:
+    """(major, minor) of a version string: 0.1.0 -> (0, 1), 0.2.0rc1 -> (0, 2)."""
+    major, minor = re.match(r"(\d+)\.(\d+)", version).groups()
+    return int(major), int(minor)
+
+
+def _project_version() -> str:
+    """The `version` of pyproject.toml's [project] table."""
+    project = (ROOT / "pyproject.toml").read_text().split("[project]", 1)[1]
+    return re.search(r'^version\s*=\s*"([^"]+)"', project, re.M).group(1)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("row", sorted(REMOVED_IN_0_2))
+def test_the_project_has_not_reached_the_release_that_removes_a_reader_of_0_1(row):
+    version = _project_version()
+    assert _release("0.2.0rc1") == (0, 2) and _release("0.10.3") == (0, 10), "the trigger can fire"
+    assert _release(version) < (0, 2), (
+        f"pyproject.toml says vggtrain {version}: ledger row {row} ends in 0.2. Remove {REMOVED_IN_0_2[row]}, the "
+        f"row, and this row of REMOVED_IN_0_2"
+    )
