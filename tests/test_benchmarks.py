@@ -53,7 +53,7 @@ def test_the_gpu_check_runs_its_every_path_at_toy_sizes_on_the_cpu():
     assert any("mixed_bfloat16, XLA off" in figure for figure in figures)
     assert "XLA on: skipped" in result.stderr  # no XLA on the CPU
     assert sum("Input-bound ratio" in figure for figure in figures) == 2
-    assert sum("Inference latency per image" in figure for figure in figures) == 8
+    assert sum("Inference latency per image" in figure for figure in figures) == 12  # 6 formats x 2 batches
 
 
 @pytest.mark.slow
