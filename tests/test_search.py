@@ -249,6 +249,37 @@ def test_a_multi_objective_search_writes_its_pareto_front(tmp_path):
     assert (sweep / "pareto_front.png").is_file()
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_a_search_over_accuracy_and_latency_on_digits_measures_each_trials_served_model(tmp_path):
+    arguments = [
+        "-m", "hparams_search=vgg19_optuna", "hydra.sweeper.directions=[maximize,minimize]",
+        "objective.metrics=[val_accuracy,latency_ms]", "hydra.sweeper.n_trials=3",
+        "hydra.sweeper.sampler.n_startup_trials=3", "model.width_multiplier=choice(0.0625,0.125)",
+        "model.fc_units=32", "trainer.epochs=1", "trainer.steps_per_epoch=3", "evaluate.report=false",
+        "logger=csv", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+    ]  # fmt: skip
+    result = run_cli(arguments, cwd=tmp_path)  # the bundled digits (dataset=digits, the default)
+    assert result.returncode == 0, result.stderr[-3000:]
+    sweep = tmp_path / "sweep"
+    study = _study(tmp_path)
+    assert [trial.state.name for trial in study.trials] == ["COMPLETE"] * 3
+    for trial in study.trials:  # the study is told what each trial measured on its exported SavedModel's serve
+        metrics = json.loads((sweep / str(trial.number) / "metrics.json").read_text())
+        assert metrics["latency"].startswith("SavedModel serve, batch 1")
+        assert trial.values == pytest.approx([metrics["val_accuracy"], metrics["latency_ms"]])
+        assert metrics["latency_ms"] > 0
+    summary = csv_rows(sweep / "summary.csv")
+    assert [float(row["latency_ms"]) for row in summary] == pytest.approx(
+        [json.loads((Path(row["run_dir"]) / "metrics.json").read_text())["latency_ms"] for row in summary]
+    )
+    front = csv_rows(sweep / "best.csv")
+    assert {int(row["trial"]) for row in front} == {trial.number for trial in study.best_trials}
+    assert all(row["run_dir"] == str(sweep / row["trial"]) for row in front), "each trial of the front names its folder"
+    assert "Pareto front" in result.stdout and f"-> {sweep / front[0]['trial']}" in result.stdout
+    assert (sweep / "pareto_front.png").stat().st_size > 10_000
+
+
 BAD_SPACE = """# @package _global_
 defaults:
   - vgg19_optuna
@@ -267,7 +298,20 @@ hydra:
         (["hydra.sweeper.params.model.dropout=uniform(0,1)"], "hydra.sweeper.params.model.dropout=uniform(0,1): Hydra"),
         (["hydra.sweeper.n_jobs=2"], "hydra.sweeper.n_jobs=2: the launcher runs at most 1 jobs at once"),
         (["hydra.sweeper.storage=sqlite:////no/such/folder/s.db"], "hydra.sweeper.storage: cannot open"),
-        (["hydra.sweeper.direction=[maximize,minimize]"], "hydra.sweeper.metrics must name one metrics.json key"),
+        (["hydra.sweeper.direction=[maximize,minimize]"], "objective.metrics must name one metrics.json key"),
+        (
+            ["hydra.sweeper.directions=[maximize,minimize]", "objective.metrics=[val_accuracy,latency_ms,val_loss]"],
+            "objective.metrics=['val_accuracy', 'latency_ms', 'val_loss'] names 3 metrics and "
+            "hydra.sweeper.directions=['maximize', 'minimize'] 2 directions: give one direction per metric",
+        ),
+        (
+            [
+                "hydra.sweeper.directions=[maximize,minimize]",
+                "objective.metrics=[val_accuracy,latency_ms]",
+                "hydra.sweeper.pruner={_target_:optuna.pruners.MedianPruner}",
+            ],
+            "hydra.sweeper.pruner: Optuna prunes single-objective studies only; set it to null",
+        ),  # fmt: skip
         (["hydra.sweeper.pruner={_target_:optuna.pruners.MedianPrunr}"], "hydra.sweeper.pruner._target_=optuna.prun"),
     ],
 )

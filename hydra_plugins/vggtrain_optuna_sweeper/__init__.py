@@ -21,6 +21,7 @@ class VggtrainOptunaConf:
     _target_: str = "hydra_plugins.vggtrain_optuna_sweeper.VggtrainOptunaSweeper"
     _recursive_: bool = False  # the sweeper makes its sampler and pruner: a bad _target_ is one line, not Hydra's
     direction: Any = "maximize"  # maximize | minimize, or a list of them (one per metrics entry)
+    directions: Any = None  # a multi-objective search: [maximize, minimize], one per objective.metrics entry
     study_name: str | None = None  # the study to create or continue (default: vggtrain)
     storage: str | None = None  # null: study.journal in the sweep folder; a journal file path or a database URL
     n_trials: int = 20  # trials of the whole study, over every run of the command and every sweep sharing it
@@ -28,7 +29,7 @@ class VggtrainOptunaConf:
     sampler: Any = field(default_factory=lambda: {"_target_": "optuna.samplers.TPESampler", "seed": None})
     pruner: Any = None  # e.g. {_target_: optuna.pruners.MedianPruner, n_warmup_steps: 3}; null: no pruning
     params: Any = None  # {key: interval(...) | tag(log, interval(...)) | range(...) | choice(...) | value}
-    metrics: Any = None  # null: the job's return value (objective.metric); a list: metrics.json keys, one per direction
+    metrics: Any = None  # null: objective.metrics, else the job's return value (objective.metric); or metrics.json keys
     folds: int = 0  # >= 2: each trial runs this many jobs, one per fold (dataset.folds), and reports their mean
     retries: int = 1  # a trial whose sweep died is run again this many times
     heartbeat_seconds: float = 30.0  # how often a sweep marks its running trials alive

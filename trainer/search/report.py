@@ -2,8 +2,12 @@
 
 - `study.csv`: every trial, its state (complete, pruned, failed, running, waiting), values and parameters;
 - `best.csv`: the best trial, or the Pareto front of a multi-objective search;
-- `optimization_history.png`, `param_importances.png`, `parallel_coordinate.png` (and `pareto_front.png` for
-  two objectives), from `optuna.visualization.matplotlib`, once enough trials are complete.
+- `optimization_history.png`, `param_importances.png`, `parallel_coordinate.png`, from
+  `optuna.visualization.matplotlib`, once enough trials are complete; a multi-objective search draws
+  `pareto_front.png` instead: every complete trial a point, the front a line through its trials (ours for two
+  objectives, such as accuracy against latency; Optuna's for three).
+
+`study.csv` and `best.csv` give each trial's run folder (`run_dir`).
 
     optuna-dashboard outputs/search/vgg19/study.journal     # the same study, live, in a browser
 """
@@ -18,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.runs.atomic import atomic_path
-from trainer.search.study import INTERRUPTED, RETRY_OF, SURPLUS, was_killed
+from trainer.search.study import INTERRUPTED, RETRY_OF, RUN_DIRS, SURPLUS, was_killed
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +41,7 @@ def state_name(trial: Any) -> str:
 
 def _rows(trials: list[Any], names: list[str], study_attrs: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
     keys = sorted({key for trial in trials for key in trial.params})
-    columns = ["trial", "state", *names, *keys, "epochs_reported", "retry_of", "killed", "seconds"]
+    columns = ["trial", "state", *names, *keys, "epochs_reported", "retry_of", "killed", "seconds", "run_dir"]
     rows = []
     for trial in trials:
         values = trial.values or [None] * len(names)
@@ -55,6 +59,7 @@ def _rows(trials: list[Any], names: list[str], study_attrs: dict[str, Any]) -> t
             retry_of=trial.user_attrs.get(RETRY_OF),
             killed=was_killed(trial, study_attrs) or None,
             seconds=None if seconds is None else round(seconds, 1),
+            run_dir=" ".join(trial.user_attrs.get(RUN_DIRS, [])) or None,
         )
         rows.append(row)
     return columns, rows
@@ -89,9 +94,10 @@ def write_report(study: Any, sweep_dir: Path, names: list[str], plots: bool = Tr
 def _drawings(plots: Any, names: list[str], complete: int) -> list[tuple[str, Any, dict]]:
     """(file, optuna.visualization.matplotlib function, its arguments) of each plot `names` (the objectives) and
     `complete` trials allow."""
+    if len(names) == 2:
+        return [("pareto_front.png", plot_pareto_front, {"target_names": names})]
     if len(names) > 1:
-        pareto = ("pareto_front.png", plots.plot_pareto_front, {"target_names": names})
-        return [pareto] if len(names) in (2, 3) else []
+        return [("pareto_front.png", plots.plot_pareto_front, {"target_names": names})] if len(names) == 3 else []
     target = {"target_name": names[0]}
     drawings = [
         ("optimization_history.png", plots.plot_optimization_history, target),
@@ -100,6 +106,28 @@ def _drawings(plots: Any, names: list[str], complete: int) -> list[tuple[str, An
     if complete >= 2:  # importances compare trials
         drawings.append(("param_importances.png", plots.plot_param_importances, target))
     return drawings
+
+
+def plot_pareto_front(study: Any, target_names: list[str]) -> Any:
+    """Two objectives: every complete trial as a point (the second objective across, the first up), the Pareto
+    front as a line through its trials, each labelled with its number. Returns the axes."""
+    import matplotlib.pyplot as plt
+
+    trials = [trial for trial in study.get_trials(deepcopy=False) if trial.state.name == "COMPLETE"]
+    front = sorted(best_trials(study), key=lambda trial: trial.values[1])
+    _, axes = plt.subplots(figsize=(6.4, 4.8))
+    axes.scatter([t.values[1] for t in trials], [t.values[0] for t in trials], alpha=0.5, label="trials")
+    line = {"color": "tab:red", "drawstyle": "steps-post", "label": "Pareto front"}
+    axes.plot([t.values[1] for t in front], [t.values[0] for t in front], "o-", **line)
+    for trial in front:
+        axes.annotate(str(trial.number), (trial.values[1], trial.values[0]), textcoords="offset points", xytext=(4, 4))
+    directions = [direction.name.lower() for direction in study.directions]
+    axes.set_xlabel(f"{target_names[1]} ({directions[1]})")
+    axes.set_ylabel(f"{target_names[0]} ({directions[0]})")
+    axes.set_title(f"Pareto front: {len(front)} of {len(trials)} complete trials (best.csv lists them)")
+    axes.grid(alpha=0.3)
+    axes.legend()
+    return axes
 
 
 def draw_plots(study: Any, sweep_dir: Path, names: list[str]) -> None:

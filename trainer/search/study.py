@@ -38,6 +38,7 @@ RETRY_OF = "vggtrain:retry_of"  # an enqueued retry: the number of the trial it 
 KILLED = "vggtrain:killed"  # a trial whose sweep died while it ran
 INTERRUPTED = "vggtrain:interrupted"  # a trial that Ctrl-C or SIGTERM stopped: run again by the same command
 SURPLUS = "vggtrain:surplus"  # asked past n_trials by a sweep sharing the study: failed at once, not counted
+RUN_DIRS = "vggtrain:run_dirs"  # the trial's run folders (one, or one per fold), as the sweep's launcher gave them
 OUTCOME = "vggtrain:outcome"  # written by the trial's job: {"state": complete|pruned, "metrics": metrics.json}
 
 

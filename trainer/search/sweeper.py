@@ -38,11 +38,11 @@ log = logging.getLogger(__name__)
 DIRECTIONS = ("maximize", "minimize")
 
 
-def _directions(direction: Any) -> list[str]:
+def _directions(direction: Any, key: str) -> list[str]:
     values = [direction] if isinstance(direction, str) else list(direction)
     values = [str(value).lower().removeprefix("direction.") for value in values]
     if not values or any(value not in DIRECTIONS for value in values):
-        raise ConfigError(f"hydra.sweeper.direction must be maximize, minimize or a list of them; got {direction}")
+        raise ConfigError(f"{key} must be maximize, minimize or a list of them; got {direction}")
     return values
 
 
@@ -97,6 +97,7 @@ class OptunaSearch(Sweeper):
         pruner: Any,
         params: Any,
         metrics: Any = None,
+        directions: Any = None,
         folds: int = 0,
         retries: int = 1,
         heartbeat_seconds: float = 30.0,
@@ -108,6 +109,7 @@ class OptunaSearch(Sweeper):
         self.sampler_config, self.pruner_config = _plain(sampler), _plain(pruner)  # instantiated in sweep()
         self.params = _plain(params)
         self.metrics = list(metrics) if metrics else None
+        self.directions = list(directions) if directions else None
         self.folds = folds
         self.retries, self.heartbeat_seconds, self.grace_seconds, self.plots = (
             retries,
@@ -133,8 +135,9 @@ class OptunaSearch(Sweeper):
     # --- the checks before any trial ---------------------------------------------------------------------
 
     def _objectives(self) -> tuple[list[str], list[str]]:
-        """(directions, the objective names the tables show)."""
-        directions = _directions(self.direction)
+        """(directions, the objective names: the metrics.json keys the study is told, as the tables show them)."""
+        named = "hydra.sweeper.directions" if self.directions else "hydra.sweeper.direction"
+        directions = _directions(self.directions or self.direction, named)
         if self.n_trials < 1:
             raise ConfigError(f"hydra.sweeper.n_trials must be >= 1; got {self.n_trials}")
         if self.n_jobs < 1:
@@ -150,18 +153,28 @@ class OptunaSearch(Sweeper):
         if self.folds and self.pruner_config:
             raise ConfigError("hydra.sweeper.pruner: a cross-validated trial (hydra.sweeper.folds) is not pruned; "
                               "set the pruner to null")  # fmt: skip
-        if len(directions) > 1:
-            if not self.metrics or len(self.metrics) != len(directions):
-                raise ConfigError(
-                    f"hydra.sweeper.metrics must name one metrics.json key per direction ({len(directions)}), "
-                    f"e.g. [val_accuracy, train_seconds]; got {self.metrics}"
-                )
-            if self.pruner_config:
-                raise ConfigError("hydra.sweeper.pruner: Optuna prunes single-objective studies only; set it to null")
-            return directions, self.metrics
-        if self.metrics and len(self.metrics) != 1:
-            raise ConfigError(f"hydra.sweeper.metrics names {len(self.metrics)} metrics for one direction")
-        return directions, self.metrics or [str(self.config.objective.metric)]
+        metrics, metrics_key = self._metrics()
+        if len(directions) > 1 and not metrics:
+            raise ConfigError(
+                f"objective.metrics must name one metrics.json key per direction of {named} ({len(directions)}), "
+                f"e.g. objective.metrics=[val_accuracy,latency_ms]"
+            )
+        if metrics and len(metrics) != len(directions):
+            raise ConfigError(
+                f"{metrics_key}={metrics} names {len(metrics)} metrics and {named}={directions} {len(directions)} "
+                f"directions: give one direction per metric"
+            )
+        if len(directions) > 1 and self.pruner_config:
+            raise ConfigError("hydra.sweeper.pruner: Optuna prunes single-objective studies only; set it to null")
+        return directions, metrics or [str(self.config.objective.metric)]
+
+    def _metrics(self) -> tuple[list[str] | None, str]:
+        """(the objectives' metrics.json keys, the key that names them): objective.metrics, or the sweeper's own
+        older `metrics`; None: the job's return value (objective.metric)."""
+        if self.metrics:
+            return self.metrics, "hydra.sweeper.metrics"
+        given = self.config.get("objective", {}).get("metrics")
+        return ([str(name) for name in given] if given else None), "objective.metrics"
 
     # --- the search -------------------------------------------------------------------------------------------
 
@@ -245,7 +258,7 @@ class OptunaSearch(Sweeper):
         """One job's objective values: its return value, or the `metrics` it wrote; None if it gave none."""
         if job is None or job.status != JobStatus.COMPLETED:
             return None
-        if len(names) > 1 or self.metrics:
+        if len(names) > 1 or self._metrics()[0]:
             metrics = outcome.get("metrics") or {}
             values = [metrics.get(metric) for metric in names]
         else:
@@ -271,6 +284,9 @@ class OptunaSearch(Sweeper):
         values = [self._values(job, outcome, names) for job, outcome in zip(jobs, outcomes, strict=True)]
         usable = all(value is not None for value in values)
         mean = [sum(column) / len(column) for column in zip(*values, strict=True)] if usable else None
+        folders = [str(job.hydra_cfg.hydra.runtime.output_dir) for job in jobs if job is not None and job.hydra_cfg]
+        if folders:  # the report lists them beside the trial (a finished trial takes no attribute: set first)
+            trial.set_user_attr(studies.RUN_DIRS, folders)
         if any(outcome.get("state") == "pruned" for outcome in outcomes):
             study.tell(trial, state=TrialState.PRUNED)
         elif usable:
@@ -291,4 +307,5 @@ class OptunaSearch(Sweeper):
         for trial in best:
             values = " ".join(f"{name}={value:.4f}" for name, value in zip(names, trial.values, strict=True))
             params = " ".join(f"{key}={value}" for key, value in trial.params.items())
-            log.info("%s %d: %s  %s", label, trial.number, values, params)
+            folders = ", ".join(trial.user_attrs.get(studies.RUN_DIRS, []))
+            log.info("%s %d: %s  %s%s", label, trial.number, values, params, f"  -> {folders}" if folders else "")

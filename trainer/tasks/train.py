@@ -40,6 +40,7 @@ from trainer.runs.digest import DigestGate, FileDigests
 from trainer.runs.resume import CHIEF_RUN, DATA_FILE, Progress, bind_data, prepare_resume, resolve_resume
 from trainer.runs.storage import OutputFolders
 from trainer.search.trial import StudyTrial, record_interrupted, record_outcome
+from trainer.serving import latency
 from trainer.tasks import init_from as starting
 from trainer.tasks import parts
 from trainer.tasks import phases as fitting
@@ -433,6 +434,7 @@ def finish(
         "num_replicas": plan.strategy.num_replicas_in_sync,
         "weights_sha256": weights_fingerprint(model),
         **({"init_from": start} if start else {}),  # model.init_from: the weights the run started from
+        **(_latency(best_keras) if latency.METRIC in (settings.objective.metrics or []) and plan.chief else {}),
     }
     write_json(run_dir / "metrics.json", metrics)
     remove_backup(folder.backup_dir)  # only now: a kill before this resumes into the evaluation
@@ -454,6 +456,22 @@ def finish(
     if plan.chief:
         log.info("%s", run_summary(run_dir, metrics, plan.tensorboard_dir if plan.tensorboard else None))
     return metrics
+
+
+def _latency(checkpoint: Path) -> dict:
+    """{latency_ms, latency (how it was measured)} of the best checkpoint, for a search over speed.
+
+    Raises:
+        ConfigError: the model cannot be exported as a SavedModel (the latency is measured on its `serve`).
+    """
+    try:
+        milliseconds = latency.serve_latency_ms(checkpoint)
+    except Exception as error:  # noqa: BLE001 - Keras's and TensorFlow's many export errors: one line naming the key
+        reason = " ".join(str(error).split())[:300]
+        raise ConfigError(f"objective.metrics: latency_ms is measured on the exported SavedModel, and {checkpoint} "
+                          f"cannot be exported: {reason}") from None  # fmt: skip
+    log.info("Latency %.3f ms (%s) <objective.metrics>", milliseconds, latency.SOURCE)
+    return {latency.METRIC: round(milliseconds, 3), "latency": latency.SOURCE}
 
 
 def train(settings: Config) -> float | None:

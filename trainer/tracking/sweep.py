@@ -85,14 +85,19 @@ def _metrics(run_dir: Path) -> dict[str, Any]:
         return {}
 
 
-def append_summary_row(summary: Path, row: dict[str, Any]) -> None:
+def summary_columns(objectives: list[str] | None) -> list[str]:
+    """`COLUMNS`, then the objectives of a multi-objective search (`objective.metrics`) it lacks: latency_ms."""
+    return COLUMNS + [name for name in objectives or [] if name not in COLUMNS]
+
+
+def append_summary_row(summary: Path, row: dict[str, Any], columns: list[str] = COLUMNS) -> None:
     """Appends one row (writing the header first if the file is new), holding an exclusive lock."""
     summary.parent.mkdir(parents=True, exist_ok=True)
     with open(summary, "a+", newline="") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             handle.seek(0, 2)
-            writer = csv.DictWriter(handle, fieldnames=COLUMNS, extrasaction="ignore")
+            writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
             if handle.tell() == 0:
                 writer.writeheader()
             writer.writerow(row)
@@ -203,7 +208,9 @@ class SweepSummary(Callback):
             "run_dir": str(run_dir),
             **{key: metrics.get(key, "") for key in COLUMNS[3:8]},
         }
-        append_summary_row(sweep_folder(run_dir, hydra.sweep) / self.filename, row)
+        columns = summary_columns(list(config.get("objective", {}).get("metrics") or []))
+        row.update({name: metrics.get(name, "") for name in columns[len(COLUMNS) :]})
+        append_summary_row(sweep_folder(run_dir, hydra.sweep) / self.filename, row, columns)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         summary = Path(config.hydra.sweep.dir) / self.filename
