@@ -81,6 +81,7 @@ class TrainerConfig:
     label_smoothing: float = 0.0  # targets become (1 - s) one-hot + s / num_classes
     class_weight: Any = None  # null | balanced (n / (classes x n_class), from the training split) | {0: w, ...}
     tf_logs: bool = False  # true: TensorFlow's own start-up and INFO logs too (cuInit, oneDNN, absl, ...)
+    check_memory: bool = True  # refuse a run whose memory estimate is above what the machine has (false: warn)
 
     def __post_init__(self) -> None:
         require(self.epochs >= 1, "trainer.epochs", ">= 1", self.epochs)

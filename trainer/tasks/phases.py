@@ -35,6 +35,7 @@ from trainer.tasks.plan import Folder, Phase, Plan, fine_tunes
 from trainer.tracking.tensorboard import RunLabel, SampleImages
 from trainer.training.callbacks import STOPPED_BY, TIME_BUDGET, Preempted, RunFiles, TimeBudget, training_callbacks
 from trainer.training.compiling import build_phase_optimizer, compile_model
+from trainer.training.cost import RunTime
 from trainer.training.optimizers import build_learning_rate
 from trainer.training.resumed import WithinEpoch
 from trainer.training.tracing import build_step_state
@@ -167,6 +168,7 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
         files = _run_files(settings, plan, folder, models, info, budget)
         callbacks = training_callbacks(files, loggers_, [*extra, *plan.trackers], progress)
         callbacks += step_watchdog(strategy)  # multi-worker: a step waiting on a hung peer stops the cluster
+        callbacks.append(RunTime(steps, settings.trainer.epochs, max(folder.done, phase.start)))  # the time it takes
         if folder.gate is not None:  # first: it checks the data before anything of the epoch is saved
             callbacks.insert(0, folder.gate)
         if switched_here:

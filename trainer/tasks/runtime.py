@@ -64,6 +64,11 @@ def build_strategy(options: StrategyConfig) -> tf.distribute.Strategy:
     keys = {key: value for key, value in vars(options).items() if key not in ("_target_", "name")}
     strategy = build_target("strategy", options._target_, keys)
     strategies.describe(strategy, options.name)
+    if options.name == "mirrored" and strategy.num_replicas_in_sync == 1 and not tf.config.list_physical_devices("GPU"):
+        log.warning(
+            "strategy=mirrored found no GPU: it mirrors over one replica, the CPU, as strategy=single does "
+            "(strategy.cpu_devices=N splits the CPU into N, for tests)"
+        )
     return strategy
 
 

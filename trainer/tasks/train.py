@@ -48,6 +48,7 @@ from trainer.tasks.data import Data, load_data
 from trainer.tasks.export import export_to_model_dir
 from trainer.tasks.plan import Folder, Plan, check_updates, log_training_options, phases
 from trainer.tasks.runtime import check_replica_batches, run_folder, setup_strategy
+from trainer.tasks.resources import check_memory
 from trainer.tasks.scoring import Evaluation, check_report_split, evaluate_checkpoint
 from trainer.tasks.watch import is_evaluator, watch
 from trainer.tracking import loggers
@@ -511,6 +512,7 @@ def train(settings: Config) -> float | None:
     if outcome == "interrupted" or (outcome == "preempted" and in_sweep and stopped != STOPPED_BY[TIME_BUDGET]):
         # The folder is released (the lock, the invocation's end line). In a sweep SIGTERM stops the sweep as
         # Ctrl-C does, and the trial is run again by the sweep command.
+        check_memory(settings, plan, models, info.precision)  # before anything trains: the one line that fits
         if in_sweep and plan.chief:
             fold = settings.dataset.fold if settings.dataset.folds else None
             record_interrupted(StudyTrial(**vars(settings.trial)), fold)
