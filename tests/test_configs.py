@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 from hydra.errors import ConfigCompositionException
 from omegaconf.errors import ConfigKeyError, ValidationError
@@ -211,3 +213,28 @@ def test_the_help_and_the_data_page_open_with_a_folder_run_for_a_cpu():
     shown = run_cli(["--help"])
     assert command in shown.stdout.split("Modes (mode=...)")[0]
     assert "for a GPU" in shown.stdout.split("Modes (mode=...)")[0]
+
+
+def test_what_a_strategy_or_a_schedule_is_comes_from_its_schema_not_its_name(tmp_path):
+    """The strategy's SPANS_WORKERS (predict refuses a cluster; the worker_dir resolver gives a non-chief worker a
+    scratch folder) and the schedule's function (`target`), where `name == ...` tests stood."""
+    from trainer.config.resolvers import worker_dir
+    from trainer.tasks.predict import predict
+
+    strategies = ("single", "mirrored", "multi_worker")
+    spans = [to_settings(compose([f"strategy={name}"])).strategy.SPANS_WORKERS for name in strategies]
+    assert spans == [False, False, True]
+    cluster = ["strategy=multi_worker", "strategy.workers=[127.0.0.1:2222,127.0.0.1:2223]"]
+    folder = str(tmp_path / "run")
+    assert worker_dir(folder, None, _root_=compose([*cluster, "strategy.task_index=0"])) == folder  # the chief's
+    scratch = worker_dir(folder, None, _root_=compose([*cluster, "strategy.task_index=1"]))
+    shutil.rmtree(scratch)
+    assert not scratch.startswith(folder)
+    asked = ["mode=predict", "checkpoint=x.keras", "predict.input=x", *cluster, "strategy.task_index=0"]
+    with pytest.raises(ConfigError, match="^mode=predict runs on one machine"):
+        predict(to_settings(compose(asked)))
+    names = ("constant", "step", "cosine")
+    schedules = [to_settings(compose([f"optimizer.schedule.name={name}"])).optimizer.schedule for name in names]
+    assert [schedule.target for schedule in schedules] == [f"trainer.training.optimizers.{name}" for name in names]
+    assert [schedule.steps_the_rate for schedule in schedules] == [False, True, True]
+    assert [schedule.warms_up for schedule in schedules] == [False, False, True]
