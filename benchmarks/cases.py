@@ -19,6 +19,7 @@ CASES = {
     "data_digest": training.data_digest,
     "folder_pipeline": folders.folder_pipeline,
     "folder_cache": folders.folder_cache,
+    "folder_search_decodes": folders.folder_search_decodes,
     "parquet_pipeline": sources.parquet_pipeline,
     "tfds_pipeline": sources.tfds_pipeline,
     "predict_records": sources.predict_records,

@@ -16,10 +16,21 @@ every file (the check) is outside the timed loop, as the baseline's file listing
 The same against ours from its second epoch on (`dataset.cache=auto`: the photos decoded
 once and kept in memory), and a second run's first epoch against the first run's
 (`dataset.cache=disk`: the first decodes and writes, the second reads).
+
+    python -m benchmarks --only folder_search_decodes
+
+A 16-trial search on one folder, counted: every photo decode (the one decode's image
+function, wrapped) over 16 trials run one after another in this process, each as a trial
+uses its data (the start-up check, a training epoch, the validation pass, the test
+evaluation), against the number of photos: the target is each photo decoded once.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -190,4 +201,79 @@ def folder_pipeline(folder: Path, quick: bool) -> list[Row]:
             "img/s",
             0.95,  # like for like: the accurate DCT and EXIF are what is left of ours
         ),
+    ]
+
+
+TRIALS = 16
+# (width, height, train images, val images): small photos, as only the count of decodes is measured.
+SEARCH_FOLDER = {True: (160, 120, 16, 8), False: (320, 240, 48, 16)}
+
+
+def _counting_decodes():
+    """Wraps the one decode's per-image function (`trainer.data.decode._decode_one`, which every path calls:
+    the folder check, the training and evaluation pipelines) so that each image it decodes counts once, in the
+    graph. Returns the counter, a one-element list."""
+    import tensorflow as tf
+
+    from trainer.data import decode
+
+    count, lock, original = [0], threading.Lock(), decode._decode_one
+
+    def tick():
+        with lock:
+            count[0] += 1
+        return np.int64(count[0])
+
+    def counted(data, *arguments, **options):
+        image = original(data, *arguments, **options)
+        with tf.control_dependencies([tf.numpy_function(tick, [], tf.int64, stateful=True)]):
+            return tf.identity(image)
+
+    decode._decode_one = counted
+    decode._batch_decoder.cache_clear()  # traced again, with the counter inside
+    decode._image_decoder.cache_clear()
+    return count
+
+
+def _trial(root: Path, cache: str, cache_dir: Path, steps: int) -> None:
+    """What one trial of a search does with its data, without the model: the start-up check, one training epoch,
+    the validation pass and the test evaluation."""
+    data = our_folder_data(root, f"dataset.cache={cache}", f"dataset.cache_dir={cache_dir}", "dataset.image_size=32")
+    iterator = iter(data.train)
+    for _ in range(steps):
+        next(iterator)
+    for split in (data.val, data.test):
+        for _ in split:
+            pass
+
+
+def _search_decodes(root: Path, count: list[int], steps: int, cache: str, keep_verdicts: bool) -> int:
+    """Decodes (`count`, from `_counting_decodes`) over `TRIALS` trials on `root`, the caches of this search in
+    a new temporary folder; without `keep_verdicts`, the check's kept verdicts are removed before each trial."""
+    before = count[0]
+    with tempfile.TemporaryDirectory(prefix="vggtrain-search-") as temporary:
+        os.environ["XDG_CACHE_HOME"] = str(Path(temporary) / "xdg")  # the check's verdicts: this search's own
+        for _ in range(TRIALS):
+            if not keep_verdicts:
+                shutil.rmtree(Path(temporary) / "xdg", ignore_errors=True)
+            _trial(root, cache, Path(temporary) / "decoded", steps)
+    return count[0] - before
+
+
+def folder_search_decodes(folder: Path, quick: bool) -> list[Row]:
+    """A 16-trial search on a folder, each photo decoded once: the decodes counted against the photos."""
+    width, height, num_train, num_val = SEARCH_FOLDER[quick]
+    root = jpeg_folder(folder, width, height, num_train, num_val)
+    photos, steps = num_train + num_val, -(-num_train // BATCH_SIZE)
+    name = f"{TRIALS} trials of a search on {photos} photos (train, val; test is val)"
+    count = _counting_decodes()
+    kept = _search_decodes(root, count, steps, "disk", keep_verdicts=True)
+    unkept = _search_decodes(root, count, steps, "disk", keep_verdicts=False)
+    memory = _search_decodes(root, count, steps, "auto", keep_verdicts=True)
+    unkept_name = "the same, the check's verdicts not kept (each trial checks every photo)"
+    memory_name = "the same, dataset.cache=auto (in memory: each trial fills its own)"
+    return [
+        Row(f"photo decodes vs photos, {name}, dataset.cache=disk", kept, photos, "decodes", 1.0, False),
+        Row(unkept_name, unkept, photos, "decodes", None, False),
+        Row(memory_name, memory, photos, "decodes", None, False),
     ]

@@ -6,8 +6,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
-from test_folder import make_folder
+from test_folder import _settings, make_folder
 
 from trainer.data import folder as folder_module
 from trainer.data import verdicts
@@ -82,3 +83,46 @@ def test_without_a_test_split_the_validation_split_is_decoded_once(tmp_path, dec
     splits = _load(root)
     assert splits.sources["test"].count == splits.sources["val"].count == 4
     assert len(decoded) == 8 and len(set(decoded)) == 8, "train and val each decoded once, val not again as test"
+
+
+@pytest.fixture
+def decodes(monkeypatch, tmp_path):
+    """Every image the one decode decodes, counted in the graph (`trainer.data.decode._decode_one` wrapped; the
+    traced decoders traced again with it, and once more afterwards without it)."""
+    import tensorflow as tf
+
+    from trainer.data import decode
+
+    count, original = [0], decode._decode_one
+
+    def tick():
+        count[0] += 1
+        return np.int64(count[0])
+
+    def counted(data, *arguments, **options):
+        image = original(data, *arguments, **options)
+        with tf.control_dependencies([tf.numpy_function(tick, [], tf.int64, stateful=True)]):
+            return tf.identity(image)
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(decode, "_decode_one", counted)
+    decode._batch_decoder.cache_clear()
+    decode._image_decoder.cache_clear()
+    yield count
+    decode._batch_decoder.cache_clear()
+    decode._image_decoder.cache_clear()
+
+
+@pytest.mark.integration
+def test_a_second_run_decodes_no_photo_with_a_disk_cache_its_test_evaluation_included(tmp_path, decodes):
+    """Each trial of a search evaluated the test split by decoding it again: on disk it is kept as train and val
+    are (`python -m benchmarks --only folder_search_decodes` counts a whole search)."""
+    from trainer.tasks.data import load_data
+
+    root = make_folder(tmp_path / "photos", "splits", per_class=2)
+    cache = [f"dataset.cache_dir={tmp_path / 'decoded'}", "dataset.cache=disk"]
+    for run, expected in ((1, 12 + 4), (2, 0)):  # the first: the check of 12 photos, the test split's cache of 4
+        decodes[0] = 0
+        data = load_data(_settings(root, *cache).dataset, batch_size=4, seed=0)
+        assert sum(len(labels) for _, labels in data.test) == 4
+        assert decodes[0] == expected, f"run {run}"

@@ -263,7 +263,9 @@ def load_data(
             "train": lambda: train(sources["train"], batch_size, 0),
             "train_plain": lambda: evaluated(sources["train"]),
             "val": lambda: evaluated(sources["val"], cache=cache),
-            "test": lambda: evaluated(sources["test"]),
+            # On disk the test split is kept too: each trial of a sweep, and each later run, evaluates from it. In
+            # memory a pass cut short (the step state's first batch) would throw its filling away.
+            "test": lambda: evaluated(sources["test"], cache=cache if cache.mode == "disk" else None),
             "test_stored": lambda: evaluated(sources["test"], preprocess=stored),
         },
         num_examples={split: source.count for split, source in sources.items()},
