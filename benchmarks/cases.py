@@ -5,7 +5,20 @@ python -m benchmarks --only cifar_pipeline tfrecord_reader
 
 from __future__ import annotations
 
-from benchmarks import converter, demo, flops, folders, pipelines, precision, search, serving, soak, sources, training
+from benchmarks import (
+    converter,
+    demo,
+    flops,
+    folders,
+    fused_optimizer,
+    pipelines,
+    precision,
+    search,
+    serving,
+    soak,
+    sources,
+    training,
+)
 from benchmarks.common import Row
 
 CASES = {
@@ -30,6 +43,8 @@ CASES = {
     "demo": demo.demo,
     "step_flops": flops.step_flops,
     "precision": precision.precision,
+    "precision_demo": precision.precision_demo,
+    "fused_optimizer": fused_optimizer.fused_optimizer,
     "search_pruning": search.search_pruning,
     "soak": soak.soak,
 }

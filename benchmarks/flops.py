@@ -1,5 +1,5 @@
-"""How far the training step is from what the hardware does: the step's achieved FLOP/s against a large float32
-matmul's, measured in the same process.
+"""How far the training step is from what the hardware does: the step's achieved FLOP/s against a large matmul's
+in the precision the step computes in (float32, or bfloat16 for `mixed_bfloat16`), measured in the same process.
 
     python -m benchmarks --only step_flops
 
@@ -7,7 +7,9 @@ The model's FLOPs per image come from its layers (`model_flops`: convolutions an
 layers, 2 per multiply-add; batch norm, activations and pooling are left out as small);
 a training step costs three times the forward pass (the backward pass computes the
 gradients of the inputs and of the weights, each about one forward). The achieved rate is
-that times the images per second `fit` trains. The same row runs on a GPU.
+that times the images per second `fit` trains. The same row runs on a GPU. The bfloat16 peak is the physical
+limit of a `mixed_bfloat16` step (its convolutions and matmuls run in bfloat16), and the row beside it says how far
+bfloat16's peak is above float32's on this machine.
 """
 
 from __future__ import annotations
@@ -41,12 +43,12 @@ def model_flops(model) -> int:
     return int(total)
 
 
-def matmul_flops_per_second(size: int, seconds: float) -> float:
-    """The float32 FLOP/s of repeated `size` x `size` matmuls, best of three rounds."""
+def matmul_flops_per_second(size: int, seconds: float, dtype: str = "float32") -> float:
+    """The FLOP/s of repeated `size` x `size` matmuls in `dtype` (float32, bfloat16), best of three rounds."""
     import tensorflow as tf
 
-    a = tf.random.normal([size, size], seed=0)
-    b = tf.random.normal([size, size], seed=1)
+    a = tf.cast(tf.random.normal([size, size], seed=0), dtype)
+    b = tf.cast(tf.random.normal([size, size], seed=1), dtype)
     step = tf.function(lambda x, y: tf.reduce_sum(tf.matmul(x, y)))
     step(a, b).numpy()  # traced and warm
     best = 0.0
@@ -59,25 +61,36 @@ def matmul_flops_per_second(size: int, seconds: float) -> float:
     return best
 
 
-def _training_rate(model, image_size: int, batch: int, steps: int, epochs: int) -> float:
+def _training_rate(build, policy: str, image_size: int, batch: int, steps: int, epochs: int) -> float:
     import keras
     import tensorflow as tf
 
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        keras.utils.set_random_seed(0)
+        model = build()
+        model.compile(keras.optimizers.Adam(1e-3), loss="sparse_categorical_crossentropy")
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
     rng = np.random.default_rng(0)
     images = rng.integers(0, 256, (batch, image_size, image_size, 3)).astype(np.float32)
     labels = rng.integers(0, 10, batch).astype(np.int32)
     dataset = tf.data.Dataset.from_tensors((images, labels)).repeat()
-    model.compile(keras.optimizers.Adam(1e-3), loss="sparse_categorical_crossentropy")
     return fit_rate(model, dataset, steps, epochs=epochs)[0]
 
 
-def step_flops(folder: Path, quick: bool) -> list[Row]:
-    import keras
+PEAK_DTYPE = {"float32": "float32", "mixed_bfloat16": "bfloat16"}  # what a policy's matmuls and convolutions use
 
+
+def step_flops(folder: Path, quick: bool) -> list[Row]:
     from trainer.models.vgg19 import build_vgg19
 
     seconds = 1.0 if quick else 3.0
-    peak = matmul_flops_per_second(MATMUL_SIZE, seconds) / 1e9
+
+    def peaks() -> dict[str, float]:
+        return {dtype: matmul_flops_per_second(MATMUL_SIZE, seconds, dtype) / 1e9 for dtype in PEAK_DTYPE.values()}
+
+    first = peaks()
     rows = []
     cases = [
         ("the demo model (quarter-width VGG19, 32 px, batch 64)", demo_model, 32, 64, 4 if quick else 20),
@@ -85,21 +98,29 @@ def step_flops(folder: Path, quick: bool) -> list[Row]:
          1 if quick else 3),
     ]  # fmt: skip
     for name, build, size, batch, steps in cases:
-        keras.utils.set_random_seed(0)
-        model = build()
-        flops = TRAINING_PASSES * model_flops(model)
-        images_per_second = _training_rate(model, size, batch, steps, epochs=2 if quick else 3)
-        achieved = flops * images_per_second / 1e9
-        rows.append((name, flops, achieved))
-    peak = max(peak, matmul_flops_per_second(MATMUL_SIZE, seconds) / 1e9)  # before and after: the better of two
+        flops = TRAINING_PASSES * model_flops(build())
+        for policy in PEAK_DTYPE:
+            images_per_second = _training_rate(build, policy, size, batch, steps, epochs=2 if quick else 3)
+            rows.append((name, policy, flops, flops * images_per_second / 1e9))
+    second = peaks()
+    peak = {dtype: max(first[dtype], second[dtype]) for dtype in first}  # before and after: the better of two
     return [
         Row(
-            f"Training step FLOP/s, {name}: {flops / 1e9:.3g} GFLOP per image, vs a {MATMUL_SIZE}^2 float32 "
-            f"matmul's (baseline)",
-            achieved,
-            peak,
+            f"Matmul peak, {MATMUL_SIZE}^2 bfloat16 vs float32 (the physical limit of each precision here)",
+            peak["bfloat16"],
+            peak["float32"],
             "GFLOP/s",
             None,
-        )
-        for name, flops, achieved in rows
+        ),
+        *(
+            Row(
+                f"Training step FLOP/s, {name}, {policy}: {flops / 1e9:.3g} GFLOP per image, vs a {MATMUL_SIZE}^2 "
+                f"{PEAK_DTYPE[policy]} matmul's (baseline)",
+                achieved,
+                peak[PEAK_DTYPE[policy]],
+                "GFLOP/s",
+                None,
+            )
+            for name, policy, flops, achieved in rows
+        ),
     ]

@@ -9,6 +9,8 @@ Prints one table:
   Keras fed float32;
 - the input-bound ratio: the Cats-vs-Dogs 224 pipeline's images/s against the fastest training step's, and the
   CIFAR pipeline's against VGG19's at 32x32 (above 1: the pipeline keeps up);
+- `trainer.precision=auto` against `float32`: the 224 training step (auto picks for the GPU and the model) and the
+  digits demo's seconds of training (`python run.py`; auto must not make it slower);
 - the inference latency of each export format (`python -m benchmarks --only serving`).
 On the CPU, XLA rows are skipped: XLA makes VGG19 training 3-7x slower there.
 """
@@ -117,6 +119,40 @@ def input_rows(sizes: Sizes, folder: Path, fastest: float) -> list[Row]:
     ]
 
 
+def precision_rows(sizes: Sizes, folder: Path) -> list[Row]:
+    """`trainer.precision=auto` beside `float32`: the run.py path's 224 step in the policy auto picks for this
+    device and VGG19, and the digits demo's seconds of training (one seed; --cpu-smoke: one epoch)."""
+    from benchmarks.precision import _demo_run
+    from trainer.training.precision import choose, detect_hardware, gflops_per_image
+
+    network = _vgg19(sizes, sizes.image, "float32")
+    auto, reason = choose("auto", detect_hardware(), gflops_per_image(network))
+    step = {
+        policy: _training_rate(sizes, sizes.image, sizes.batch, policy, False, ours=True)
+        for policy in {auto, "float32"}
+    }
+    extra = ["trainer.epochs=1"] if sizes is SMOKE else []
+    demo = {policy: _demo_run(folder, 0, policy, extra) for policy in ("auto", "float32")}
+    return [
+        Row(
+            f"VGG19 training {sizes.image}x{sizes.image}, trainer.precision=auto ({auto}: {reason}) vs float32",
+            step[auto],
+            step["float32"],
+            "img/s",
+            None,
+        ),
+        Row(
+            f"Digits demo seconds of training, seed 0: auto ({demo['auto'][2]}; test accuracy {demo['auto'][0]:.2f}%) "
+            f"vs float32 ({demo['float32'][0]:.2f}%)",
+            demo["auto"][1],
+            demo["float32"][1],
+            "s",
+            1.05,
+            higher_is_better=False,
+        ),
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gpu_check.sh", description=__doc__.splitlines()[0])
     parser.add_argument("--cpu-smoke", action="store_true", help="toy sizes on the CPU: checks the script runs")
@@ -137,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="vggtrain-gpu-") as folder:
         rows, fastest = training_rows(sizes, bool(gpus))
         rows += input_rows(sizes, Path(folder), fastest)
+        rows += precision_rows(sizes, Path(folder))
         rows += serving(Path(folder), quick=args.cpu_smoke)
     print(text_table(rows))
     print(f"# {device}: {time.perf_counter() - started:.0f} s", file=sys.stderr)

@@ -88,3 +88,77 @@ def precision(folder: Path, quick: bool) -> list[Row]:
             None,
         ),
     ]
+
+
+DEMO_SEEDS = (0, 1, 2, 3, 4)
+QUICK_DEMO_SEEDS = (0,)
+ACCURACY_GAP = 0.3  # points: the demo forced to mixed_bfloat16 ends within this of float32's test accuracy
+AUTO_SLOWDOWN = 1.05  # auto's seconds of training at most this times float32's: auto never makes the demo slower
+
+
+def _demo_run(folder: Path, seed: int, policy: str, extra: list[str]) -> tuple[float, float, str]:
+    """(test accuracy in %, seconds of training, the policy it trained in) of `python run.py` (the digits demo)."""
+    import json
+    import subprocess
+    import sys
+
+    from benchmarks.common import ROOT
+    from trainer.runs.checkpoints import read_info
+
+    run_dir = folder / f"precision_demo_{policy}_seed{seed}"
+    command = [sys.executable, str(ROOT / "run.py"), f"seed={seed}", f"trainer.precision={policy}", *extra]
+    subprocess.run([*command, f"hydra.run.dir={run_dir}"], cwd=folder, capture_output=True, text=True, check=True)
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    trained = read_info(run_dir / "checkpoints" / "best.keras").precision
+    return 100 * metrics["test_accuracy"], metrics["train_seconds"], trained
+
+
+def precision_demo(folder: Path, quick: bool) -> list[Row]:
+    """The digits demo (`python run.py`, every default) over seeds 0-4 (--quick: seed 0, one epoch), each seed in
+    float32, auto and forced mixed_bfloat16 one after another, so that the machine's load hits the three alike:
+    bfloat16's mean test accuracy against float32's less 0.3 points, and auto's seconds of training against
+    float32's (auto picks float32 for the demo by the rule: it must cost nothing)."""
+    import statistics
+    import sys
+
+    seeds = QUICK_DEMO_SEEDS if quick else DEMO_SEEDS
+    extra = ["trainer.epochs=1"] if quick else []
+    runs = {policy: [] for policy in ("float32", "auto", "mixed_bfloat16")}
+    for seed in seeds:
+        for policy in runs:
+            runs[policy].append(_demo_run(folder, seed, policy, extra))
+    accuracy = {policy: [run[0] for run in done] for policy, done in runs.items()}
+    seconds = {policy: statistics.median(run[1] for run in done) for policy, done in runs.items()}
+    auto_picked = sorted({run[2] for run in runs["auto"]})
+    for policy, values in accuracy.items():
+        print(f"# demo {policy} test accuracy, seeds {list(seeds)}: {[round(v, 2) for v in values]}", file=sys.stderr)
+    mean = {policy: statistics.fmean(values) for policy, values in accuracy.items()}
+    worst = min(b - f for b, f in zip(accuracy["mixed_bfloat16"], accuracy["float32"], strict=True))
+    span = f"seeds {seeds[0]}-{seeds[-1]}"
+    return [
+        Row(
+            f"Digits demo forced to mixed_bfloat16: mean test accuracy of {span} (float32 {mean['float32']:.2f}, "
+            f"worst seed {worst:+.2f} points) vs float32's less {ACCURACY_GAP} points",
+            mean["mixed_bfloat16"],
+            mean["float32"] - ACCURACY_GAP,
+            "%",
+            1.0,
+        ),
+        Row(
+            f"Digits demo: median seconds of training of {span}, trainer.precision=auto (picked "
+            f"{', '.join(auto_picked)}) vs float32",
+            seconds["auto"],
+            seconds["float32"],
+            "s",
+            AUTO_SLOWDOWN,
+            higher_is_better=False,
+        ),
+        Row(
+            f"Digits demo: median seconds of training of {span}, mixed_bfloat16 vs float32",
+            seconds["mixed_bfloat16"],
+            seconds["float32"],
+            "s",
+            None,
+            higher_is_better=False,
+        ),
+    ]
