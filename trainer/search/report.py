@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import json
 import logging
 import warnings
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import Any
 
 from trainer.runs.atomic import atomic_path
 from trainer.search.study import INTERRUPTED, RETRY_OF, RUN_DIRS, SURPLUS, was_killed
+from trainer.tracking.sweep import SPACE_FILE
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +65,16 @@ def _rows(trials: list[Any], names: list[str], study_attrs: dict[str, Any]) -> t
         )
         rows.append(row)
     return columns, rows
+
+
+def write_space(sweep_dir: Path, distributions: dict[str, Any]) -> None:
+    """`space.json`: the searched keys and their distributions, for TensorBoard's HParams (ints as ints, choices as
+    choices: `trainer.tracking.sweep.space_hparam`)."""
+    from optuna.distributions import distribution_to_json
+
+    text = json.dumps({key: distribution_to_json(value) for key, value in distributions.items()}, indent=2)
+    with atomic_path(sweep_dir / SPACE_FILE) as temporary:
+        Path(temporary).write_text(text + "\n")
 
 
 def _write_csv(path: Path, columns: list[str], rows: list[dict[str, Any]]) -> None:

@@ -29,7 +29,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from trainer.errors import ConfigError, Interrupted, UserError, one_line
 from trainer.search import study as studies
-from trainer.search.report import best_trials, state_name, write_report
+from trainer.search.report import best_trials, state_name, write_report, write_space
 from trainer.search.space import Space, override_text, parse_space
 from trainer.targets import build_target
 
@@ -196,6 +196,7 @@ class OptunaSearch(Sweeper):
             study.sampler = _instantiate(reseeded(self.sampler_config, held), "hydra.sweeper.sampler")
             log.info("Sampler seeded with seed + %d, the trials in the study <hydra.sweeper.sampler.seed>", held)
         studies.check_space(study, name, space.distributions)
+        write_space(sweep_dir, space.distributions)  # TensorBoard's HParams type the keys by it
         owner = studies.Owner()
         held = studies.counted(study.get_trials(deepcopy=False))
         done = sum(trial.state.name != "WAITING" for trial in held)

@@ -274,6 +274,49 @@ def swept_keys(rows: list[dict[str, str]]) -> dict[str, list[str]]:
     return {key: sorted(found) for key, found in sorted(values.items()) if len(found) > 1}
 
 
+SPACE_FILE = "space.json"  # in an Optuna sweep's folder: {key: its distribution, as optuna's distribution_to_json}
+
+
+def _discrete(choices: list[Any]) -> list[Any]:
+    """A choice's values in one TensorBoard type: ints stay ints, numbers with a float become floats, and a mix of
+    kinds (numbers and strings) becomes strings."""
+    kinds = {type(choice) for choice in choices}
+    if kinds <= {int} or kinds == {bool} or kinds == {str}:
+        return list(choices)
+    if kinds <= {int, float}:
+        return [float(choice) for choice in choices]
+    return [str(choice) for choice in choices]
+
+
+MAX_LISTED = 100  # an integer range of at most this many values is listed value by value
+
+
+def space_hparam(key: str, distribution: dict[str, Any]):
+    """A searched key as TensorBoard shows it (`distribution`: optuna's distribution_to_json, parsed): a choice as
+    its values, an integer range as its integers (a long one, or a log one, as an interval), a float range as an
+    interval. TensorBoard's HParams have no integer type (every number is a double, tensorboard#1998): listed
+    integers are what its table and filters show as integers."""
+    from tensorboard.plugins.hparams import api as hp
+
+    name, attributes = distribution["name"], distribution["attributes"]
+    if name == "CategoricalDistribution":
+        return hp.HParam(key, hp.Discrete(_discrete(attributes["choices"])))
+    if name == "IntDistribution":
+        low, high, step = int(attributes["low"]), int(attributes["high"]), int(attributes.get("step") or 1)
+        if not attributes.get("log") and (high - low) // step < MAX_LISTED:
+            return hp.HParam(key, hp.Discrete(list(range(low, high + 1, step))))
+        return hp.HParam(key, hp.IntInterval(low, high))
+    return hp.HParam(key, hp.RealInterval(float(attributes["low"]), float(attributes["high"])))
+
+
+def read_space(sweep_dir: Path) -> dict[str, dict[str, Any]]:
+    """{key: distribution} of an Optuna sweep's search space ({} for a grid sweep)."""
+    try:
+        return {key: json.loads(text) for key, text in json.loads((sweep_dir / SPACE_FILE).read_text()).items()}
+    except (OSError, ValueError):
+        return {}
+
+
 def _hparam(key: str, values: list[str]):
     """The key as a typed TensorBoard HParam: an interval for numbers, the values for anything else."""
     from tensorboard.plugins.hparams import api as hp
@@ -288,14 +331,20 @@ def _hparam(key: str, values: list[str]):
     return hp.HParam(key, hp.Discrete(values))
 
 
-def write_hparams_config(log_dir: Path, keys: dict[str, list[str]], metrics: list[str]) -> None:
-    """The experiment-level HParams config, so TensorBoard's table lists every swept key (typed) and metric."""
+def write_hparams_config(
+    log_dir: Path, keys: dict[str, list[str]], metrics: list[str], space: dict[str, dict[str, Any]] | None = None
+) -> None:
+    """The experiment-level HParams config, so TensorBoard's table lists every swept key (typed) and metric: a key
+    of an Optuna search's `space` as it was searched, any other as its values in the summary show it."""
     tf = quiet.import_tensorflow()  # the sweep's own process (joblib's jobs ran elsewhere) may not have yet
     from tensorboard.plugins.hparams import api as hp
 
+    space = space or {}
+    hparams = [space_hparam(key, space[key]) for key in sorted(space)]
+    hparams += [_hparam(key, values) for key, values in keys.items() if key not in space]
     with tf.summary.create_file_writer(str(log_dir)).as_default():
         hp.hparams_config(
-            hparams=[_hparam(key, values) for key, values in keys.items()],
+            hparams=hparams,
             metrics=[hp.Metric(f"hparams/{name}", display_name=name) for name in metrics],
         )
         tf.summary.flush()
@@ -333,10 +382,10 @@ class SweepHParams(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         rows = _rows_or_empty(sweep_dir / "summary.csv")
-        keys = swept_keys(rows)
-        if keys:
+        keys, space = swept_keys(rows), read_space(sweep_dir)
+        if keys or space:
             try:
-                write_hparams_config(sweep_dir / "tensorboard", keys, list(HPARAMS_METRICS))
+                write_hparams_config(sweep_dir / "tensorboard", keys, list(HPARAMS_METRICS), space)
             except Exception as error:
                 log.warning("could not write the TensorBoard HParams config in %s: %s", sweep_dir, error)
         if not (sweep_dir / "mlflow_parent.json").is_file():
