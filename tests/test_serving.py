@@ -55,7 +55,7 @@ def _test_images(data_dir: Path, count: int = 16) -> np.ndarray:
 
 @pytest.mark.integration
 def test_best_keras_through_keras_own_export_serves_what_predict_gives(trained_run, tmp_path):
-    """Every format Keras's `model.export` offers here (openvino needs a package this project does not use)."""
+    """Every format Keras's `model.export` offers here."""
     data_dir, run_dir = trained_run
     model = keras.saving.load_model(run_dir / "checkpoints" / "best.keras")
     images = _test_images(data_dir)
@@ -75,6 +75,8 @@ def test_best_keras_through_keras_own_export_serves_what_predict_gives(trained_r
     np.testing.assert_allclose(load_runner("onnx", tmp_path / "m.onnx")(images), expected, atol=1e-5)
     model.export(str(tmp_path / "m.tflite"), format="litert", input_signature=spec, verbose=False)
     np.testing.assert_allclose(load_runner("litert", tmp_path / "m.tflite")(images), expected, atol=1e-5)
+    model.export(str(tmp_path / "m.xml"), format="openvino", input_signature=spec, verbose=False)
+    np.testing.assert_allclose(load_runner("openvino", tmp_path / "m.xml")(images), expected, atol=1e-5)
 
 
 # --- serve_bytes ------------------------------------------------------------------------------------------------
@@ -182,12 +184,14 @@ def test_export_all_formats_each_checked_against_keras(trained_run, tmp_path):
     data_dir, run_dir = trained_run
     export_dir = tmp_path / "serving"
     typed = ["mode=export", f"checkpoint={run_dir}", f"export.dir={export_dir}", "export.format=all"]
-    result = run_cli([*typed, "export.quantize=int8", "export.check_images=24", f"hydra.run.dir={tmp_path / 'e'}"])
+    int8 = ["export.quantize=int8", "export.int8_min_agreement=0"]  # its floor: tests/test_export_targets.py
+    result = run_cli([*typed, *int8, "export.check_images=24", f"hydra.run.dir={tmp_path / 'e'}"])
     assert result.returncode == 0, result.stderr[-3000:]
     assert "tf2onnx" not in result.stdout + result.stderr, "tf2onnx's INFO lines stay quiet"
     info = json.loads((export_dir / bundle.INFO_FILE).read_text())
     files = info["files"]
-    assert set(files) == {"saved_model", "onnx", "litert"} and files["litert"]["quantized"]["quantize"] == "int8"
+    assert set(files) == {"saved_model", "onnx", "litert", "openvino"}
+    assert files["litert"]["quantized"]["quantize"] == "int8"
     assert info["check"]["images"] == 24 and "test split" in info["check"]["source"]
     assert info["class_names"][0] == "airplane" and files["onnx"]["input"]["shape"] == [None, 28, 28, 3]
     # Sizes are the files' bytes (no folder entries); input and output names as each runtime reports them.
@@ -209,7 +213,7 @@ def test_export_all_formats_each_checked_against_keras(trained_run, tmp_path):
     model = keras.saving.load_model(run_dir / "checkpoints" / "best.keras")
     images = _test_images(data_dir, 24)
     expected = model.predict(images, verbose=0)
-    for format, file in (("onnx", "model.onnx"), ("litert", "model.tflite")):
+    for format, file in (("onnx", "model.onnx"), ("litert", "model.tflite"), ("openvino", "model.xml")):
         got = in_batches(load_runner(format, export_dir / file), images)
         np.testing.assert_allclose(got, expected, atol=bundle.FLOAT_TOLERANCE, err_msg=format)
         assert files[format]["max_difference"] <= bundle.FLOAT_TOLERANCE
