@@ -70,3 +70,21 @@ def test_the_manual_builds_strictly(tmp_path, monkeypatch):
     build(config)  # strict: a warning (a broken link, a missing snippet) raises
     page = (tmp_path / "site" / "reference" / "config" / "index.html").read_text()
     assert "dataset.augment.crop" in page
+
+
+@pytest.mark.integration
+def test_the_readmes_run_folder_table_and_summary_show_what_a_run_writes(trained_run):
+    """Every top-level file and folder of a debug=smoke run (report/ and data.json included) is in the README's
+    table, and its sample summary lists the files to open as a run's summary does."""
+    from trainer.tracking.reports import RUN_FILES
+
+    _, run_dir = trained_run
+    readme = (ROOT / "README.md").read_text()
+    table = readme.split("## The run folder")[1].split("## ")[0]
+    written = {path.name for path in run_dir.iterdir()} - {"tensorboard"} | {"tensorboard/"}
+    stem = {name: name.split(".")[0] if not name.startswith(".") else name for name in written}  # `x.csv`, `.png`
+    missing = [name for name in sorted(written) if f"`{name}" not in table and f"`{stem[name]}." not in table]
+    assert not missing, f"the README's run-folder table lacks {missing}"
+    assert (run_dir / "report" / "report.html").is_file() and "`report/`" in table
+    opened = [name for name in RUN_FILES if (run_dir / name).exists()]
+    assert f"  open: {', '.join(opened)}\n" in readme

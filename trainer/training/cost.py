@@ -203,7 +203,7 @@ class RunTime(keras.callbacks.Callback):
             self.mark = (now, batch)
             return
         seconds, steps = now - self.mark[0], batch - self.mark[1]
-        if steps >= 20 or (steps >= 3 and seconds >= 2.0):
+        if steps >= 20 or (steps >= 3 and seconds >= 2.0) or (steps and batch + 1 >= self.steps):  # or the last
             self.said_steps, self.per_step = True, seconds / steps
             epoch = seconds / steps * self.steps
             log.info(
