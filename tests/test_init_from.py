@@ -123,3 +123,16 @@ def test_a_missing_run_is_one_line_before_any_data_is_read(tmp_path):
     with pytest.raises(ConfigError, match="the folder holds no checkpoints/best.keras"):
         run_task(compose(["dataset=folder", f"dataset.data_dir={tmp_path / 'no_data'}",
                           f"model.init_from={tmp_path / 'empty'}"], tmp_path / "run"))  # fmt: skip
+
+
+@pytest.mark.unit
+def test_the_model_card_says_what_the_run_started_from():
+    from trainer.serving import model_card
+
+    info = {"class_names": ["a", "b"], "dataset": "folder", "files": {"onnx": {}}, "output": {"temperature": None}}
+    info.update(image_size=32, resize_to=32, resize_mode="resize", normalization="standardize")
+    start = {"file": "outputs/2026-12-01/10-00-00/checkpoints/best.keras", "epoch": 7, "new_head": True}
+    run = model_card.RunRecord(folder="outputs/x", metrics={"init_from": start})
+    card = model_card.render(info, run)
+    assert "- Started from: `outputs/2026-12-01/10-00-00/checkpoints/best.keras` (its epoch 7; a new head" in card
+    assert "Started from" not in model_card.render(info, model_card.RunRecord(folder="outputs/x", metrics={}))

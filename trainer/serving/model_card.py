@@ -124,6 +124,10 @@ def _training(serving_info: dict, run: RunRecord) -> list[str]:
     lines.append(f"- Command: `{run.command}`" if run.command else "- Command: not recorded")
     lines.append(f"- Precision trained in: {serving_info.get('trained_precision', 'not recorded')} (saved and "
                  "exported in float32)")  # fmt: skip
+    start = (run.metrics or {}).get("init_from")  # model.init_from: the weights the run started from
+    if start:
+        head = "a new head for these classes" if start.get("new_head") else "the same classes"
+        lines.append(f"- Started from: `{start['file']}` (its epoch {start.get('epoch') or 'not recorded'}; {head})")
     if run.folder is None:
         lines.append("- Exported from a bare `.keras` file: its run folder (config, metrics, data) was not given")
     lines.append("")
