@@ -19,6 +19,7 @@ import pytest
 from conftest import (
     ROOT,
     SUBPROCESS_ENV,
+    cifar_overrides,
     csv_rows,
     run_cli,
     run_patched,
@@ -447,6 +448,41 @@ def test_a_batch_of_trials_runs_in_parallel_through_the_joblib_launcher(tmp_path
             f"TensorFlow threads: {threads} intra-op"
             in (tmp_path / "sweep" / str(trial.number) / "run.log").read_text()
         )
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_two_parallel_jobs_prune_each_other_through_the_shared_study(tmp_path):
+    """ASHA's rule across processes: two joblib jobs run at once, and the slow one is pruned at its first rung
+    (after 2 epochs) on the other job's report there; alone at the rung it would have gone on."""
+    from trainer.search.study import open_storage
+
+    storage = open_storage(str(tmp_path / "sweep" / "study.journal"))
+    study = optuna.create_study(study_name="vgg19", storage=storage, direction="minimize")
+    fixed = {"model.dropout": 0.1, "model.weight_decay": 1e-5, "trainer.batch_size": 8}
+    study.enqueue_trial({**fixed, "optimizer.lr": 0.003, "model.width_multiplier": 0.0625})  # fast, learns
+    study.enqueue_trial({**fixed, "optimizer.lr": 1e-7, "model.width_multiplier": 1.0})  # slow, learns nothing
+    data = tmp_path / "cifar"
+    write_cifar(data)
+    pruner = "{_target_:optuna.pruners.SuccessiveHalvingPruner,min_resource:1,reduction_factor:2}"
+    arguments = [
+        "-m", *cifar_overrides(data), *SEARCH, f"hydra.sweep.dir={tmp_path / 'sweep'}", "trainer.verbose=0",
+        "launcher=joblib", "hydra.sweeper.n_jobs=2", "hydra.sweeper.n_trials=4",  # the 2 enqueued run first
+        "objective.metric=loss", "objective.mode=min", "trainer.epochs=3", "trainer.steps_per_epoch=8",
+        "evaluate.report=false", "optimizer.lr=tag(log,interval(1e-7,0.01))",
+        "model.width_multiplier=choice(0.0625,1.0)", f"hydra.sweeper.pruner={pruner}",
+    ]  # fmt: skip
+    result = run_cli(arguments, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    fast, slow = _study(tmp_path).trials[:2]
+    assert slow.datetime_start < fast.datetime_complete and fast.datetime_start < slow.datetime_complete, "at once"
+    assert slow.state.name == "PRUNED" and sorted(slow.intermediate_values) == [0, 1], "pruned at its first rung"
+    assert fast.state.name == "COMPLETE" and fast.intermediate_values[1] < slow.intermediate_values[1]
+    alone = optuna.create_study(direction="minimize", pruner=optuna.pruners.SuccessiveHalvingPruner(1, 2))
+    trial = alone.ask()
+    for step, value in sorted(slow.intermediate_values.items()):
+        trial.report(value, step)
+    assert not trial.should_prune(), "alone at the rung it goes on: the other job's report pruned it"
 
 
 @pytest.mark.e2e
