@@ -449,3 +449,21 @@ def test_the_project_has_not_reached_the_release_that_removes_a_reader_of_0_1(ro
         f"pyproject.toml says vggtrain {version}: ledger row {row} ends in 0.2. Remove {REMOVED_IN_0_2[row]}, the "
         f"row, and this row of REMOVED_IN_0_2"
     )
+
+
+# --- Hydra: get_mode composes the whole config to read hydra.mode (hydra#3440) ------------------------------------
+
+
+@pytest.mark.unit
+def test_hydras_get_mode_still_composes_the_config_to_read_the_run_mode():
+    import inspect
+
+    from hydra._internal import utils as hydra_internal
+    from hydra._internal.hydra import Hydra
+
+    assert "compose_config(" in inspect.getsource(Hydra.get_mode) and "get_mode(" in inspect.getsource(
+        hydra_internal._run_hydra
+    ), (
+        "Hydra no longer composes the config in get_mode before run() (hydra#3440 fixed): remove "
+        "trainer/cli/hydra_mode.py, the mode check_composes returns, the ledger's row 20 and this canary"
+    )

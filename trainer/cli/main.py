@@ -16,6 +16,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -25,6 +26,7 @@ from omegaconf import DictConfig
 from trainer.cli.arguments import check_arguments
 from trainer.cli.hints import missing_extra
 from trainer.cli.hydra_files import one_line_when_hydra_cannot_save
+from trainer.cli.hydra_mode import UNKNOWN, mode_known
 from trainer.cli.overrides import check_composes
 from trainer.config import register
 from trainer.errors import DiskError, Interrupted, UserError, one_line
@@ -108,13 +110,14 @@ def cli(arguments: list[str] | None = None, exit_hard_on_disk_error: bool = True
     """
     arguments = sys.argv[1:] if arguments is None else arguments
     _process["exit_hard_on_disk_error"] = exit_hard_on_disk_error
+    mode = UNKNOWN
     if not SHELL_COMPLETION.intersection(arguments):  # `-sc install=bash`: Hydra's words, no run, nothing to check
-        _check_before_hydra(arguments)
+        mode = _check_before_hydra(arguments)
     saved, sys.argv = sys.argv, [sys.argv[0] if sys.argv else "run.py", *arguments]
     sweep.OUTCOME.clear()
     previous = _sigterm_stops_a_sweep(arguments)
     try:
-        with one_line_when_hydra_cannot_save():  # Hydra writes .hydra/ before main() runs
+        with one_line_when_hydra_cannot_save(), mode_known(mode):  # Hydra writes .hydra/ before main() runs
             result = main()
         if sweep.OUTCOME.get("failed"):  # the table is printed; the exit code says some jobs failed
             outcome = sweep.OUTCOME
@@ -130,8 +133,9 @@ def cli(arguments: list[str] | None = None, exit_hard_on_disk_error: bool = True
         _release_claims()
 
 
-def _check_before_hydra(arguments: list[str]) -> None:
-    """The command's one-line errors that Hydra would give as a traceback or many lines, or too late.
+def _check_before_hydra(arguments: list[str]) -> Any:
+    """The command's one-line errors that Hydra would give as a traceback or many lines, or too late. Returns
+    the config's `hydra.mode` as its compose found it (`trainer.cli.hydra_mode`).
 
     Raises:
         SystemExit: the one line.
@@ -140,10 +144,11 @@ def _check_before_hydra(arguments: list[str]) -> None:
         sys.exit(f"error: {hint}")
     try:
         check_arguments(arguments)  # trainer.epoch=2: our one line, not Hydra's seven
-        check_composes(arguments, CONFIG_DIR)  # trainer.epochs=one, optimizer=adamm, dataset.imag_size=64 too
+        mode = check_composes(arguments, CONFIG_DIR)  # trainer.epochs=one, optimizer=adamm, dataset.imag_size=64
         check_writable_output(arguments)  # first: the run folder's lock below makes the folder
         check_run_dir_argument(arguments)  # Hydra writes .hydra/ into it before main() runs
         check_resume_argument(arguments)  # ... and makes the run folder from it
+        return mode
     except UserError as error:
         _release_claims()
         if os.environ.get("HYDRA_FULL_ERROR") == "1":  # the debug flag: the error with its traceback

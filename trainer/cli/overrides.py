@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import Any
 
 from trainer.cli.arguments import GROUP_SECTIONS, check_group_keys
+from trainer.cli.hydra_mode import UNKNOWN
 from trainer.config import schema
 from trainer.config.typos import unknown_key
 from trainer.errors import ConfigError
@@ -32,9 +34,14 @@ def _key(argument: str) -> str:
     return argument.lstrip("+~").split("=", 1)[0]
 
 
-def check_composes(arguments: list[str], config_dir: str) -> None:
+def check_composes(arguments: list[str], config_dir: str) -> Any:
     """Composes the command's config as Hydra will (sweeps and `hydra.` settings aside) and words its refusal:
     a value of the wrong type, an option its group lacks, a key its section lacks.
+
+    Returns:
+        The config's `hydra.mode` (None, RUN, MULTIRUN) for Hydra's `get_mode` (`trainer.cli.hydra_mode`), or
+        `UNKNOWN` when this compose is not the one Hydra would make (a sweep, a search path, a `hydra.mode` or
+        `hydra/` override).
 
     Raises:
         ConfigError: one line naming the key, what it got, and the type or the choices it takes.
@@ -45,24 +52,25 @@ def check_composes(arguments: list[str], config_dir: str) -> None:
     from hydra.errors import ConfigCompositionException, MissingConfigException
 
     if any(item.split("=", 1)[0].lstrip("+~") in SEARCH_PATH for item in arguments):
-        return
+        return UNKNOWN
     overrides = [item for item in arguments if "=" in item and not item.startswith("-")]
     parser = OverridesParser.create()
-    composed = []
+    composed, mode_settings = [], False
     for item in overrides:
         if _key(item).startswith(("hydra.", "hydra/")):
+            mode_settings |= _key(item).startswith(("hydra.mode", "hydra/"))
             continue  # Hydra's own settings are not in the job's config
         if parser.parse_overrides([item])[0].is_sweep_override():
             if "." not in _key(item):
-                return  # a sweep over a config group: each job composes another section
-            continue  # the sweep's jobs compose each value
+                return UNKNOWN  # a sweep over a config group: each job composes another section
+            mode_settings = True  # the sweep's jobs compose each value
+            continue
         composed.append(item)
-    if not composed:
-        return
     GlobalHydra.instance().clear()
+    cfg = None  # a refusal this module cannot word leaves it to Hydra
     try:
         with initialize_config_dir(config_dir=config_dir, version_base="1.3"):
-            compose("config", overrides=composed)
+            cfg = compose("config", overrides=composed, return_hydra_config=True)
     except MissingConfigException as error:
         _raise_missing_option(error, composed)
     except ConfigCompositionException as error:
@@ -71,6 +79,7 @@ def check_composes(arguments: list[str], config_dir: str) -> None:
         GlobalHydra.instance().clear()
     if any(item.startswith("+") and _key(item).split(".")[0] in GROUP_SECTIONS for item in composed):
         check_group_keys(arguments, config_dir)  # Hydra's `+` added the key, which no schema reads
+    return UNKNOWN if mode_settings or cfg is None else cfg.hydra.mode
 
 
 def _raise_missing_option(error: Exception, overrides: list[str]) -> None:
