@@ -16,6 +16,8 @@ import yaml
 
 from conftest import cifar_overrides, run_cli, write_cifar
 from trainer.errors import ConfigError, DataError
+from trainer.models.preprocessing import build_models
+from trainer.runs import checkpoints
 from trainer.serving import bundle, embeddings, model_card, portable, saved_model
 from trainer.serving.runners import in_batches, load_runner, onnx_runner
 
@@ -202,3 +204,27 @@ def test_int8_with_uint8_output_is_checked_through_its_output_scale_and_held_to_
     assert interpreter.get_input_details()[0]["dtype"] == np.uint8
     assert interpreter.get_output_details()[0]["dtype"] == np.uint8
     assert quantized["max_difference"] < 0.5 and quantized["images"] == 48
+
+
+@pytest.mark.integration
+@pytest.mark.slow  # ~20 s: an int8 conversion
+def test_int8_that_loses_the_top_class_stops_the_export_naming_the_figure(tmp_path):
+    """Near-uniform probabilities (a head of tiny weights): the float model's top class differs from image to
+    image by less than int8's step, so the int8 file loses it on many of them."""
+    inputs = keras.Input((8, 8, 3))
+    features = keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(4, 3, name="conv")(inputs))
+    small = keras.initializers.RandomNormal(stddev=1e-3, seed=0)
+    head = keras.layers.Dense(3, activation="softmax", kernel_initializer=small, name="predictions")(features)
+    model = build_models(keras.Model(inputs, head), "standardize").inference
+    info = checkpoints.ModelInfo(("a", "b", "c"), 8, 8, "standardize")
+    pixels = np.random.default_rng(0).integers(0, 256, (200, 8, 8, 3), dtype=np.uint8)
+    check = bundle.CheckImages(pixels[100:], None, "held-out pixels")
+    options = bundle.ExportOptions(quantize="int8", calibration=pixels[:100])
+    assert len(set(np.argmax(model.predict(check.images, verbose=0), axis=1))) > 1  # the float answers vary
+    with pytest.raises(DataError, match=r"model_int8.tflite keeps the float model's top-1 class on \d+ of 100 "):
+        bundle.write_export(model, info, tmp_path / "serving", ["litert"], check, options)
+    assert not (tmp_path / "serving").exists()
+    measured = bundle.write_export(
+        model, info, tmp_path / "kept", ["litert"], check, bundle.ExportOptions("int8", pixels[:100], False, 0.0)
+    )["files"]["litert"]["quantized"]
+    assert measured["top1_agreement"] < 0.98 and measured["agreeing_images"] == round(100 * measured["top1_agreement"])
