@@ -250,10 +250,17 @@ class PredictConfig:
     workers: int = 0  # image files decoded at once (tf.data); 0: one per core
     tta: TestTimeAugmentation = TestTimeAugmentation.none  # none | flip: mean probabilities of image and mirror
     top_k: int = 0  # also the k most probable classes and their probabilities, in order (top1_class, top1_prob, ...)
+    embeddings: bool = False  # also embeddings.npy beside the CSV: each row's L2-normalised penultimate features
 
     def __post_init__(self) -> None:
         require(self.top_k >= 0, "predict.top_k", ">= 0 (0: none)", self.top_k)
         require(self.workers >= 0, "predict.workers", ">= 0 (0: one per core)", self.workers)
+        require(
+            not self.embeddings or self.tta == "none",
+            "predict.embeddings",
+            "false with predict.tta=flip (an embedding is of one image)",
+            self.embeddings,
+        )
 
 
 @dataclass
@@ -273,10 +280,13 @@ class InspectConfig:
 @dataclass
 class ExportConfig:
     dir: str | None = None  # the export folder (must not exist yet); null: AIP_MODEL_DIR where Vertex AI sets it
-    format: ExportFormat = ExportFormat.saved_model  # saved_model | onnx | litert | all (onnx, litert: [export] extra)
+    format: ExportFormat = ExportFormat.saved_model  # saved_model | onnx | litert | openvino | all ([export] extra)
     quantize: Quantize = Quantize.none  # litert: also write model_float16.tflite or model_int8.tflite
     check_images: int = 256  # test images the export is checked on against Keras's predict
     calibration_images: int = 300  # training images that calibrate export.quantize=int8
+    int8_min_agreement: float = 0.98  # int8: least share of check images whose float top-1 class it keeps
+    integer_io: bool = False  # int8: a uint8 output too (its scale in serving_info.json), as edge accelerators take
+    embeddings: bool = False  # also the penultimate features, L2-normalised: SavedModel `embed`, a 2nd ONNX output
     max_pixels: int = 89_478_485  # serve_bytes refuses an image larger than this (Pillow's decompression-bomb limit)
     temperature: Any = None  # null: the model's probabilities; auto: fitted on the val split (lowest NLL); or a T > 0
 
@@ -287,6 +297,13 @@ class ExportConfig:
         require(self.check_images >= 1, "export.check_images", ">= 1", self.check_images)
         require(self.max_pixels >= 1, "export.max_pixels", ">= 1", self.max_pixels)
         require(self.calibration_images >= 1, "export.calibration_images", ">= 1", self.calibration_images)
+        require(0 <= self.int8_min_agreement <= 1, "export.int8_min_agreement", "in [0, 1]", self.int8_min_agreement)
+        require(
+            not self.integer_io or self.quantize == "int8",
+            "export.integer_io",
+            "false unless export.quantize=int8",
+            self.integer_io,
+        )
         require(
             self.quantize == "none" or self.format in ("litert", "all"),
             "export.quantize",

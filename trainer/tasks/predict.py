@@ -2,6 +2,7 @@
 
     python run.py mode=predict checkpoint=RUN predict.input='photos/*.jpg' predict.output=predictions.csv
     python run.py mode=predict checkpoint=RUN predict.input='records/test.tfrecords_*'
+    python run.py mode=predict checkpoint=RUN predict.input=photos/ predict.embeddings=true   # + embeddings.npy
 
 Inputs are prepared as the model was evaluated in training (its own resize and centre
 crop, from the checkpoint); skipped files get their row with the reason.
@@ -27,6 +28,7 @@ from trainer.runs import checkpoints
 from trainer.runs.atomic import atomic_path, write_json
 from trainer.runs.outputs import check_prediction_output
 from trainer.runs.spreadsheet import safe_row
+from trainer.serving import embeddings
 from trainer.tasks.data import build_part
 from trainer.tasks.runtime import setup_strategy
 
@@ -83,12 +85,16 @@ def predict(settings: Config) -> float | None:
         raise ConfigError("mode=predict runs on one machine: use strategy=single or strategy=mirrored")
     output = Path(settings.predict.output or Path(settings.output_dir) / "predictions.csv")
     check_prediction_output(output)  # before predicting: a checkpoint or folder is never replaced
+    embeddings_path = embeddings.embeddings_file(output) if settings.predict.embeddings else None
     kind, files, root = predict_inputs.resolve_inputs(settings.predict.input, settings.predict.format)
     strategy = setup_strategy(settings)
     with strategy.scope():
         model, info = checkpoints.load(settings.checkpoint)
         check_decode(info.decode, f"checkpoint={settings.checkpoint}")
         model = with_tta(model, settings.predict.tta)
+        if settings.predict.embeddings:  # one pass, two outputs: [probabilities, embeddings]
+            model = embeddings.with_embeddings(model, key="predict.embeddings")
+    vectors = embeddings.EmbeddingRows() if settings.predict.embeddings else None
     class_names = list(info.class_names)  # the model's, whatever the dataset config says
     log.info(
         "Predicting %d %s file(s) from %s with %s%s",
@@ -121,7 +127,10 @@ def predict(settings: Config) -> float | None:
         writer = csv.writer(handle)
         writer.writerow(safe_row(header))
         for items, images in _chunks(settings, info, kind, files, root):
-            probabilities = iter(np.asarray(model.predict_on_batch(images)) if images is not None else [])
+            outputs = model.predict_on_batch(images) if images is not None else None
+            if vectors:  # the embeddings kept, the probabilities on
+                outputs = vectors.add(outputs, [item.error is not None for item in items])
+            probabilities = iter(np.asarray(outputs) if outputs is not None else [])
             for item in items:
                 row = [_text(item.id), _text(item.file), *([""] * (scores - 2)), "", "", item.error or ""]
                 if item.error is None:
@@ -144,6 +153,9 @@ def predict(settings: Config) -> float | None:
                 last_log = time.monotonic()
                 log.info("Predicted %d inputs (%.0f/s)", counts["rows"], counts["rows"] / (last_log - started))
 
+    if vectors:
+        vectors.write(embeddings_path)
+        log.info("Wrote the embeddings of %d rows to %s <predict.embeddings>", counts["rows"], embeddings_path)
     accuracy = counts["correct"] / counts["labeled"] if counts["labeled"] else None
     summary = {**counts, "accuracy": accuracy, "output": str(output), "checkpoint": str(settings.checkpoint)}
     Path(settings.output_dir).mkdir(parents=True, exist_ok=True)
