@@ -44,11 +44,20 @@ def test_the_time_per_epoch_and_for_the_run_is_said_after_the_first_steps_and_ag
     for step in range(4, 600):
         clock.now += 1.0
         timer.on_train_batch_end(step)
-    clock.now += 36.0  # validation and saving
+    timer.on_test_begin()
+    clock.now += 20.0  # the first validation step traces too
+    timer.on_test_batch_end(0)
+    for batch in (1, 2, 3):
+        clock.now += 2.0
+        timer.on_test_batch_end(batch)
+    clock.now += 30.0  # saving
     timer.on_epoch_end(0)
-    # 12 + 599 + 36 s, less the first step's 11 s of tracing: 636 s = 10.6 min; 29 epochs left
+    # 12 + 599 + 26 + 30 s, less 11 s of the first step's tracing and 18 s of the first validation step's: 638 s
     said = caplog.records[-1].getMessage()
-    assert said == "Epoch 1 took 11 min: ~5.1 h for the 29 epochs left of 30 (trainer.epochs)"
+    assert said == (
+        "After epoch 1: ~11 min per epoch (validation included, tracing left out), ~5.1 h for the 29 epochs left "
+        "of 30 (trainer.epochs)"
+    )
     timer.on_epoch_end(1)
     assert len(caplog.records) == 2, "once per fit"
     resumed = cost.RunTime(steps_per_epoch=10, epochs=30, first_epoch=20, clock=clock)

@@ -177,8 +177,9 @@ def duration(seconds: float) -> str:
 
 class RunTime(keras.callbacks.Callback):
     """Logs what the run will take: once its first steps are timed (the first step, which traces, left out),
-    the time per epoch and for the epochs left; after its first epoch (validation and saving included), the
-    same from that epoch's time. Once per `fit`."""
+    the time per epoch and for the epochs left; after its first epoch, the same from that epoch's time
+    (validation and saving included; the first training and validation steps' tracing counted as ordinary
+    steps). Once per `fit`."""
 
     def __init__(self, steps_per_epoch: int, epochs: int, first_epoch: int = 0, clock=time.perf_counter):
         super().__init__()
@@ -186,6 +187,7 @@ class RunTime(keras.callbacks.Callback):
         self.mark: tuple[float, int] | None = None  # (time, step) at the end of the first step
         self.said_steps = self.said_epoch = False
         self.epoch_started = self.per_step = 0.0
+        self.validation: list[float] = []  # the first epoch's validation: its start, then each batch's end
 
     def _left(self, epoch: int) -> str:
         left = self.epochs - epoch
@@ -212,17 +214,34 @@ class RunTime(keras.callbacks.Callback):
                 self._left(self.first_epoch),
             )  # fmt: skip
 
+    def on_test_begin(self, logs=None):
+        if not self.said_epoch:
+            self.validation = [self.clock()]
+
+    def on_test_batch_end(self, batch, logs=None):
+        if not self.said_epoch and self.validation:
+            self.validation.append(self.clock())
+
+    def _tracing(self) -> float:
+        """Seconds the first epoch spent tracing: its first training and validation steps, less what an
+        ordinary step of each takes."""
+        traced = 0.0
+        if self.mark is not None and self.said_steps:
+            traced += max(0.0, self.mark[0] - self.epoch_started - self.per_step)
+        times = self.validation
+        if len(times) >= 3:  # a first batch, and others to compare it with
+            ordinary = (times[-1] - times[1]) / (len(times) - 2)
+            traced += max(0.0, times[1] - times[0] - ordinary)
+        return traced
+
     def on_epoch_end(self, epoch, logs=None):
         if self.said_epoch:
             return
         self.said_epoch = True
-        seconds = self.clock() - self.epoch_started
-        if self.mark is not None and self.said_steps:  # the first step traced: count it as one of the others
-            first_step = self.mark[0] - self.epoch_started
-            seconds -= max(0.0, first_step - self.per_step)
+        seconds = self.clock() - self.epoch_started - self._tracing()
         left = self.epochs - epoch - 1
         if left:
             log.info(
-                "Epoch %d took %s: ~%s for %s",
+                "After epoch %d: ~%s per epoch (validation included, tracing left out), ~%s for %s",
                 epoch + 1, duration(seconds), duration(seconds * left), self._left(epoch + 1),
             )  # fmt: skip
