@@ -47,8 +47,8 @@ from trainer.tasks import phases as fitting
 from trainer.tasks.data import Data, load_data
 from trainer.tasks.export import export_to_model_dir
 from trainer.tasks.plan import Folder, Plan, check_updates, log_training_options, phases
-from trainer.tasks.runtime import check_replica_batches, run_folder, setup_strategy
 from trainer.tasks.resources import check_memory
+from trainer.tasks.runtime import check_replica_batches, run_folder, setup_strategy
 from trainer.tasks.scoring import Evaluation, check_report_split, evaluate_checkpoint
 from trainer.tasks.watch import is_evaluator, watch
 from trainer.tracking import loggers
@@ -488,13 +488,16 @@ def train(settings: Config) -> float | None:
     if is_evaluator(settings):  # TF_CONFIG's evaluator task: it watches the run instead of training
         with run_folder(settings.output_dir, chief=False):  # removes Hydra's temporary folder of this task
             return watch(settings, evaluator=True)
-    init_from = settings.model.init_from
-    start = {"file": str(starting.source_file(init_from))} if init_from else {}  # checked before the data is read
+    init_from, resumed = settings.model.init_from, bool(settings.resume)
+    start = {}  # what metrics.json records of model.init_from; a resumed run goes on from its own backup
+    if init_from:
+        start = {"file": init_from} if resumed else {"file": str(starting.source_file(init_from))}  # before the data
     strategy = setup_strategy(settings)
     with errors_told_to_peers(strategy):  # a worker's own error stops its peers at once, with its line
         plan = plan_run(settings, strategy)
         models, info = build_run_model(settings, plan)
-        if init_from and not settings.resume:  # a resumed run goes on from its own backup
+        check_memory(settings, plan, models, info.precision)  # before anything trains: the one line that fits
+        if init_from and not resumed:
             start = starting.start_from(init_from, models, plan.data.class_names, plan.strategy)
         with open_run_folder(settings, plan) as folder:
             started = time.perf_counter()
@@ -512,7 +515,6 @@ def train(settings: Config) -> float | None:
     if outcome == "interrupted" or (outcome == "preempted" and in_sweep and stopped != STOPPED_BY[TIME_BUDGET]):
         # The folder is released (the lock, the invocation's end line). In a sweep SIGTERM stops the sweep as
         # Ctrl-C does, and the trial is run again by the sweep command.
-        check_memory(settings, plan, models, info.precision)  # before anything trains: the one line that fits
         if in_sweep and plan.chief:
             fold = settings.dataset.fold if settings.dataset.folds else None
             record_interrupted(StudyTrial(**vars(settings.trial)), fold)
