@@ -238,3 +238,9 @@ def test_what_a_strategy_or_a_schedule_is_comes_from_its_schema_not_its_name(tmp
     assert [schedule.target for schedule in schedules] == [f"trainer.training.optimizers.{name}" for name in names]
     assert [schedule.steps_the_rate for schedule in schedules] == [False, True, True]
     assert [schedule.warms_up for schedule in schedules] == [False, False, True]
+
+
+def test_the_configs_dataset_comment_lists_every_dataset():
+    line = next(line for line in (CONF / "config.yaml").read_text().splitlines() if "- dataset: digits" in line)
+    listed = {name.strip() for name in line.split("#", 1)[1].split("|")}
+    assert listed == {path.stem for path in (CONF / "dataset").glob("*.yaml")}
