@@ -215,12 +215,13 @@ def load_data(
         replicas: The replicas a global training batch is split among (the last batch of an epoch is cut to a
             multiple of them: `trainer.data.pipeline.pass_batches`).
         reads: The splits the caller reads, where it reads fewer than all: a part that takes `reads` (a folder)
-            checks only theirs; the others' pipelines are built but must not be read.
+            checks only theirs; the others' pipelines are built but must not be read. With `dataset.folds` every
+            split is checked (a fold of train and val validates).
     """
     part = build_part(dataset)
     if own_parts.is_own(dataset._target_):  # held to the protocol once: one line, not a late crash
         splits = own_parts.load(part, dataset._target_, check_val)
-    elif reads is not None and "reads" in inspect.signature(part.load).parameters:
+    elif reads is not None and not dataset.folds and "reads" in inspect.signature(part.load).parameters:
         splits = part.load(check_val, reads=tuple(reads))
     else:
         splits = part.load(check_val)
