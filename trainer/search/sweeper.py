@@ -3,11 +3,15 @@
     python run.py -m hparams_search=vgg19_optuna                       # 20 TPE trials, study vgg19
     python run.py -m hparams_search=vgg19_optuna launcher=joblib hydra.sweeper.n_jobs=2
     python run.py -m hparams_search=vgg19_optuna hydra.sweeper.pruner._target_=optuna.pruners.MedianPruner
+    python run.py -m hparams_search=vgg19_asha                         # successive halving (vgg19_hyperband too)
+    python run.py -m hparams_search=vgg19_optuna 'hydra.sweeper.directions=[maximize,minimize]' \
+        'objective.metrics=[val_accuracy,latency_ms]' hydra.sweeper.pruner=null    # accuracy against speed
 
 It asks the study for `n_jobs` trials at a time (Optuna's ask-and-tell), launches them
 through the chosen Hydra launcher (basic, joblib, Slurm) and tells the study each job's
-outcome: the float the job returns (`objective.metric`), or the `metrics` of a
-multi-objective search, `pruned` when the job's pruner stopped it, failed when it raised.
+outcome: the float the job returns (`objective.metric`), or the `objective.metrics` of a
+multi-objective search (from its metrics.json), `pruned` when the job's pruner stopped it,
+failed when it raised.
 With `folds: K` (hparams_search=vgg19_optuna_cv) each trial is K jobs, one per fold of
 `dataset.folds`, and the study is told their mean.
 The study lives in a storage (`trainer.search.study`), so the same command run again
