@@ -84,14 +84,14 @@ def check_memory(settings: Config, plan: Plan, models: Models, policy: str) -> c
             settings that would fit.
     """
     batch = settings.trainer.batch_size
-    values = 2 if policy.startswith("mixed") else 4
     gpu = cost.gpu_memory()
     if gpu is not None:  # the device holds the model, its state and activations; the host the pipeline
         total, used = gpu
+        values = 2 if policy.startswith("mixed") else 4  # not measured on a GPU: the values' own size
         estimate = cost.estimate_memory(models.training, batch, values, _slots(settings), 0.0, used)
         available, where = total, "on the GPU"
     else:
-        pipeline = _pipeline_bytes(settings, plan)
+        pipeline, values = _pipeline_bytes(settings, plan), cost.CPU_BYTES_PER_VALUE  # whatever the policy
         estimate = cost.estimate_memory(models.training, batch, values, _slots(settings), pipeline, cost.process_rss())
         free = cost.available_ram()
         if free is None:

@@ -28,9 +28,11 @@ log = logging.getLogger(__name__)
 
 GB = 1e9
 # What a training step holds per value of every layer's output, as a multiple of the output itself: the forward
-# outputs kept for the backward pass, the gradients flowing back and the CPU kernels' scratch. Measured with
-# tests/test_run_cost.py (peak RSS of VGG19 runs at several sizes, widths and batches on the CPU).
-ACTIVATION_FACTOR = 2.0
+# outputs kept for the backward pass, the gradients flowing back and the kernels' scratch. Measured on the CPU
+# with tests/test_run_cost.py (peak RSS of VGG19 runs at several sizes, widths and batches): 4 bytes a value in
+# float32 and in mixed_bfloat16 alike (the CPU's bfloat16 kernels keep float32 copies), so the CPU counts 4.
+ACTIVATION_FACTOR = 1.0
+CPU_BYTES_PER_VALUE = 4
 TRACING_BYTES = 300e6  # tracing the step functions and TensorFlow's per-step buffers, measured alike
 WARN_SHARE = 0.8  # an estimate above this share of the memory available is warned about
 
