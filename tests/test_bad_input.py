@@ -286,9 +286,9 @@ def case_predict_output_is_a_folder(world, tmp):
 CASES = {name[5:]: function for name, function in dict(globals()).items() if name.startswith("case_")}
 CASES["label_too_large_tfrecord"] = _bad_label_tfrecord(2)
 CASES["negative_label_tfrecord"] = _bad_label_tfrecord(-1)
-CASES["short_image_after_record_0"] = _bad_image_tfrecord(bytes(100), "'img_raw' is not 40x40x3 bytes")
-CASES["empty_image_after_record_0"] = _bad_image_tfrecord(b"", "'img_raw' is not 40x40x3 bytes")
-CASES["missing_image_after_record_0"] = _bad_image_tfrecord(None, "Feature: img_raw (data type: string) is required")
+CASES["short_image_after_record_0"] = _bad_image_tfrecord(bytes(100), "'img_raw' holds 100 bytes, expected 40x40x3")
+CASES["empty_image_after_record_0"] = _bad_image_tfrecord(b"", "'img_raw' must hold one non-empty byte string")
+CASES["missing_image_after_record_0"] = _bad_image_tfrecord(None, "'img_raw' must hold one non-empty byte string")
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -492,11 +492,16 @@ def test_predict_names_a_bad_image_record_after_record_0_in_its_row(tmp_path):
     _bad_image_records(tmp_path / "a.tfrecords", None, b"")  # 8 good records
     _bad_image_records(tmp_path / "b.tfrecords", 7, bytes(100))
     chunks = predict_inputs.tfrecord_chunks(
-        [tmp_path / "a.tfrecords", tmp_path / "b.tfrecords"], build_part(dataset).spec([])[0], Preprocess(32), 2, 4
+        [tmp_path / "a.tfrecords", tmp_path / "b.tfrecords"],
+        build_part(dataset).spec([])[0],
+        Preprocess(32),
+        2,
+        4,
+        "resize",
     )
     items = [item for chunk_items, _ in chunks for item in chunk_items]
     assert [item.error for item in items[:15]] == [None] * 15
-    reason = "record 7 cannot be decoded: 'img_raw' is not 40x40x3 bytes (dataset.stored_size)"
+    reason = "record 7 cannot be decoded: 'img_raw' holds 100 bytes, expected 40x40x3 = 4800 (dataset.stored_size)"
     assert items[15].error == f"{tmp_path / 'b.tfrecords'}: {reason}"
 
 

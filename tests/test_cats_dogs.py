@@ -14,7 +14,7 @@ from PIL import Image
 
 from conftest import ROOT, SUBPROCESS_ENV, TINY_MODEL, check_run_metrics, compose, tfrecord_parts
 from trainer.config import to_settings
-from trainer.data import pipeline, record_rows, tfrecords
+from trainer.data import pipeline, predict_inputs, tfrecords
 from trainer.data.decode import decode_image
 from trainer.data.folder_to_records import ConvertOptions, convert, main
 from trainer.data.images import reason_for
@@ -200,7 +200,7 @@ def test_converter_command_line(tmp_path, capsys):
     assert manifest["labeled"] is False and manifest["splits"]["test"]["count"] == 3
     spec = tfrecords.RecordSpec.for_format("raw", 16)
     files = [str(tmp_path / "out" / name) for name in manifest["splits"]["test"]["files"]]
-    assert record_rows.stored_names(files, spec) == ["img0.png", "img1.png", "img2.png"]
+    assert predict_inputs.stored_names(files, spec) == ["img0.png", "img1.png", "img2.png"]
     assert main([str(flat), str(tmp_path / "out")]) == 1, "never overwrite an earlier conversion"
 
 

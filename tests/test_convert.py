@@ -14,7 +14,7 @@ import tensorflow as tf
 from PIL import Image
 from test_cats_dogs import SIZE, make_pets
 
-from trainer.data import record_rows, record_writer, tfrecords
+from trainer.data import predict_inputs, record_writer, tfrecords
 from trainer.data.folder_to_records import ConvertOptions, convert, main
 from trainer.errors import UserError
 
@@ -142,7 +142,7 @@ def test_odd_inputs_are_skipped_with_their_reason_or_kept_safely(tmp_path):
     stored = tf.train.Example.FromString(first.numpy()).features.feature["filename"].bytes_list.value[0]
     assert stored == b"caf\xe9.png"
     spec = tfrecords.RecordSpec.for_format("raw", SIZE)
-    assert record_rows.stored_names([str(out / manifest["splits"]["test"]["files"][0])], spec) == ["caf\\xe9.png"]
+    assert predict_inputs.stored_names([str(out / manifest["splits"]["test"]["files"][0])], spec) == ["caf\\xe9.png"]
 
 
 @pytest.mark.integration

@@ -10,6 +10,7 @@ from conftest import compose, pattern_records, write_cifar
 from trainer.config import to_settings
 from trainer.data import binary, pipeline
 from trainer.data.augmentation import Augmentation
+from trainer.data.binary_files import check_labels
 from trainer.data.cache import Cache
 from trainer.data.decoders import BinaryDecoder
 from trainer.data.preprocess import Preprocess, augment_batch, prepare_images
@@ -154,7 +155,7 @@ def test_grayscale_records_are_resized_to_three_channels():
     [
         (pattern_records(np.array([1, 2])) + b"\x00" * 10, "not a whole number of 3073-byte records"),
         (b"", "the file is empty, expected 3073-byte records"),
-        (pattern_records(np.array([1, 10, 3])), "record 1 has label 10, expected a label in [0, 10)"),
+        (pattern_records(np.array([1, 10, 3])), "record 1 has label 10, expected 0 to 9 (dataset.num_classes=10)"),
     ],
     ids=["truncated", "zero-byte", "label-out-of-range"],
 )
@@ -162,7 +163,7 @@ def test_bad_files_fail_naming_the_file(tmp_path, content, message):
     path = tmp_path / "data_batch_1.bin"
     path.write_bytes(content)
     with pytest.raises(DataError, match=r"data_batch_1\.bin") as error:
-        binary.read_labels(path, CIFAR, num_classes=10)
+        check_labels([path], BinaryDecoder(CIFAR, num_classes=10))
     assert message in str(error.value)
 
 

@@ -177,7 +177,7 @@ def test_one_photo_gives_the_same_pixels_and_probabilities_on_every_path(tmp_pat
         stored[name] = np.frombuffer(example.features.feature["img_raw"].bytes_list.value[0], np.uint8)
     converted = np.stack([stored[name].reshape(32, 32, 3) for name in names])
     order, batches = [], []
-    for items, images in predict_inputs.tfrecord_chunks(shards, spec, Preprocess(32), 2, 16):
+    for items, images in predict_inputs.tfrecord_chunks(shards, spec, Preprocess(32), 2, 16, "resize"):
         order += [item.id for item in items]
         batches.append(images.numpy())
     record_images = np.concatenate(batches)

@@ -354,7 +354,7 @@ def test_a_workers_own_error_stops_its_peer_at_once_with_that_workers_line(tmp_p
         records = bytearray((copy / "data_batch_1.bin").read_bytes())
         records[3073 * 5] = 200  # the label byte of record 5
         (copy / "data_batch_1.bin").write_bytes(bytes(records))
-        own = f"{copy / 'data_batch_1.bin'}: record 5 has label 200, expected a label in [0, 10) (1 such records)"
+        own = f"{copy / 'data_batch_1.bin'}: record 5 has label 200, expected 0 to 9 (dataset.num_classes=10)"
         extra = {0: [], 1: [f"dataset.data_dir={copy}"]}, []
     ports = free_ports(2)
     # A timeout far longer than the test: the peer must learn of the error, not wait for a collective to time out.

@@ -196,3 +196,17 @@ def test_the_circle_check_finds_a_lazy_or_type_checking_circle(tmp_path):
     assert _imported_modules(through_init, {"trainer.models", "trainer.models.tta"}) == {"trainer.models"}
     package = {"trainer.models": {"trainer.models.tta"}, "trainer.models.tta": {"trainer.models"}}
     assert _cycles(package) == [["trainer.models", "trainer.models.tta"]], "a circle through __init__ counts"
+
+
+def test_records_are_opened_in_one_place_and_never_read_again_to_explain_them():
+    """Issue 53: each record carries its file and number through the one pipeline, and its decoder says why it
+    is bad; no module re-reads records in Python to name one (`record_rows.py` is gone), and TensorFlow's
+    TFRecord reader is opened in at most two modules."""
+    opening = sorted(
+        str(path.relative_to(ROOT)) for path in MODULES if "TFRecordDataset(" in path.read_text().replace(" ", "")
+    )
+    assert len(opening) <= 2, opening
+    assert not (PACKAGE / "data" / "record_rows.py").exists()
+    for name in ("record_rows", "find_undecodable", "decode_each", "_checked_in_python", "op_error_reason"):
+        users = [str(path.relative_to(ROOT)) for path in MODULES if name in path.read_text()]
+        assert not users, f"{name} is still used in {users}"

@@ -15,7 +15,7 @@ import tensorflow as tf
 from PIL import Image
 
 from conftest import run_cli
-from trainer.errors import ConfigError, DataError, op_error_reason
+from trainer.errors import ConfigError, DataError, one_line
 from trainer.models.preprocessing import build_models
 from trainer.runs import checkpoints
 from trainer.serving import bundle, portable, saved_model
@@ -129,7 +129,7 @@ def test_a_truncated_image_fails_serve_bytes_naming_its_index(tiny_saved_model):
         batch[index] = cut
         with pytest.raises(tf.errors.InvalidArgumentError) as raised:
             encoded(np.array(batch, dtype=object))
-        assert re.search(message, op_error_reason(raised.value)), op_error_reason(raised.value)
+        assert re.search(message, one_line(raised.value)), one_line(raised.value)
     assert encoded(np.array([good, jpeg], dtype=object)).shape == (2, 3)
 
 

@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from trainer.data.pipeline import eval_dataset
 from trainer.data.preprocess import Preprocess
+from trainer.data.sources import tfrecord_dataset
 from trainer.data.tfds_files import TFDSFiles
 from trainer.errors import ConfigError, DataError
 
@@ -154,7 +155,7 @@ def test_val_fraction_holds_out_the_tail_of_train_across_its_shards(data_dir):
     for split in ("train", "val"):
         dataset = eval_dataset(splits.sources[split], splits.decoder, Preprocess(32), 4)
         labels[split] = _labels_follow_colours(dataset, splits.class_names)  # JPEG images too
-    records = splits.sources["train"].reader.read_files(tf.data.Dataset.from_tensor_slices(files))
+    records = tfrecord_dataset(files)
     in_file_order = splits.decoder(tf.stack(list(records)))[1].numpy().tolist()
     assert labels["train"] + labels["val"] == in_file_order, "val is the last 3 records of the shards read in order"
 
@@ -186,7 +187,7 @@ def test_a_truncated_shard_is_named_by_find_bad_record(data_dir, tmp_path):
     shard.write_bytes(shard.read_bytes()[:-100])
     splits = TFDSFiles(tfds_name="pets", data_dir=str(tmp_path), image_size=32).load()
     with pytest.raises(DataError, match=rf"{shard.name}: corrupted or truncated TFRecord file at record \d+"):
-        splits.find_bad_record()
+        splits.find_bad_record(tf.errors.DataLossError(None, None, "truncated record"))
 
 
 def _bad_inputs(data_dir: Path, tmp_path: Path) -> dict[str, tuple[dict, str]]:

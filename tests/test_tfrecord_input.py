@@ -15,10 +15,11 @@ from test_cats_dogs import SIZE, make_pets
 
 from conftest import compose, csv_rows, launch_workers, tfrecord_parts
 from trainer.data import pipeline, predict_inputs, record_writer, shares, tfrecords
+from trainer.data.decoders import TFRecordDecoder
 from trainer.data.folder_to_records import ConvertOptions, convert
 from trainer.data.preprocess import Preprocess
 from trainer.data.shares import Records
-from trainer.errors import DataError
+from trainer.errors import DataError, one_line
 from trainer.tasks import run_task
 
 
@@ -132,9 +133,14 @@ BAD_RECORDS = [
     # case, the records of bad.tfrecords, mode, the one line expected
     ("label_inspect", [_example(1), _example(5)], "inspect", r"record 1 has label 5, expected 0 to 1"),
     ("varint_first", [OVERLONG_VARINT], "train", r"record 0 is not a tf.train.Example"),
-    ("varint_later", [_example(0), OVERLONG_VARINT], "train", r"record 1 does not parse as an Example"),
+    ("varint_later", [_example(0), OVERLONG_VARINT], "train", r"record 1 is not a tf.train.Example"),
     ("not_example", [b"not an example at all"], "train", r"record 0 is not a tf.train.Example"),
-    ("empty_image", [_example(0, image=b"")], "train", r"record 0 'img_raw' must hold one non-empty byte string"),
+    (
+        "empty_image",
+        [_example(0, image=b"")],
+        "train",
+        r"record 0 cannot be decoded: 'img_raw' must hold one non-empty",
+    ),
     ("folder", [], "train", r"matches the folder .*bad.tfrecords"),
 ]
 
@@ -175,6 +181,9 @@ def test_bad_records_give_one_line_naming_the_file(tmp_path, case, records, mode
     assert "\n" not in text and "bad.tfrecords" in text, text
 
 
+NOT_EXAMPLE = "is not a tf.train.Example with bytes 'img_raw' and int64 'label'"
+
+
 def _pixels(value: int) -> bytes:
     return bytes(np.arange(SIZE * SIZE * 3, dtype=np.uint8) * value % 251)
 
@@ -183,13 +192,16 @@ def _pixels(value: int) -> bytes:
 def test_predict_gives_every_bad_record_its_row_and_predicts_the_rest(tmp_path):
     name = record_writer.bytes_feature
     first = [  # record: why it cannot be used, or None
-        (b"not an example either", "record 0 is not a tf.train.Example"),  # record 0 by the rule of record 6
+        (b"not an example either", f"record 0 {NOT_EXAMPLE}"),  # record 0 by the rule of record 6
         (_example(0, _pixels(1), name(b"a.png")), None),
         (_example(1, _pixels(2), record_writer.int64_feature(17)), None),  # a file name stored as int64
         (_example(5, _pixels(3)), "record 3 has label 5, expected 0 to 1 (the model's classes)"),
-        (_example(0, bytes(7)), "record 4 cannot be decoded: 'img_raw' is not 32x32x3 bytes (dataset.stored_size)"),
+        (
+            _example(0, bytes(7)),
+            "record 4 cannot be decoded: 'img_raw' holds 7 bytes, expected 32x32x3 = 3072 (dataset.stored_size)",
+        ),
         (_example(1, b""), "record 5 cannot be decoded: 'img_raw' must hold one non-empty byte string"),
-        (b"not an example at all", "record 6 is not a tf.train.Example"),
+        (b"not an example at all", f"record 6 {NOT_EXAMPLE}"),
         (_example(1, _pixels(4), name(b"f.png")), None),
     ]
     second = [(_example(0, _pixels(5)), None), (_example(1, _pixels(6)), None), (_example(0, _pixels(7)), None)]
@@ -235,7 +247,7 @@ def test_predict_gives_a_jpeg_that_does_not_decode_its_row(tmp_path):
     with tf.io.TFRecordWriter(str(path)) as writer:
         for index, (data, _) in enumerate(records):
             writer.write(tfrecords.make_example(spec, data, index % 2, f"{index}.jpg", SIZE, SIZE))
-    chunks = list(predict_inputs.tfrecord_chunks([path], spec, Preprocess(SIZE), 2, 4))
+    chunks = list(predict_inputs.tfrecord_chunks([path], spec, Preprocess(SIZE), 2, 4, "resize"))
     items, images = chunks[0]
     assert [item.id for item in items] == ["0.jpg", "1.jpg", "2.jpg"] and [item.label for item in items] == [0, 1, 0]
     assert (
@@ -537,28 +549,46 @@ def test_each_worker_reads_its_steps_per_epoch_and_no_record_twice_in_an_epoch(
 
 
 @pytest.mark.integration
-def test_predict_reads_a_clean_record_file_in_tf_data_without_python_per_record(tmp_path, monkeypatch):
-    """Every record is parsed, checked and decoded in the pipeline; Python reads a file record by record only
-    to name what the pipeline refused, so a clean file never reaches it."""
-    from test_cats_dogs import make_pets
+def test_a_bad_record_in_the_middle_of_a_file_is_named_by_the_pipeline_in_predict_and_in_the_start_up_scan(tmp_path):
+    """Each record travels with its file and number through tf.data, and the decoder gives its reason: predict
+    writes it in that row and predicts the rest; the scan names the same file:record. Nothing is read again."""
+    path = tmp_path / "mid.tfrecords"
+    _write(path, [_example(index % 2, _pixels(index + 1)) for index in range(5)] + [_example(0, bytes(9))]
+           + [_example(index % 2, _pixels(index + 1)) for index in range(6, 10)])  # fmt: skip
+    spec = tfrecords.RecordSpec.for_format("raw", SIZE)
+    items = [item for chunk, _ in predict_inputs.tfrecord_chunks([path], spec, Preprocess(SIZE), 2, 4, "resize")
+             for item in chunk]  # fmt: skip
+    reason = "record 5 cannot be decoded: 'img_raw' holds 9 bytes, expected 32x32x3 = 3072 (dataset.stored_size)"
+    assert [item.error for item in items] == [None] * 5 + [f"{path}: {reason}"] + [None] * 4
+    assert [item.label for item in items] == [0, 1, 0, 1, 0, 0, 0, 1, 0, 1]
+    with pytest.raises(DataError, match=re.escape(f"{path}: {reason}")):
+        tfrecords.refuse_first(str(path), spec, lambda records: TFRecordDecoder(spec, 2).checked(records)[2])
+    _write(path, [_example(index % 2) for index in range(3)] + [_example(7)] + [_example(1)])
+    with pytest.raises(DataError, match=re.escape(f"{path}: record 3 has label 7, expected 0 to 1")):
+        tfrecords.scan_records(str(path), spec, 2)
 
-    from trainer.data import predict_inputs, record_rows
-    from trainer.data.folder_to_records import ConvertOptions, convert
-    from trainer.data.preprocess import Preprocess
 
-    make_pets(tmp_path / "in", per_class=5)
-    convert(tmp_path / "in", tmp_path / "out", ConvertOptions(image_size=16, workers=1, records_per_shard=4))
-    files = sorted(str(path) for path in (tmp_path / "out").glob("train.tfrecords_*"))
-    expected = predict_inputs.tfrecord_chunks(files, tfrecords.RecordSpec.for_format("raw", 16), Preprocess(16), 2, 3)
-    expected = [(items, images) for items, images in expected]
+@pytest.mark.integration
+@pytest.mark.parametrize("mode", ["resize", "crop", "pad"])
+def test_predict_on_jpeg_records_makes_them_square_as_training_and_serve_bytes_do(tmp_path, mode):
+    from PIL import Image
 
-    def refuse(*args, **kwargs):
-        raise AssertionError("a clean file was read record by record in Python")
+    from trainer.data.decode import decode_images
 
-    monkeypatch.setattr(record_rows, "read_checked", refuse)
-    got = list(predict_inputs.tfrecord_chunks(files, tfrecords.RecordSpec.for_format("raw", 16), Preprocess(16), 2, 3))
-    assert [item.label for items, _ in got for item in items] == [item.label for items, _ in expected for item in items]
-    assert sum(len(items) for items, _ in got) == 10 and all(item.error is None for items, _ in got for item in items)
+    buffer = io.BytesIO()
+    wide = np.zeros((24, 48, 3), np.uint8)
+    wide[:, :12], wide[:, 12:36], wide[:, 36:] = 250, 120, 30  # the centre square differs from the whole
+    Image.fromarray(wide).save(buffer, format="PNG")
+    spec = tfrecords.RecordSpec.for_format("jpeg", 16)
+    path = tmp_path / "wide.tfrecords"
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        writer.write(tfrecords.make_example(spec, buffer.getvalue(), 0, "wide.png", 24, 48))
+    ((items, images),) = predict_inputs.tfrecord_chunks([path], spec, Preprocess(16), 2, 4, mode)
+    served = decode_images(tf.constant([buffer.getvalue()]), 16, mode, name="image_bytes")
+    trained = TFRecordDecoder(spec, 2, resize_mode=mode)(tf.constant([path.read_bytes()[12:-4]]))[0]
+    assert items[0].error is None
+    np.testing.assert_array_equal(images.numpy(), served.numpy())
+    np.testing.assert_array_equal(trained.numpy(), served.numpy())
 
 
 @pytest.mark.unit
@@ -571,5 +601,5 @@ def test_an_op_errors_line_leaves_tensorflows_function_node_and_op_plumbing(tmp_
     with pytest.raises(tf.errors.OpError) as error:
         list(tf.data.TFRecordDataset(str(path)))
     assert "{{function_node" in error.value.message, "TensorFlow's raw message has the prefix"
-    line = tfrecords.first_line(error.value)
+    line = one_line(error.value)
     assert line.startswith("corrupted record at") and "function_node" not in line and "[Op:" not in line, line

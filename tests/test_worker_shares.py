@@ -39,7 +39,7 @@ def _binary_files(folder, counts: list[int]) -> list[str]:
 def _share_indices(share: shares.Records) -> list[int]:
     """Every record of a share, in reading order, through the binary reader the training pipeline uses."""
     source, decoder = binary_parts(share.files, CIFAR, share)
-    return [index for raw in source.in_order().batch(1000) for index in _indices(decoder(raw)[0].numpy())]
+    return [index for _, _, raw in source.in_order().batch(1000) for index in _indices(decoder(raw)[0].numpy())]
 
 
 @pytest.mark.unit

@@ -42,24 +42,29 @@ NODE = re.compile(r"\s*\[\[(?:\{\{[^}]*\}\})+\]\]")  # `[[{{function_node f}}{{n
 MAP_PREFIX = re.compile(r"Error in user-defined function passed to \S+ transformation with iterator: \S+: ")
 
 
+SUMMARIZED = re.compile(r"Summarized data: b(?:'([^']*)'|\"([^\"]*)\")")  # an assertion run eagerly: its message
+ASSERTION = re.compile(r"assertion failed: \[(.*)\](?= \[Op:|$)", re.M)  # ... or in a graph: `x[3] is ...` whole
+OP_SUFFIX = re.compile(r"\s*\[Op:[^\]]*\].*|Name: <unknown>, ")  # `[Op:IteratorGetNext] name: ...` and parse_example's
+
+
 def one_line(error: BaseException) -> str:
-    """A user error's message as the one line `run.py` prints: without TensorFlow's `{{function_node ...}}`
-    prefix or the escaped quotes of a re-raised TensorFlow message, its whitespace collapsed."""
-    text = TF_FUNCTION_NODE.sub("", str(error)).replace("\\'", "'")
-    return " ".join(text.split())
+    """Any error as the one line we print: the only function that makes one.
 
-
-def op_error_reason(error: Exception) -> str:
-    """The useful part of a TensorFlow `OpError`'s message: the text of our pipeline's assertions or of
-    the ValueError of a Python step, else the first 300 characters without TensorFlow's op plumbing."""
-    message = getattr(error, "message", None) or str(error)
-    assertion = re.search(r"assertion failed: \[(.*)\](?= \[Op:|$)", message, re.M)  # `x[3] is ...` whole
-    match = assertion or re.search(r"ValueError: ([^\n]+)", message)
-    if match:
-        return match.group(1)
+    A user error: its message, without TensorFlow's `{{function_node ...}}` prefix or the escaped quotes of a
+    re-raised TensorFlow message. A TensorFlow `OpError`: the text of our pipeline's assertions or of a Python
+    step's ValueError, else its first 300 characters without TensorFlow's op plumbing (graph trace, node,
+    tf.data's map prefix, `[Op:...]`). Anything else (a bug in someone's code): `TypeName: its first line`.
+    """
+    if isinstance(error, UserError):
+        return " ".join(TF_FUNCTION_NODE.sub("", str(error)).replace("\\'", "'").split())
+    message = getattr(error, "message", None)
+    if message is None or not hasattr(error, "node_def"):  # not a TensorFlow OpError
+        cause = error.__cause__ or error
+        lines = str(cause).strip().splitlines()
+        return f"{type(cause).__name__}: {lines[0]}" if lines else type(cause).__name__
+    match = SUMMARIZED.search(message) or ASSERTION.search(message) or re.search(r"ValueError: ([^\n]+)", message)
+    if match:  # a graph assertion escapes the quotes of its string
+        return next(group for group in match.groups() if group is not None).replace("\\'", "'")
     text = MAP_PREFIX.sub("", NODE.sub("", GRAPH_TRACE.sub("", TF_FUNCTION_NODE.sub("", message))))
-    text = re.sub(r"\[Op:.*", "", text)
-    text = " ".join(text.split())[:300]
-    if type(error).__name__ == "DataLossError" and text.startswith("corrupted record at"):
-        text += " in a TFRecord file (without a manifest.json beside them, every file is checked at start-up and named)"
-    return text
+    text = " ".join(OP_SUFFIX.sub("", text).split())[:300]
+    return text or type(error).__name__

@@ -17,13 +17,7 @@ from typing import Any
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
-from trainer.errors import ConfigError, UserError
-
-
-def _first_line(error: BaseException) -> str:
-    cause = error.__cause__ or error
-    text = str(cause).strip().splitlines()
-    return f"{type(cause).__name__}: {text[0]}" if text else type(cause).__name__
+from trainer.errors import ConfigError, UserError, one_line
 
 
 def build_target(
@@ -65,7 +59,7 @@ def build_target(
             raise error.__cause__ from None
         if passes is not None and error.__cause__ is not None and passes(error.__cause__):
             raise error.__cause__ from None
-        raise ConfigError(f"{key}._target_={target} (keys {sorted(options)}): {_first_line(error)}") from error
+        raise ConfigError(f"{key}._target_={target} (keys {sorted(options)}): {one_line(error)}") from error
 
 
 def _nested_targets(value: Any, path: str) -> list[str]:

@@ -14,8 +14,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from trainer.data.shares import Records, ranges_of
 from trainer.errors import DataError
 
@@ -126,33 +124,6 @@ def records_by_size(path: str | os.PathLike, layout: BinaryLayout) -> int:
     return size // layout.record_bytes
 
 
-def stored_labels(path: str | os.PathLike, layout: BinaryLayout) -> np.ndarray:
-    """Every label of one file, read without its pixels.
-
-    Raises:
-        DataError: the file size is not a whole number of records.
-    """
-    count = records_by_size(path, layout)
-    records = np.memmap(path, dtype=np.uint8, mode="r", shape=(count, layout.record_bytes))
-    return np.array(records[:, layout.label_index], dtype=np.int64)
-
-
-def read_labels(path: str | os.PathLike, layout: BinaryLayout, num_classes: int) -> np.ndarray:
-    """Reads every label of one file without loading its pixels, and checks their range.
-
-    Raises:
-        DataError: the file size is wrong or a label is outside [0, num_classes).
-    """
-    labels = stored_labels(path, layout)
-    bad = np.flatnonzero(labels >= num_classes)
-    if bad.size:
-        raise DataError(
-            f"{path}: record {bad[0]} has label {labels[bad[0]]}, expected a label in [0, {num_classes}) "
-            f"({bad.size} such records)"
-        )
-    return labels
-
-
 def make_splits(
     train_paths: list[Path],
     test_paths: list[Path],
@@ -171,10 +142,8 @@ def make_splits(
     is not an error: the test files stand in for validation.
 
     Raises:
-        DataError: a file is malformed, or the training files hold too few records.
+        DataError: a file is not a whole number of records, or the training files hold too few records.
     """
-    for path in [*train_paths, *test_paths]:
-        read_labels(path, layout, num_classes)
     train_files = [str(path) for path in train_paths]
     train_counts = [records_by_size(path, layout) for path in train_paths]
     num_train = sum(train_counts)

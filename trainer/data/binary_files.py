@@ -7,13 +7,27 @@ from __future__ import annotations
 
 import logging
 
-from trainer.data import binary
+from trainer.data import binary, pipeline
 from trainer.data.decoders import BinaryDecoder
 from trainer.data.parts import Splits
 from trainer.data.predict_inputs import record_chunks
+from trainer.data.shares import Records
 from trainer.data.sources import FixedLengthReader, Source
 
 log = logging.getLogger(__name__)
+
+
+def check_labels(paths: list, decoder: BinaryDecoder) -> None:
+    """Every record's label, by the decoder's rule, read once at start-up.
+
+    Raises:
+        DataError: a file is not a whole number of records, or `FILE: record N has label L, expected ...`.
+    """
+    counts = [binary.records_by_size(path, decoder.layout) for path in paths]
+    source = Source(
+        Records.whole_files([str(path) for path in paths], sum(counts)), FixedLengthReader(decoder.layout.record_bytes)
+    )
+    pipeline.refuse_bad(source, decoder.label_reasons)
 
 
 class BinaryFiles:
@@ -63,11 +77,13 @@ class BinaryFiles:
             {name: split.count for name, split in splits.items()},
             self.name,
         )
-        reader = FixedLengthReader(self.layout.record_bytes)
         layout = self.layout
+        decoder = BinaryDecoder(layout, self.num_classes)
+        check_labels(train_paths + test_paths, decoder)
+        reader = FixedLengthReader(self.layout.record_bytes)
         return Splits(
             {name: Source(split, reader) for name, split in splits.items()},
-            BinaryDecoder(layout, self.num_classes),
+            decoder,
             self.class_names,
             lambda: (
                 [str(path) for path in train_paths],

@@ -378,14 +378,24 @@ def _batch_decoder(size: int, mode: str, max_pixels: int, name: str | None) -> t
 _PARALLEL_DECODES = 10
 
 
-def _decode_named(data: tf.Tensor, size: int, mode: str, max_pixels: int, name: str) -> tf.Tensor:
-    """`decode_images` of a batch whose every refusal names its image as `name[index]: `: our header checks do,
-    but libjpeg's and libpng's own errors (`Invalid JPEG data, size 459` for a truncated file) name none. So the
-    images are decoded by a tf.data map that drops the ones that fail; the first one missing is then refused
-    by name, with its header's reason when that is what failed."""
+def _reason(data: tf.Tensor, kind: tf.Tensor, max_pixels: int) -> tf.Tensor:
+    """Why one image that did not decode gives no pixels, read again without raising: its header, then pixels."""
+    read = tf.data.Dataset.from_tensors(data).map(lambda one: image_size(one, tf.maximum(kind, 0)))
+    unreadable = tf.data.Dataset.from_tensors(tf.constant([-1, -1]))
+    shape = read.ignore_errors().concatenate(unreadable).batch(2).get_single_element()[0]
+    corrupt = tf.where(_too_large(shape, max_pixels), _bomb(shape, max_pixels), "corrupt or truncated image")
+    header = tf.where(shape[0] < 0, "corrupt or truncated image: its header does not read", corrupt)
+    return tf.where(kind < 0, NOT_AN_IMAGE, header)
+
+
+def decode_checked(data: tf.Tensor, size: int, mode: str = "resize", max_pixels: int = MAX_PIXELS):
+    """`decode_images` that never raises: (uint8 [n, size, size, 3], string [n] reasons), a refused image black
+    with its reason, a decoded one with "". Our header checks could say why, but libjpeg's and libpng's own
+    errors (`Invalid JPEG data, size 459` for a truncated file) cannot be caught in a graph: so the images are
+    decoded by a tf.data map that drops the ones that fail, and each one missing is read again for its reason."""
+    _check_mode(mode)
     count = tf.shape(data)[0]
     kinds = image_format(data)
-    names = tf.strings.join([f"{name}[", tf.strings.as_string(tf.range(count)), "]: "])
     items = tf.data.Dataset.from_tensor_slices((tf.range(count), data, kinds, exif_orientations(data)))
     decoded = items.map(
         lambda index, *item: (index, _to_size(_decode_one(*item, size, mode, max_pixels), size, mode)),
@@ -395,29 +405,24 @@ def _decode_named(data: tf.Tensor, size: int, mode: str, max_pixels: int, name: 
     # One element past the images, so that an empty or wholly refused batch still makes one batch of them.
     past = tf.data.Dataset.from_tensors((count, tf.zeros([size, size, 3], tf.uint8)))
     indices, images = decoded.concatenate(past).batch(tf.cast(count, tf.int64) + 1).get_single_element()
-    decoded_index = tf.scatter_nd(indices[:, tf.newaxis], tf.ones_like(indices), [count + 1])[:count]
-    first_bad = tf.cast(tf.argmin(tf.concat([decoded_index, [0]], 0)), tf.int32)  # `count` when none is missing
-    at = tf.minimum(first_bad, tf.maximum(count - 1, 0))
+    images = tf.scatter_nd(indices[:, tf.newaxis], images, [count + 1, size, size, 3])[:count]
+    done = tf.scatter_nd(indices[:, tf.newaxis], tf.ones_like(indices), [count + 1])[:count] > 0
+    reasons = tf.map_fn(
+        lambda item: tf.cond(item[0], lambda: tf.constant(""), lambda: _reason(item[1], item[2], max_pixels)),
+        (done, data, kinds),
+        fn_output_signature=tf.string,
+    )
+    return tf.ensure_shape(images, [None, size, size, 3]), reasons
 
-    def refuse() -> tf.Operation:  # why image `at` failed, read again without raising: its header, then pixels
-        kind = kinds[at]
-        read = tf.data.Dataset.from_tensors(data[at]).map(lambda one: image_size(one, tf.maximum(kind, 0)))
-        unreadable = tf.data.Dataset.from_tensors(tf.constant([-1, -1]))
-        shape = read.ignore_errors().concatenate(unreadable).batch(2).get_single_element()[0]
-        reason = tf.where(
-            kind < 0,
-            NOT_AN_IMAGE,
-            tf.where(
-                shape[0] < 0,
-                "corrupt or truncated image: its header does not read",
-                tf.where(_too_large(shape, max_pixels), _bomb(shape, max_pixels), "corrupt or truncated image"),
-            ),
-        )
-        return tf.debugging.Assert(False, [tf.strings.join([names[at], reason])])
 
-    checked = tf.cond(first_bad < count, refuse, lambda: tf.no_op())
-    with tf.control_dependencies([checked]):
-        return tf.ensure_shape(tf.identity(images[:-1]), [None, size, size, 3])
+def _decode_named(data: tf.Tensor, size: int, mode: str, max_pixels: int, name: str) -> tf.Tensor:
+    """`decode_images` of a batch whose every refusal names its image as `name[index]: ` (`decode_checked`)."""
+    images, reasons = decode_checked(data, size, mode, max_pixels)
+    bad = tf.where(reasons != "")[:, 0]
+    first = tf.cast(tf.concat([bad, [0]], 0)[0], tf.int32)
+    message = tf.strings.join([f"{name}[", tf.strings.as_string(first), "]: ", tf.concat([reasons, [""]], 0)[first]])
+    with tf.control_dependencies([tf.debugging.Assert(tf.size(bad) == 0, [message])]):
+        return tf.identity(images)
 
 
 @tf.autograph.experimental.do_not_convert  # plain TF ops: autograph's conversion only costs tracing time

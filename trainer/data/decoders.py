@@ -16,20 +16,76 @@ from dataclasses import dataclass
 import tensorflow as tf
 
 from trainer.data.binary import BinaryLayout
-from trainer.data.decode import decode_images
-from trainer.data.tfrecords import RecordSpec
+from trainer.data.decode import decode_checked
+from trainer.data.record_writer import DEFAULT_KEYS, FORMATS
 
 Decoder = Callable[[tf.Tensor], tuple[tf.Tensor, tf.Tensor]]  # a batch of records -> (uint8 images, int32 labels)
+COMPRESSIONS = ("auto", "none", "gzip", "zlib")
 LABEL_MAX = 2**31 - 1  # labels are saturated to int32, so one past int32 still fails the range check
 
 
-def check_labels(labels: tf.Tensor, num_classes: int | None) -> tf.Tensor:
-    """`labels`, asserted to lie in [0, num_classes) (no check for None: unlabeled records)."""
+def first_reason(*reasons: tf.Tensor) -> tf.Tensor:
+    """Per record, the first non-empty of `reasons` (string tensors of one shape), else ""."""
+    chosen = reasons[-1]
+    for reason in reversed(reasons[:-1]):
+        chosen = tf.where(reason != "", reason, chosen)
+    return chosen
+
+
+def label_reason(labels: tf.Tensor, num_classes: int | None, classes: str) -> tf.Tensor:
+    """The one rule of a label: in [0, num_classes) (`classes` says where that number comes from); None: any."""
     if num_classes is None:
-        return labels
-    tf.debugging.assert_less(labels, num_classes, message=f"a record has a label >= num_classes={num_classes}")
-    tf.debugging.assert_non_negative(labels, message="a record has a negative label")
-    return labels
+        return tf.fill(tf.shape(labels), "")
+    where = classes or f"dataset.num_classes={num_classes}"
+    outside = tf.strings.join(
+        ["has label ", tf.strings.as_string(labels), f", expected 0 to {num_classes - 1} ({where})"]
+    )
+    return tf.where((labels < 0) | (labels >= num_classes), outside, "")
+
+
+def assert_good(images, labels, reasons: tf.Tensor, files=None, numbers=None) -> tuple[tf.Tensor, tf.Tensor]:
+    """(images, labels), asserted to hold no refused record: training's policy. The first reason stops it,
+    as `FILE: record N REASON` given the batch's provenance (`trainer.data.sources.Source`)."""
+    bad = tf.where(reasons != "")[:, 0]
+    at = tf.concat([bad, [0]], 0)[0]
+    message = [reasons[at]]
+    if files is not None:
+        message = [files[at], ": record ", tf.strings.as_string(numbers[at]), " ", reasons[at]]
+    with tf.control_dependencies([tf.debugging.Assert(tf.size(bad) == 0, [tf.strings.join(message)])]):
+        return tf.identity(images), tf.identity(labels)
+
+
+def decode_batch(decoder: Decoder, files: tf.Tensor, numbers: tf.Tensor, records: tf.Tensor):
+    """(images, labels) of a batch with its provenance, under training's policy (`assert_good`). A decoder
+    that gives reasons (`checked`) has its bad record named by file and number; another raises its own error."""
+    checked = getattr(decoder, "checked", None)
+    if checked is None:
+        return decoder(records)
+    return assert_good(*checked(records), files, numbers)
+
+
+def attempt(parse: Callable[[tf.Tensor], dict], records: tf.Tensor, empty: dict) -> tuple[dict, tf.Tensor]:
+    """(`parse(records)`, True), or (`empty`, False) where it raises: a one-element tf.data map that drops a
+    failure is the graph's only way to catch one (a record that is no protocol buffer fails its parse)."""
+    tried = tf.data.Dataset.from_tensors(records).map(lambda batch: (parse(batch), True)).ignore_errors()
+    return tried.concatenate(tf.data.Dataset.from_tensors((empty, False))).take(1).get_single_element()
+
+
+def attempt_each(parse: Callable[[tf.Tensor], dict], records: tf.Tensor, empty: Callable) -> tuple[dict, tf.Tensor]:
+    """`attempt` on the whole batch, else record by record: (each record's parse, whether it parsed);
+    `empty(count)` is the parse of `count` records that did not."""
+    parsed, whole = attempt(parse, records, empty(tf.shape(records)[0]))
+
+    def each(record: tf.Tensor):
+        one, ok = attempt(parse, record[tf.newaxis], empty(1))
+        return {key: value[0] for key, value in one.items()}, ok
+
+    signature = ({key: tf.TensorSpec([], value.dtype) for key, value in parsed.items()}, tf.TensorSpec([], tf.bool))
+    return tf.cond(
+        whole,
+        lambda: (parsed, tf.fill(tf.shape(records), True)),
+        lambda: tf.map_fn(each, records, fn_output_signature=signature),
+    )
 
 
 @dataclass(frozen=True)
@@ -38,58 +94,139 @@ class BinaryDecoder:
 
     layout: BinaryLayout
     num_classes: int | None = None
+    classes: str = ""  # where the number of classes comes from, for the reasons ("": dataset.num_classes)
 
-    def __call__(self, records: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        layout = self.layout
-        raw = tf.reshape(tf.io.decode_raw(records, tf.uint8), [-1, layout.record_bytes])
+    def _raw(self, records: tf.Tensor) -> tf.Tensor:
+        return tf.reshape(tf.io.decode_raw(records, tf.uint8), [-1, self.layout.record_bytes])
+
+    def checked(self, records: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """(uint8 images, int32 labels, reasons): "" for a good record, else why it is bad."""
+        layout, raw = self.layout, self._raw(records)
         labels = tf.cast(raw[:, layout.label_index], tf.int32)
         planes = tf.reshape(raw[:, layout.label_bytes :], [-1, layout.channels, layout.height, layout.width])
-        return tf.transpose(planes, [0, 2, 3, 1]), check_labels(labels, self.num_classes)
+        return tf.transpose(planes, [0, 2, 3, 1]), labels, label_reason(labels, self.num_classes, self.classes)
+
+    def __call__(self, records: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        return assert_good(*self.checked(records))
+
+    def label_reasons(self, records: tf.Tensor) -> tf.Tensor:
+        """Why each record of a batch is bad by its label ("": good)."""
+        labels = tf.cast(self._raw(records)[:, self.layout.label_index], tf.int32)
+        return label_reason(labels, self.num_classes, self.classes)
 
     def labels(self, records: tf.Tensor) -> tf.Tensor:
         """The labels of a batch of records alone (k-fold's stratification)."""
-        raw = tf.reshape(tf.io.decode_raw(records, tf.uint8), [-1, self.layout.record_bytes])
-        return check_labels(tf.cast(raw[:, self.layout.label_index], tf.int32), self.num_classes)
+        labels = tf.cast(self._raw(records)[:, self.layout.label_index], tf.int32)
+        return assert_good(labels, labels, self.label_reasons(records))[1]
+
+
+@dataclass(frozen=True)
+class RecordSpec:
+    """How images are stored in the records."""
+
+    format: str = "raw"  # raw | jpeg
+    stored_size: int = 224  # raw: side of the stored square image
+    image_key: str = "img_raw"
+    label_key: str = "label"
+    filename_key: str = "filename"
+    compression: str = "auto"  # auto | none | gzip | zlib
+
+    @classmethod
+    def for_format(
+        cls, format: str, stored_size: int = 224, compression: str = "auto", **keys: str | None
+    ) -> RecordSpec:
+        """The spec with the default keys of `format`, overridden by any non-empty `keys`."""
+        if format not in FORMATS:
+            raise ValueError(f"format must be one of {FORMATS}. Received: format={format}")
+        if compression not in COMPRESSIONS:
+            raise ValueError(f"compression must be one of {COMPRESSIONS}. Received: compression={compression}")
+        chosen = {**DEFAULT_KEYS[format], **{name: key for name, key in keys.items() if key}}
+        return cls(format, stored_size, chosen["image"], chosen["label"], chosen["filename"], compression)
+
+    @property
+    def raw_bytes(self) -> int:
+        return self.stored_size * self.stored_size * 3
 
 
 @dataclass(frozen=True)
 class TFRecordDecoder:
     """`tf.train.Example` records of `spec`: parsed a batch at a time; raw pixels decoded as one tensor,
-    encoded images (JPEG, PNG ...) one by one inside the batch, by the one decode (`trainer.data.decode`)."""
+    encoded images (JPEG, PNG ...) one by one inside the batch, by the one decode (`trainer.data.decode`).
+    Every rule of a record is here, once: an Example, one int64 label in [0, num_classes), one non-empty
+    image string, raw pixels of stored_size² x 3 bytes, an encoded image that decodes."""
 
     spec: RecordSpec
     num_classes: int | None = None  # None: unlabeled records (label -1), as predict reads test sets
     labeled: bool = True
     resize_mode: str = "resize"  # how an encoded image is made square, as `serve_bytes` does (`dataset.resize_mode`)
+    classes: str = ""  # where the number of classes comes from, for the reasons ("": dataset.num_classes)
 
-    def _parse(self, records: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    def _parse(self, records: tf.Tensor) -> tuple[dict, tf.Tensor]:
+        """Each record's first image string and label and how many of each it holds, and whether it parsed."""
         spec = self.spec
-        description = {spec.image_key: tf.io.FixedLenFeature([], tf.string)}
-        if self.labeled:
-            description[spec.label_key] = tf.io.FixedLenFeature([], tf.int64)
-        parsed = tf.io.parse_example(records, description)
-        encoded = parsed[spec.image_key]
-        if not self.labeled:
-            return encoded, -tf.ones(tf.shape(encoded), tf.int32)
-        return encoded, self._label(parsed)
+        keys = {spec.image_key: tf.string, **({spec.label_key: tf.int64} if self.labeled else {})}
 
-    def _label(self, parsed: dict[str, tf.Tensor]) -> tf.Tensor:
+        def parse(batch: tf.Tensor) -> dict:
+            parsed = tf.io.parse_example(batch, {key: tf.io.VarLenFeature(kind) for key, kind in keys.items()})
+            found, count = {}, tf.shape(batch)[0]
+            for key, values in parsed.items():
+                blank = tf.zeros([count, 1], values.dtype) if values.dtype != tf.string else tf.fill([count, 1], "")
+                found[key] = tf.concat([tf.sparse.to_dense(values), blank], 1)[:, 0]  # the first value, if any
+                counts = tf.math.bincount(tf.cast(values.indices[:, 0], tf.int32), minlength=count)
+                found[key + "#"] = counts[:count]
+            return found
+
+        def empty(count) -> dict:
+            fill = {tf.string: "", tf.int64: tf.constant(0, tf.int64)}
+            return {**{key: tf.fill([count], fill[kind]) for key, kind in keys.items()},
+                    **{key + "#": tf.zeros([count], tf.int32) for key in keys}}  # fmt: skip
+
+        return attempt_each(parse, records, empty)
+
+    def _labeled(self, records: tf.Tensor) -> tuple[dict, tf.Tensor, tf.Tensor]:
+        """(the parse, int32 labels, reasons) of a batch: the rules of the record and its label, no image decoded."""
+        spec = self.spec
+        parsed, parsed_ok = self._parse(records)
+        kinds = f"bytes '{spec.image_key}'" + (f" and int64 '{spec.label_key}'" if self.labeled else "")
+        not_example = tf.where(parsed_ok, "", f"is not a tf.train.Example with {kinds}")
+        if not self.labeled:
+            return parsed, -tf.ones(tf.shape(records), tf.int32), not_example
         # Saturated, not wrapped: a label past int32 must still fail the range check.
-        return tf.cast(tf.clip_by_value(parsed[self.spec.label_key], -1, LABEL_MAX), tf.int32)
+        labels = tf.cast(tf.clip_by_value(parsed[spec.label_key], -1, LABEL_MAX), tf.int32)
+        one_label = tf.where(parsed[spec.label_key + "#"] == 1, "", f"'{spec.label_key}' must hold one int64 label")
+        in_range = label_reason(labels, self.num_classes, self.classes)
+        return parsed, labels, first_reason(not_example, one_label, in_range)
+
+    def label_reasons(self, records: tf.Tensor) -> tf.Tensor:
+        """Why each record of a batch is bad as a record or by its label ("": good), no image decoded."""
+        return self._labeled(records)[2]
+
+    def checked(self, records: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """(uint8 images, int32 labels, reasons): "" for a good record, else why it is bad (its image black)."""
+        spec = self.spec
+        parsed, labels, label = self._labeled(records)
+        encoded, counts = parsed[spec.image_key], parsed[spec.image_key + "#"]
+        lengths = tf.strings.length(encoded)
+        one_image = f"cannot be decoded: '{spec.image_key}' must hold one non-empty byte string"
+        image = tf.where((counts == 1) & (lengths > 0), "", one_image)
+        if spec.format == "raw":
+            side, key = spec.stored_size, spec.image_key
+            expected = f" bytes, expected {side}x{side}x3 = {spec.raw_bytes} (dataset.stored_size)"
+            size = tf.strings.join([f"cannot be decoded: '{key}' holds ", tf.strings.as_string(lengths), expected])
+            image = first_reason(image, tf.where(lengths == spec.raw_bytes, "", size))
+            reasons = first_reason(label, image)
+            good = tf.where(reasons == "", encoded, bytes(spec.raw_bytes))  # a bad record's image is black
+            images = tf.reshape(tf.io.decode_raw(good, tf.uint8), [-1, spec.stored_size, spec.stored_size, 3])
+            return images, labels, reasons
+        images, refused = decode_checked(encoded, spec.stored_size, self.resize_mode)  # the one decode
+        refused = tf.where(refused == "", "", tf.strings.join(["cannot be decoded: ", refused]))
+        return images, labels, first_reason(label, image, refused)
 
     def labels(self, records: tf.Tensor) -> tf.Tensor:
         """The labels of a batch of records alone, no image decoded (k-fold's stratification)."""
-        parsed = tf.io.parse_example(records, {self.spec.label_key: tf.io.FixedLenFeature([], tf.int64)})
-        return check_labels(self._label(parsed), self.num_classes)
+        _, labels, reasons = self._labeled(records)
+        return assert_good(labels, labels, reasons)[1]
 
     def __call__(self, records: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        spec = self.spec
-        encoded, labels = self._parse(records)
-        if spec.format == "raw":
-            size = spec.stored_size
-            message = f"'{spec.image_key}' is not {size}x{size}x3 bytes (dataset.stored_size)"
-            tf.debugging.assert_equal(tf.strings.length(encoded), spec.raw_bytes, message=message)
-            images = tf.reshape(tf.io.decode_raw(encoded, tf.uint8), [-1, spec.stored_size, spec.stored_size, 3])
-        else:
-            images = decode_images(encoded, spec.stored_size, self.resize_mode)  # the one decode (trainer.data.decode)
-        return images, check_labels(labels, self.num_classes if self.labeled else None)
+        images, labels, reasons = self.checked(records)
+        return assert_good(images, labels, reasons)

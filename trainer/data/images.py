@@ -26,7 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 from trainer.data.decode import MAX_PIXELS, decode_image, image_format, image_size
-from trainer.errors import op_error_reason
+from trainer.errors import one_line
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -56,13 +56,11 @@ def list_images(folder: str | os.PathLike) -> list[Path]:
 
 
 def decode_reason(error: tf.errors.OpError) -> str:
-    """One line for a file `decode_image` refused: our assertion's text, else TensorFlow's reason."""
+    """Why `decode_image` refused a file: our assertion's text, else TensorFlow's, said to be a corrupt image."""
     message = getattr(error, "message", None) or str(error)
-    if "Summarized data: b'" in message:  # an assertion run eagerly
-        return message.split("Summarized data: b'", 1)[1].split("'", 1)[0]
-    if "assertion failed: [" in message:  # ... or in a graph function
-        return op_error_reason(error)
-    return f"corrupt or truncated image ({op_error_reason(error)})"
+    if "Summarized data: b'" in message or "assertion failed: [" in message:  # our own check, eager or in a graph
+        return one_line(error)
+    return f"corrupt or truncated image ({one_line(error)})"
 
 
 def reason_for(path: str, size: int, mode: str, max_pixels: int = MAX_PIXELS) -> str | None:

@@ -22,7 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 from trainer.data.parts import DatasetPart, Splits
-from trainer.errors import DataError, UserError, op_error_reason
+from trainer.errors import DataError, UserError, one_line
 
 log = logging.getLogger(__name__)
 
@@ -33,13 +33,6 @@ FIRST_BATCH = 16  # records decoded at start-up to check what the decoder gives
 def is_own(target: str) -> bool:
     """Whether `dataset._target_` names a part outside vggtrain."""
     return not str(target).startswith(BUILT_IN)
-
-
-def _reason(error: Exception) -> str:
-    if isinstance(error, tf.errors.OpError):
-        return op_error_reason(error)
-    lines = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
 
 
 def load(part: DatasetPart, target: str, check_val: bool) -> Splits:
@@ -54,7 +47,7 @@ def load(part: DatasetPart, target: str, check_val: bool) -> Splits:
     except UserError:
         raise
     except Exception as error:  # the part's own code: any failure is its one line
-        raise DataError(f"dataset._target_={target}: its load() raised {_reason(error)}") from error
+        raise DataError(f"dataset._target_={target}: its load() raised {one_line(error)}") from error
     if not isinstance(splits, Splits):
         raise DataError(
             f"dataset._target_={target}: its load() returned {type(splits).__name__}; expected "
@@ -77,7 +70,7 @@ def _check_counts(splits: Splits, target: str) -> None:
             read = int(records.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1))
         except Exception as error:
             raise DataError(
-                f"dataset._target_={target}: its reader failed on the {split} split: {_reason(error)}"
+                f"dataset._target_={target}: its reader failed on the {split} split: {one_line(error)}"
             ) from None
         if read != source.count:
             more = read > source.count
@@ -92,10 +85,12 @@ def _check_first_batch(splits: Splits, target: str) -> None:
     """The decoder gives uint8 images [n, height, width, 3] of 0-255 and integer labels of the classes."""
     train = splits.sources["train"]
     try:
-        batch = train.for_training(0).take(FIRST_BATCH).batch(FIRST_BATCH).map(splits.decoder)
+        records = train.for_training(0).map(lambda file, number, record: record)
+        batch = records.take(FIRST_BATCH).batch(FIRST_BATCH).map(splits.decoder)
         images, labels = next(iter(batch))
     except Exception as error:
-        raise DataError(f"dataset._target_={target}: its decoder failed on the first batch: {_reason(error)}") from None
+        reason = one_line(error)
+        raise DataError(f"dataset._target_={target}: its decoder failed on the first batch: {reason}") from None
     pixels = images.numpy()
     low, high = (float(pixels.min()), float(pixels.max())) if pixels.size else (0.0, 0.0)
     if images.dtype != tf.uint8:

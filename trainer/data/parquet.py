@@ -188,14 +188,6 @@ class ArrowReader:
         )
         return records.unbatch()
 
-    def read_files(self, paths, parallel_reads=None):
-        whole = lambda path: self.read(path, tf.constant(0, tf.int64), tf.constant(-1, tf.int64))  # noqa: E731
-        if not parallel_reads:
-            return paths.flat_map(whole)
-        return paths.interleave(
-            whole, cycle_length=parallel_reads, num_parallel_calls=parallel_reads, deterministic=True
-        )
-
 
 def _first_bad_header(column, name: str) -> tuple[int, str] | None:
     """(row in the batch, reason) of the first image of a batch's column that is null, empty or has no known
@@ -246,7 +238,7 @@ def _bad_image_finder(files: list[tuple[str, str]], column: str, decoder) -> Cal
                 if found is not None:
                     raise DataError(f"{path}: row {offset + found[0]}: {found[1]}")
 
-    def find() -> None:
+    def find(error: Exception) -> None:
         log.warning(
             "A bad image stopped the input pipeline; reading the image column of %d files to name it", len(files)
         )

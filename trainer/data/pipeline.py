@@ -23,10 +23,11 @@ from collections.abc import Callable
 import tensorflow as tf
 
 from trainer.data.cache import Cache
-from trainer.data.decoders import Decoder
+from trainer.data.decoders import Decoder, decode_batch
 from trainer.data.mixing import Mixing, batch_mixer
 from trainer.data.preprocess import Preprocess, prepare_images, to_model_size
 from trainer.data.sources import Source
+from trainer.errors import DataError
 
 AUTOTUNE = tf.data.AUTOTUNE
 CACHE_DECODE_BATCH = 1024  # records decoded at once when filling the cache
@@ -53,8 +54,8 @@ def _cached(source: Source, decoder: Decoder, preprocess: Preprocess, cache: Cac
     """(image at image_size, label) per record, decoded and resized once, then kept as `cache` says (in memory,
     on disk): every later epoch, run or trial only reads and augments them."""
 
-    def decode(records):
-        images, labels = decoder(records)
+    def decode(files, numbers, records):
+        images, labels = decode_batch(decoder, files, numbers, records)
         return to_model_size(images, preprocess.image_size), labels
 
     batches = source.in_order().batch(CACHE_DECODE_BATCH).map(decode, num_parallel_calls=AUTOTUNE, deterministic=True)
@@ -138,7 +139,7 @@ def train_dataset(
     mix = batch_mixer(mixing) if mixing else None
 
     def prepare(batch, batch_seed):
-        images, labels = batch if cache else decoder(batch)
+        images, labels = batch if cache else decode_batch(decoder, *batch)
         images = prepare_images(images, preprocess, batch_seed)
         return mix(images, labels, batch_seed) if mix else (images, labels)
 
@@ -147,14 +148,29 @@ def train_dataset(
     return batches.prefetch(AUTOTUNE).with_options(_options(share is not None))
 
 
+def refuse_bad(source: Source, reasons_of: Callable[[tf.Tensor], tf.Tensor]) -> None:
+    """Reads a source once, each batch's `reasons_of(records)` in the graph (start-up checks, `inspect.check`).
+
+    Raises:
+        DataError: `FILE: record N REASON` for the first record with a reason.
+    """
+    batches = source.in_order().batch(CACHE_DECODE_BATCH)
+    batches = batches.map(lambda files, numbers, records: (files, numbers, reasons_of(records)))
+    for files, numbers, reasons in batches.prefetch(1).with_options(_options(False)):
+        bad = reasons.numpy().nonzero()[0]
+        if len(bad):
+            at = int(bad[0])
+            raise DataError(f"{files[at].numpy().decode()}: record {int(numbers[at])} {reasons[at].numpy().decode()}")
+
+
 def eval_dataset(
     source: Source, decoder: Decoder, preprocess: Preprocess, batch_size: int, cache: Cache | None = None
 ) -> tf.data.Dataset:
     """Every record once, in file order, with the evaluation preprocessing (resize, centre crop)."""
     records = _cached(source, decoder, preprocess, cache) if cache else source.in_order()
 
-    def prepare(*batch):  # (images, labels) from the cache, else (records,)
-        images, labels = batch if cache else decoder(*batch)
+    def prepare(*batch):  # (images, labels) from the cache, else (files, numbers, records)
+        images, labels = batch if cache else decode_batch(decoder, *batch)
         return prepare_images(images, preprocess), labels
 
     batches = records.batch(batch_size).map(prepare, num_parallel_calls=AUTOTUNE, deterministic=True)

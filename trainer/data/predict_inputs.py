@@ -12,21 +12,19 @@ from __future__ import annotations
 import glob
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import tensorflow as tf
 
-from trainer.data import binary, pipeline, record_rows, tfrecords
-from trainer.data.decoders import BinaryDecoder, TFRecordDecoder
+from trainer.data import binary, tfrecords
+from trainer.data.decoders import BinaryDecoder, TFRecordDecoder, attempt_each
 from trainer.data.images import decode_files, list_images
 from trainer.data.preprocess import Preprocess, prepare_images
 from trainer.data.shares import Records
 from trainer.data.sources import FixedLengthReader, Source
-from trainer.data.tfrecords import compression_of
-from trainer.errors import DataError
+from trainer.errors import DataError, one_line
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +104,7 @@ def resolve_inputs(spec: str, format: str = "auto") -> tuple[str, list[Path | st
         try:
             names = sorted(name for name in tf.io.gfile.glob(spec) if not tf.io.gfile.isdir(name))
         except tf.errors.OpError as error:
-            raise DataError(f"predict.input={spec}: cannot list it ({tfrecords.first_line(error)})") from None
+            raise DataError(f"predict.input={spec}: cannot list it ({one_line(error)})") from None
         if not names:
             raise DataError(f"predict.input={spec}: matches no file")
         kind = KINDS.get(format) or _kind(names)
@@ -137,161 +135,114 @@ def resolve_inputs(spec: str, format: str = "auto") -> tuple[str, list[Path | st
 def record_chunks(
     files: list[Path], layout: binary.BinaryLayout, preprocess: Preprocess, num_classes: int, batch_size: int
 ) -> Iterator[Chunk]:
-    """Fixed-length records, in file order; the id is the record's index over all files. A record whose
-    label is not a class of the model gets its item with the reason, and is not predicted."""
-    owners, labels = [], []
-    for file in files:  # sizes checked, naming the file
-        stored = binary.stored_labels(file, layout)
-        owners += [(file, number) for number in range(len(stored))]
-        labels += stored.tolist()
+    """Fixed-length records, in file order; the id is the record's index over all files. Each record travels
+    with its file and number, and a record whose label is not a class of the model gets its item with the
+    decoder's reason, and is not predicted."""
+    counts = [binary.records_by_size(file, layout) for file in files]  # sizes checked, naming the file
     source = Source(
-        Records.whole_files([str(file) for file in files], len(owners)), FixedLengthReader(layout.record_bytes)
+        Records.whole_files([str(file) for file in files], sum(counts)), FixedLengthReader(layout.record_bytes)
     )
+    decoder = BinaryDecoder(layout, num_classes, classes="the model's classes")
+    batches = source.in_order().batch(batch_size)
+    batches = batches.map(lambda paths, numbers, records: (paths, numbers, *decoder.checked(records)))
     index = 0
-    for images, _ in pipeline.eval_dataset(source, BinaryDecoder(layout), preprocess, batch_size):
-        items = [
-            _binary_item(index + offset, *owners[index + offset], labels[index + offset], num_classes)
-            for offset in range(len(images))
-        ]
-        index += len(items)
-        kept = [item.error is None for item in items]
-        yield items, (images if all(kept) else tf.boolean_mask(images, kept)) if any(kept) else None
-
-
-def _binary_item(index: int, file: Path, number: int, label: int, num_classes: int) -> Item:
-    if label < num_classes:
-        return Item(str(index), file.name, label)
-    reason = f"{file}: record {number} has label {label}, expected 0 to {num_classes - 1} (the model's classes)"
-    return Item(str(index), file.name, None, reason)
+    for paths, numbers, images, labels, reasons in batches.prefetch(1):
+        items = []
+        for path, number, label, reason in zip(
+            paths.numpy(), numbers.numpy(), labels.numpy(), reasons.numpy(), strict=True
+        ):
+            path = os.fsdecode(path)
+            error = f"{path}: record {number} {reason.decode()}" if reason else None
+            items.append(Item(str(index), Path(path).name, None if reason else int(label), error))
+            index += 1
+        good = reasons == ""
+        yield items, prepare_images(tf.boolean_mask(images, good), preprocess) if bool(tf.reduce_any(good)) else None
 
 
 def tfrecord_chunks(
-    files: list[Path | str], spec, preprocess: Preprocess, num_classes: int, batch_size: int
+    files: list[Path | str], spec, preprocess: Preprocess, num_classes: int, batch_size: int, resize_mode: str
 ) -> Iterator[Chunk]:
     """TFRecord files in the given order, one item per record; the id is the file name stored in the record,
-    else its index over all files. A record that cannot be used (not an Example, a label outside the model's
-    classes, an image that does not decode, a corrupted frame) gets its item with the file, the record and
-    the reason, and the rest are still predicted.
-
-    Every record is parsed, checked and decoded in tf.data by the training pipeline's own decoder (its checks
-    are the rules of a valid record); one it refuses is dropped there, and only a file that had one is read
-    again in Python (`trainer.data.record_rows`) for the reasons.
+    else its index over all files. Each record travels with its file and number through tf.data, and the
+    training pipeline's own decoder (`TFRecordDecoder.checked`) gives each its reason: a record that cannot be
+    used (not an Example, a label outside the model's classes, an image that does not decode, a corrupted frame)
+    gets its item with the file, the record and the reason, and the rest are still predicted. Encoded images
+    are made square by `resize_mode`, as training and `serve_bytes` do.
 
     Raises:
         DataError: every file holds no records, or a file's compression is not `dataset.compression`. A file of
             another layout (`dataset.format`, the keys, `dataset.stored_size`) gives each record its row.
     """
-    # Every record by one rule: record 0 that is no Example, or has no image, gets its row as record 7 does.
     kept = tfrecords.without_empty([str(file) for file in files], spec, "predict.input", tfrecords.first_labeled)
     labels = num_classes if all(kept.values()) else None  # a file without labels: no accuracy for any
+    decoder = TFRecordDecoder(spec, labels, labels is not None, resize_mode, classes="the model's classes")
     index = 0
     for path in kept:
-        for items, images in _file_chunks(path, spec, labels, batch_size, index):
+        for items, images in _file_chunks(path, spec, decoder, batch_size, index):
             index += len(items)
             yield items, prepare_images(images, preprocess) if images is not None else None
 
 
-def _name_parser(path: str, spec) -> Callable[[tf.Tensor], tf.Tensor]:
-    """Reads a record's stored file name in the graph, as the type the file's first record stores it (bytes,
-    int64 or float; a record storing another type is refused, and named, by the Python reading)."""
-    example = tfrecords.first_example(path, spec)
-    feature = example.features.feature.get(spec.filename_key) if example is not None else None
-    kind = feature.WhichOneof("kind") if feature is not None else None
-    if kind is None:
-        return lambda record: tf.constant(b"")
-    dtype = {"bytes_list": tf.string, "int64_list": tf.int64, "float_list": tf.float32}[kind]
-
-    def name(record: tf.Tensor) -> tf.Tensor:
-        values = tf.io.parse_single_example(record, {spec.filename_key: tf.io.VarLenFeature(dtype)})
-        values = values[spec.filename_key].values
-        return tf.strings.reduce_join(values if dtype == tf.string else tf.strings.as_string(values), separator=" ")
-
-    return name
+def stored_names(files: list[str], spec) -> list[str]:
+    """The file name stored in each record of `files` (its index where none), in order; names that are not
+    valid UTF-8 keep their bytes as backslash escapes, numbers become their digits."""
+    chunks = tfrecord_chunks(files, spec, Preprocess(spec.stored_size), 0, 1024, "resize")
+    return [item.id for items, _ in chunks for item in items]
 
 
-def _file_chunks(path: str, spec, num_classes: int | None, batch_size: int, first_id: int) -> Iterator[Chunk]:
-    """The items and stored-size images of one file's records, in order (see `tfrecord_chunks`)."""
-    decoder = TFRecordDecoder(spec, num_classes, labeled=num_classes is not None)
-    name_of = _name_parser(path, spec)
+def _stored_names(records: tf.Tensor, key: str) -> tf.Tensor:
+    """Each record's stored file name in the graph, whatever type it is stored as (bytes, int64 or float, its
+    values joined by spaces); "" for a record without one."""
+    empty = lambda count: {"name": tf.fill([count], "")}  # noqa: E731
+    names = empty(tf.shape(records)[0])["name"]
+    for dtype in (tf.string, tf.int64, tf.float32):  # a missing key parses as no value; another type fails
 
-    def one(number: tf.Tensor, record: tf.Tensor):
-        images, labels = decoder(record[tf.newaxis])
-        return number, images[0], labels[0], name_of(record)
+        def parse(batch: tf.Tensor, dtype=dtype) -> dict:
+            values = tf.RaggedTensor.from_sparse(tf.io.parse_example(batch, {key: tf.io.VarLenFeature(dtype)})[key])
+            values = values if dtype == tf.string else tf.strings.as_string(values)
+            return {"name": tf.strings.reduce_join(values, axis=1, separator=" ")}
 
-    records = tf.data.TFRecordDataset(path, compression_type=compression_of([path], spec.compression)).enumerate()
-    decoded = records.map(one, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).ignore_errors()
-    checked: dict[int, record_rows.CheckedRecord] | None = None  # read in Python once a record is missing
-    expected = 0
-    for numbers, images, labels, names in decoded.batch(batch_size).prefetch(1).with_options(_ordered()):
-        numbers = numbers.numpy().tolist()
-        if numbers[-1] - expected + 1 > len(numbers):  # some records of this run were refused
-            checked = checked or _checked_in_python(path, spec, num_classes)
-        good = zip(images.numpy(), labels.numpy().tolist(), names.numpy().tolist(), strict=True)
-        found = {number: (image, label, name.decode("utf-8", errors="backslashreplace"))
-                 for number, (image, label, name) in zip(numbers, good, strict=True)}  # fmt: skip
-        yield _chunk(range(expected, numbers[-1] + 1), found, checked, path, first_id, num_classes)
-        expected = numbers[-1] + 1
-    if _readable_records(path, spec) != expected:  # refused records at the end, or a broken frame
-        checked = checked or _checked_in_python(path, spec, num_classes)
-        yield _chunk([number for number in sorted(checked) if number >= expected], {}, checked, path, first_id, None)
+        names = tf.cond(
+            tf.reduce_all(names != ""),
+            lambda names=names: names,
+            lambda names=names, parse=parse: tf.where(
+                names != "", names, attempt_each(parse, records, empty)[0]["name"]
+            ),
+        )
+    return names
+
+
+def _file_chunks(path: str, spec, decoder: TFRecordDecoder, batch_size: int, first_id: int) -> Iterator[Chunk]:
+    """The items and stored-size images of one file's records, in order (see `tfrecord_chunks`); a corrupted or
+    truncated frame ends the file with one item that says so."""
+
+    def decode(numbers: tf.Tensor, records: tf.Tensor):
+        return numbers, *decoder.checked(records), _stored_names(records, spec.filename_key)
+
+    try:
+        for batch in tfrecords.numbered_batches(path, spec, batch_size, decode):
+            yield _chunk(path, first_id, decoder.num_classes, *batch)
+    except tfrecords.BrokenFile as broken:
+        error = f"{path}: record {broken.number} is corrupted or truncated: the rest of the file cannot be read"
+        yield [Item(str(first_id + broken.number), _file_name(path), None, error)], None
+
+
+def _chunk(path: str, first_id: int, num_classes, numbers, images, labels, reasons, names) -> Chunk:
+    """Items for one batch of a file's records, and the images of those without a reason."""
+    items = []
+    rows = zip(numbers.numpy().tolist(), labels.numpy().tolist(), reasons.numpy(), names.numpy(), strict=True)
+    for number, label, reason, name in rows:
+        name = name.decode("utf-8", errors="backslashreplace") or str(first_id + number)
+        error = f"{path}: record {number} {reason.decode()}" if reason else None
+        known = num_classes is not None and 0 <= label < num_classes
+        items.append(Item(name, _file_name(path), label if known else None, error))
+    good = reasons == ""
+    return items, tf.boolean_mask(images, good) if bool(tf.reduce_any(good)) else None
 
 
 def _file_name(path: str) -> str:
     """A record file's name for the `file` column, as `.bin` rows give theirs (`gs://b/x.tfrecord` -> x.tfrecord)."""
     return path.rstrip("/").rsplit("/", 1)[-1]
-
-
-def _chunk(numbers, found: dict, checked: dict | None, path: str, first_id: int, num_classes: int | None) -> Chunk:
-    """Items for the records `numbers` of one file: those the pipeline decoded (`found`), else what the Python
-    reading says (a record the graph could not express, such as a file name of another type, is still used)."""
-    items, images = [], []
-    for number in numbers:
-        if number in found:
-            image, label, name = found[number]
-            items.append(Item(name or str(first_id + number), _file_name(path), label if num_classes else None))
-            images.append(image)
-            continue
-        record = checked[number]
-        error = f"{path}: record {record.number} {record.error}" if record.error else None
-        items.append(Item(record.name or str(first_id + number), _file_name(path), record.label, error))
-        if error is None:
-            images.append(record.image)
-    return items, tf.constant(np.stack(images)) if images else None
-
-
-def _ordered() -> tf.data.Options:
-    options = tf.data.Options()
-    options.deterministic = True
-    options.autotune.enabled = False  # as in trainer.data.pipeline: no model thread to wait for at the end
-    return options
-
-
-def _checked_in_python(path: str, spec, num_classes: int | None) -> dict[int, record_rows.CheckedRecord]:
-    """Every record of one file read and checked in Python, by number, each usable one with its image (a record
-    that passes these checks but not the decoder gets the decoder's reason)."""
-    decoder = TFRecordDecoder(spec, labeled=False)
-    checked = {}
-    for records in record_rows.read_checked(path, spec, num_classes, 256):
-        for record in records:
-            if record.error is None:
-                images, refused = tfrecords.decode_each([record.serialized], decoder)
-                record.error = f"cannot be decoded: {refused[0]}" if refused[0] else None
-                record.image = None if refused[0] else images[0].numpy()
-            checked[record.number] = record
-    return checked
-
-
-def _readable_records(path: str, spec) -> int | None:
-    """The records of a file, counted in C++ without parsing them; None when a frame is broken."""
-    count = 0
-    try:
-        for batch in tf.data.TFRecordDataset(path, compression_type=compression_of([path], spec.compression)).batch(
-            4096
-        ):
-            count += int(batch.shape[0])
-    except tf.errors.OpError:
-        return None
-    return count
 
 
 def _class_of(file: Path, root: Path | None, class_names: list[str]) -> int | None:

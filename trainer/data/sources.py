@@ -25,11 +25,8 @@ class Reader(Protocol):
     parallel: bool  # read several files at once in training (many shards), else one after another
 
     def read(self, path: tf.Tensor, start: tf.Tensor, length: tf.Tensor) -> tf.data.Dataset:
-        """The serialized records [start, start + length) of one file (length -1: to its end)."""
-
-    def read_files(self, paths: tf.data.Dataset, parallel_reads: int | None = None) -> tf.data.Dataset:
-        """Every record of whole files, in the order `paths` yields them (`parallel_reads` at once, in a fixed
-        interleaving)."""
+        """The serialized records [start, start + length) of one file (length -1: to its end); `Source` numbers
+        them, so each keeps its file and number (its provenance) through the pipeline."""
 
 
 @dataclass(frozen=True)
@@ -43,8 +40,10 @@ class FixedLengthReader:
         records = tf.data.FixedLengthRecordDataset(path, self.record_bytes, header_bytes=start * self.record_bytes)
         return records.take(length)
 
-    def read_files(self, paths, parallel_reads=None):
-        return tf.data.FixedLengthRecordDataset(paths, self.record_bytes, num_parallel_reads=parallel_reads)
+
+def tfrecord_dataset(paths, compression_type: str = "", parallel_reads: int | None = None) -> tf.data.Dataset:
+    """The records of TFRecord files (`compression_type` "", "GZIP" or "ZLIB"): the one place they are opened."""
+    return tf.data.TFRecordDataset(paths, compression_type=compression_type, num_parallel_reads=parallel_reads)
 
 
 @dataclass(frozen=True)
@@ -55,10 +54,7 @@ class TFRecordReader:
     parallel: bool = True
 
     def read(self, path, start, length):
-        return tf.data.TFRecordDataset(path, compression_type=self.compression_type).skip(start).take(length)
-
-    def read_files(self, paths, parallel_reads=None):
-        return tf.data.TFRecordDataset(paths, compression_type=self.compression_type, num_parallel_reads=parallel_reads)
+        return tfrecord_dataset(path, self.compression_type).skip(start).take(length)
 
 
 @dataclass(frozen=True)
@@ -72,36 +68,34 @@ class Source:
     def count(self) -> int:
         return self.records.count
 
-    @property
-    def _whole_files(self) -> bool:
-        return all(start == 0 and length == -1 for _, start, length in self.records.ranges)
-
     def _ranges(self) -> tf.data.Dataset:
         paths, starts, lengths = zip(*self.records.ranges, strict=True)
         return tf.data.Dataset.from_tensor_slices(
             (list(paths), tf.constant(starts, tf.int64), tf.constant(lengths, tf.int64))
         )
 
+    def _numbered(self, path: tf.Tensor, start: tf.Tensor, length: tf.Tensor) -> tf.data.Dataset:
+        """One range's records, each with its provenance: (its file, its number in that file, the record)."""
+        return self.reader.read(path, start, length).enumerate(start).map(lambda number, record: (path, number, record))
+
     def _read(self, order: tf.data.Dataset, parallel_reads: int | None) -> tf.data.Dataset:
-        """The records of `order`'s ranges: whole files through the reader's own file reader (TFRecordDataset's
-        parallel reads are faster than an interleave of single files), ranges interleaved."""
-        if self._whole_files:
-            return self.reader.read_files(order.map(lambda path, start, length: path), parallel_reads)
+        """The numbered records of `order`'s ranges: one after another, or `parallel_reads` files interleaved."""
         if parallel_reads is None:
-            return order.flat_map(self.reader.read)
+            return order.flat_map(self._numbered)
         return order.interleave(
-            self.reader.read, cycle_length=parallel_reads, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+            self._numbered, cycle_length=parallel_reads, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
         )
 
     def in_order(self) -> tf.data.Dataset:
-        """Every record once, files in the given order; the count is stated, so Keras can size an epoch."""
+        """Every record once, as (file, number in it, record), files in the given order; the count is stated, so
+        Keras can size an epoch."""
         records = self._read(self._ranges(), None)
         return records.apply(tf.data.experimental.assert_cardinality(self.count))
 
     def for_training(self, seed: int) -> tf.data.Dataset:
-        """One pass's records in reading order: with a parallel reader, the files in an order seeded anew each
-        pass and read several at once (deterministically); else in file order. The pipeline's shuffle
-        buffer mixes them."""
+        """One pass's (file, number, record)s in reading order: with a parallel reader, the files in an order
+        seeded anew each pass and read several at once (deterministically); else in file order. The pipeline's
+        shuffle buffer mixes them."""
         if not self.reader.parallel or len(self.records.ranges) < 2:
             return self._read(self._ranges(), None)
         order = self._ranges().shuffle(len(self.records.ranges), seed=seed, reshuffle_each_iteration=True)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import logging
 
+import tensorflow as tf
+
 from trainer.data import tfrecords
 from trainer.data.decode import check_decode
 from trainer.data.decoders import TFRecordDecoder
@@ -55,18 +57,19 @@ def _file_counts(files: list[str], manifest: dict | None, spec) -> list[int]:
     return [tfrecords.scan_records(file, spec) for file in files]
 
 
-def _bad_record_finder(files: dict[str, list[str]], spec: tfrecords.RecordSpec, num_classes: int):
-    """`Splits.find_bad_record` (with a manifest, no file was read whole at start-up): every file of every
-    split is read once, checksums and labels checked, then decoded as the pipeline does, until one fails."""
+def _broken_frame_finder(files: dict[str, list[str]], spec: tfrecords.RecordSpec):
+    """`Splits.find_bad_record`: a bad record is named by the pipeline itself (its provenance and the decoder's
+    reason); only a corrupted frame, which holds no record to carry, is found by reading the frames again (with
+    a manifest, no file was read whole at start-up)."""
     paths = list(dict.fromkeys(path for split in files.values() for path in split))
 
-    def find() -> None:
-        log.warning("A bad record stopped the input pipeline; reading the %d record files to name it", len(paths))
-        for path in paths:
-            tfrecords.scan_file(path, spec, num_classes)  # raises a DataError naming the file and record
-        decoder = TFRecordDecoder(spec, num_classes)
-        for path in paths:  # an image feature that is missing, empty, repeated or of the wrong length
-            tfrecords.find_undecodable(path, spec, decoder)
+    def find(error: Exception) -> None:
+        if not isinstance(error, tf.errors.DataLossError):
+            return
+        log.warning("A corrupted frame stopped the input pipeline; reading the %d record files to name it", len(paths))
+        for path in paths:  # raises BrokenFile, naming the file and record
+            for _ in tfrecords.numbered_batches(path, spec, tfrecords.SCAN_BATCH, lambda numbers, records: numbers):
+                pass
 
     return find
 
@@ -226,7 +229,7 @@ class TFRecordFiles:
             class_names,
             lambda: (files["train"], _file_counts(files["train"], manifest, spec)),
             {split: entry["per_class"] for split, entry in (manifest or {}).get("splits", {}).items()},
-            _bad_record_finder(files, spec, num_classes),
+            _broken_frame_finder(files, spec),
             resize_mode=resize_mode,
             photos=spec.format != "raw",
         )
@@ -235,5 +238,5 @@ class TFRecordFiles:
         """`mode=predict` on TFRecord files of this layout (their own manifest's, when they have one)."""
         if kind != "tfrecords":
             return None
-        spec = self.spec([str(file) for file in files])[0]
-        return tfrecord_chunks(files, spec, preprocess, num_classes, batch_size)
+        spec, _, resize_mode = self.spec([str(file) for file in files])
+        return tfrecord_chunks(files, spec, preprocess, num_classes, batch_size, resize_mode)

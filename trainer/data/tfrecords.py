@@ -21,50 +21,21 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import struct
-from dataclasses import dataclass
+from collections.abc import Iterator
 
 import tensorflow as tf
 from google.protobuf.message import DecodeError
 
 from trainer.data import record_writer
-from trainer.data.record_writer import DEFAULT_KEYS, FORMATS
-from trainer.errors import TF_FUNCTION_NODE, DataError
+from trainer.data.decoders import COMPRESSIONS, RecordSpec, TFRecordDecoder  # noqa: F401 (the spec, read here)
+from trainer.data.sources import tfrecord_dataset
+from trainer.errors import DataError, one_line
 
 log = logging.getLogger(__name__)
 
-COMPRESSIONS = ("auto", "none", "gzip", "zlib")
 TF_COMPRESSION = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}  # our names -> TFRecordDataset's compression_type
 SCAN_BATCH = 1024  # records parsed at once when counting and checking a file
-
-
-@dataclass(frozen=True)
-class RecordSpec:
-    """How images are stored in the records."""
-
-    format: str = "raw"  # raw | jpeg
-    stored_size: int = 224  # raw: side of the stored square image
-    image_key: str = "img_raw"
-    label_key: str = "label"
-    filename_key: str = "filename"
-    compression: str = "auto"  # auto | none | gzip | zlib
-
-    @classmethod
-    def for_format(
-        cls, format: str, stored_size: int = 224, compression: str = "auto", **keys: str | None
-    ) -> RecordSpec:
-        """The spec with the default keys of `format`, overridden by any non-empty `keys`."""
-        if format not in FORMATS:
-            raise ValueError(f"format must be one of {FORMATS}. Received: format={format}")
-        if compression not in COMPRESSIONS:
-            raise ValueError(f"compression must be one of {COMPRESSIONS}. Received: compression={compression}")
-        chosen = {**DEFAULT_KEYS[format], **{name: key for name, key in keys.items() if key}}
-        return cls(format, stored_size, chosen["image"], chosen["label"], chosen["filename"], compression)
-
-    @property
-    def raw_bytes(self) -> int:
-        return self.stored_size * self.stored_size * 3
 
 
 def make_example(
@@ -100,7 +71,7 @@ def expand(patterns: list[str] | str, key: str) -> list[str]:
         try:
             matched = sorted(tf.io.gfile.glob(pattern))
         except tf.errors.OpError as error:
-            raise DataError(f"{key}: cannot list {pattern} ({first_line(error)})") from None
+            raise DataError(f"{key}: cannot list {pattern} ({one_line(error)})") from None
         if not matched:
             raise DataError(f"{key}: {pattern} matches no file")
         for path in matched:
@@ -133,7 +104,7 @@ def detect_compression(path: str) -> str | None:
         with tf.io.gfile.GFile(path, "rb") as handle:
             head = handle.read(12)
     except tf.errors.OpError as error:
-        raise DataError(f"{path}: cannot read it ({first_line(error)})") from None
+        raise DataError(f"{path}: cannot read it ({one_line(error)})") from None
     if not head:
         return "none"  # empty: reported as "holds no records"
     if len(head) == 12 and struct.unpack("<I", head[8:])[0] == record_writer.masked_crc(head[:8]):
@@ -192,23 +163,59 @@ def without_empty(paths: list[str], spec: RecordSpec, key: str, first=None) -> d
     return kept
 
 
-def first_line(error: tf.errors.OpError) -> str:
-    """An op error's first line as we show it: without TensorFlow's `{{function_node ...}}` prefix and its
-    `[Op:...]` suffix."""
-    text = error.message.splitlines()[0] if error.message else type(error).__name__
-    text = re.sub(r"\s*\[Op:[^\]]*\].*|Name: <unknown>, ", "", TF_FUNCTION_NODE.sub("", text)).strip()
-    return text or type(error).__name__
-
-
 FIRST_LOOK = 64  # records read to find a file's first Example
+
+
+def records_of(path: str, spec: RecordSpec) -> tf.data.Dataset:
+    """Every record of one file, read as `spec.compression` says (checked against its first bytes)."""
+    return tfrecord_dataset(path, compression_of([path], spec.compression))
+
+
+class BrokenFile(DataError):
+    """A corrupted or truncated frame: TFRecord frames cannot be re-synchronized after it."""
+
+    def __init__(self, path: str, number: int, exact: bool):
+        where = f"at record {number}" if exact else f"at or after record {number}"
+        super().__init__(f"{path}: corrupted or truncated TFRecord file {where}")
+        self.number = number
+
+
+def numbered_batches(path: str, spec: RecordSpec, batch_size: int, decode) -> Iterator:
+    """`decode(numbers, records)` of each batch of one file's records, numbered from 0 in the file: how a record
+    keeps its provenance through tf.data.
+
+    Raises:
+        BrokenFile: at a corrupted or truncated frame, after the records before it. An uncompressed file is
+            read up to it (`ignore_errors`) and found by its bytes: each record takes its length and 16 bytes
+            of frame, so a file read whole adds up to its size. A compressed one stops at its error, in a batch.
+    """
+    compression = compression_of([path], spec.compression)
+    records = tfrecord_dataset(path, compression).enumerate()
+    records = records.ignore_errors(log_warning=False) if not compression else records
+
+    def sized(numbers: tf.Tensor, batch: tf.Tensor):
+        return decode(numbers, batch), numbers[-1] + 1, tf.reduce_sum(tf.strings.length(batch) + 16)
+
+    options = tf.data.Options()
+    options.deterministic = True
+    options.autotune.enabled = False  # as in trainer.data.pipeline: no model thread to wait for at the end
+    batches = records.batch(batch_size).map(sized, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    read = after = 0
+    try:
+        for decoded, end, size in batches.prefetch(1).with_options(options):
+            yield decoded
+            read, after = read + int(size), int(end)
+    except tf.errors.OpError:
+        raise BrokenFile(path, after, exact=False) from None
+    if not compression and read != tf.io.gfile.stat(path).length:
+        raise BrokenFile(path, after, exact=True)
 
 
 def first_example(path: str, spec: RecordSpec) -> tf.train.Example | None:
     """The first record of a file that parses as an Example, among its first `FIRST_LOOK`; None when none does
     (or the file has no records, or a broken frame comes first)."""
-    records = tf.data.TFRecordDataset(path, compression_type=compression_of([path], spec.compression))
     try:
-        for record in records.take(FIRST_LOOK):
+        for record in records_of(path, spec).take(FIRST_LOOK):
             try:
                 return tf.train.Example.FromString(record.numpy())
             except DecodeError:
@@ -222,9 +229,8 @@ def first_labeled(path: str, spec: RecordSpec) -> bool | None:
     """Whether a file's records are labeled, told by its first Example (no Example among the first records: not
     labeled); None for a file with no records. Unlike `inspect_first` it judges no record: `mode=predict`
     gives every refused record its row, the first as any other."""
-    records = tf.data.TFRecordDataset(path, compression_type=compression_of([path], spec.compression))
     try:
-        if next(iter(records.take(1)), None) is None:
+        if next(iter(records_of(path, spec).take(1)), None) is None:
             return None
     except tf.errors.OpError:
         return False  # a broken first frame: its row says so
@@ -238,144 +244,61 @@ def inspect_first(path: str, spec: RecordSpec) -> bool | None:
 
     Raises:
         DataError: the file is unreadable, compressed otherwise than `spec.compression`, or its first
-            record is not an Example or has the wrong keys or image size.
+            record is not an Example, has the wrong keys, or is refused by the decoder (its reason).
     """
-    compression = compression_of([path], spec.compression)
     try:
-        first = next(iter(tf.data.TFRecordDataset(path, compression_type=compression).take(1)), None)
+        first = next(iter(records_of(path, spec).take(1)), None)
     except tf.errors.OpError as error:
-        raise DataError(f"{path}: not a readable TFRecord file ({first_line(error)})") from None
+        raise DataError(f"{path}: not a readable TFRecord file ({one_line(error)})") from None
     if first is None:
         return None
     try:
-        example = tf.train.Example.FromString(first.numpy())
+        features = tf.train.Example.FromString(first.numpy()).features.feature
     except DecodeError as error:
         raise DataError(f"{path}: record 0 is not a tf.train.Example ({error})") from None
-    features = example.features.feature
     if spec.image_key not in features:
         raise DataError(
             f"{path}: record 0 has no '{spec.image_key}' feature; keys: {sorted(features)} "
             f"(set dataset.format or dataset.image_key)"
         )
-    values = features[spec.image_key].bytes_list.value
-    if len(values) != 1 or not values[0]:
-        raise DataError(f"{path}: record 0 '{spec.image_key}' must hold one non-empty byte string; it holds none")
-    if spec.format == "raw" and len(values[0]) != spec.raw_bytes:
-        raise DataError(
-            f"{path}: record 0 '{spec.image_key}' holds {len(values[0])} bytes, expected "
-            f"{spec.stored_size}x{spec.stored_size}x3 = {spec.raw_bytes} (set dataset.stored_size)"
-        )
-    return spec.label_key in features
+    labeled = spec.label_key in features
+    reason = TFRecordDecoder(spec, labeled=labeled).checked(first[tf.newaxis])[2][0].numpy().decode()
+    if reason:
+        raise DataError(f"{path}: record 0 {reason}")
+    return labeled
 
 
-def scan_file(path: str, spec: RecordSpec, num_classes: int | None = None) -> int:
-    """Reads a whole file once: every checksum, and (given `num_classes`) every label's range.
+def scan_records(path: str, spec: RecordSpec | None = None, num_classes: int | None = None) -> int:
+    """Reads a whole file once: every checksum, and (given `num_classes`) every record's parse and label.
 
     Returns:
         The number of records.
 
     Raises:
-        DataError: naming the file and record: a corrupted or truncated record, a record that
-            is not an Example, a label outside [0, num_classes).
+        DataError: naming the file and record: a corrupted or truncated frame, a record that is not an
+            Example, a label outside [0, num_classes), by the decoder's rules (`TFRecordDecoder.label_reasons`).
     """
-    description = {spec.label_key: tf.io.FixedLenFeature([], tf.int64)} if num_classes is not None else {}
-    compression = compression_of([path], spec.compression)
-    batches = iter(tf.data.TFRecordDataset(path, compression_type=compression).batch(SCAN_BATCH))
-    count = 0
-    while True:
-        try:
-            batch = next(batches, None)
-        except tf.errors.OpError as error:
-            bad = count + _readable_records(path, compression, count)
-            raise DataError(
-                f"{path}: corrupted or truncated TFRecord file at record {bad} ({first_line(error)})"
-            ) from None
-        if batch is None:
-            return count
-        if num_classes is not None:
-            labels = _parse_checked(path, batch, description, count)[spec.label_key].numpy()
-            bad = ((labels < 0) | (labels >= num_classes)).nonzero()[0]
-            if len(bad):
-                raise DataError(
-                    f"{path}: record {count + int(bad[0])} has label {int(labels[bad[0]])}, "
-                    f"expected 0 to {num_classes - 1} (dataset.num_classes={num_classes})"
-                )
-        count += int(batch.shape[0])
+    spec = spec or RecordSpec()
+    decoder = TFRecordDecoder(spec, num_classes)
+    reasons = decoder.label_reasons if num_classes is not None else lambda records: tf.fill(tf.shape(records), "")
+    return refuse_first(path, spec, reasons)
 
 
-def decode_each(serialized: list[bytes], decoder) -> tuple[tf.Tensor | None, list[str | None]]:
-    """The images of the records that the pipeline's `decoder` takes (all at once, else one by one), and for
-    each record None or the reason it refuses it."""
-    if not serialized:
-        return None, []
-    try:
-        return decoder(tf.constant(serialized))[0], [None] * len(serialized)
-    except tf.errors.InvalidArgumentError:
-        pass
-    images, reasons = [], []
-    for record in serialized:
-        try:
-            images.append(decoder(tf.constant([record]))[0])
-            reasons.append(None)
-        except tf.errors.InvalidArgumentError as error:
-            reasons.append(first_line(error))
-    return (tf.concat(images, 0) if images else None), reasons
-
-
-def find_undecodable(path: str, spec: RecordSpec, decoder) -> None:
-    """Decodes every record of a file with the pipeline's own `decoder`.
+def refuse_first(path: str, spec: RecordSpec, reasons_of) -> int:
+    """Reads one file, each batch's `reasons_of(records)` in the graph, and returns its number of records.
 
     Raises:
-        DataError: naming the file and the first record the decoder refuses (an image feature that is
-            missing, empty, repeated or of the wrong length; a JPEG that does not decode), with its reason.
+        DataError: `FILE: record N REASON` for the first record with a reason (or a broken frame).
     """
-    compression = compression_of([path], spec.compression)
     count = 0
-    for batch in tf.data.TFRecordDataset(path, compression_type=compression).batch(SCAN_BATCH):
-        _, reasons = decode_each(list(batch.numpy()), decoder)
-        for offset, refused in enumerate(reasons):
-            if refused:
-                raise DataError(f"{path}: record {count + offset} cannot be decoded: {refused}")
-        count += len(reasons)
-
-
-def _readable_records(path: str, compression: str, start: int) -> int:
-    """How many records after the first `start` read before the error (only run once a read has failed)."""
-    count = 0
-    try:
-        for _ in tf.data.TFRecordDataset(path, compression_type=compression).skip(start):
-            count += 1
-    except tf.errors.OpError:
-        pass
+    for numbers, reasons in numbered_batches(
+        path, spec, SCAN_BATCH, lambda numbers, records: (numbers, reasons_of(records))
+    ):
+        bad = reasons.numpy().nonzero()[0]
+        if len(bad):
+            raise DataError(f"{path}: record {int(numbers[bad[0]])} {reasons[bad[0]].numpy().decode()}")
+        count = int(numbers[-1]) + 1
     return count
-
-
-def _parse_checked(path: str, batch: tf.Tensor, description: dict, first: int) -> dict:
-    """`parse_example` of a batch; on failure, parses record by record to name the one at fault."""
-    # TensorFlow quotes the bad record in its message, which Python then fails to decode: both mean "bad record".
-    try:
-        return tf.io.parse_example(batch, description)
-    except (tf.errors.InvalidArgumentError, UnicodeDecodeError):
-        pass
-    for offset, record in enumerate(batch):
-        try:
-            tf.io.parse_single_example(record, description)
-        except (tf.errors.InvalidArgumentError, UnicodeDecodeError) as error:
-            reason = first_line(error) if isinstance(error, tf.errors.OpError) else "not a valid Example"
-            raise DataError(
-                f"{path}: record {first + offset} does not parse as an Example with {sorted(description)} "
-                f"({reason}); check dataset.label_key/filename_key"
-            ) from None
-    raise DataError(f"{path}: records {first} to {first + len(batch) - 1} do not parse")
-
-
-def scan_records(path: str, spec: RecordSpec | None = None, num_classes: int | None = None) -> int:
-    """Records in a file, every checksum checked (and every label, given `num_classes`).
-
-    Raises:
-        DataError: the file is corrupted or truncated, or a label is out of range.
-    """
-    return scan_file(path, spec or RecordSpec(), num_classes)
 
 
 def read_manifest(files: list[str]) -> tuple[str | None, dict | None]:

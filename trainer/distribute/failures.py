@@ -18,7 +18,7 @@ import tensorflow as tf
 from tensorflow.python.eager import context
 
 from trainer.distribute.topology import in_multi_worker_mode
-from trainer.errors import ClusterError, DataError, UserError, one_line, op_error_reason
+from trainer.errors import ClusterError, DataError, UserError, one_line
 
 _PEER = re.compile(r"/job:(\w+)(?:/replica:\d+)?/task:(\d+)")
 # A peer's own error, as `errors_told_to_peers` reports it to the cluster: "vggtrain worker1 stopped: <<error: ...>>"
@@ -58,7 +58,7 @@ def _lost_task(strategy: tf.distribute.Strategy, message: str) -> str:
 def _cause(error: tf.errors.OpError, message: str) -> str:
     """TensorFlow's reason without the graph node's Python traceback in front of it or the node after it."""
     at = message.find("Collective ops is aborted by")
-    text = message[at:] if at >= 0 else op_error_reason(error)
+    text = message[at:] if at >= 0 else one_line(error)
     return re.sub(r"\s*\[\[.*", "", text)[:200]
 
 
@@ -70,7 +70,7 @@ def collective_errors(strategy: tf.distribute.Strategy, progress: Callable[[], s
     try:
         yield
     except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as error:
-        raise DataError(f"bad input data: {op_error_reason(error)}") from None
+        raise DataError(f"bad input data: {one_line(error)}") from None
     except PEER_ERRORS as error:
         message = " ".join(str(error.message).split())
         if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) or not is_peer_failure(error):

@@ -39,7 +39,7 @@ from mlflow.models import ModelSignature
 from mlflow.types.schema import AnyType, Array, ColSpec, DataType, Schema
 
 from trainer.data.decode import MAX_PIXELS
-from trainer.errors import op_error_reason
+from trainer.errors import one_line
 from trainer.runs import checkpoints
 from trainer.serving.saved_model import bytes_function, serving_function
 
@@ -107,7 +107,7 @@ class ImageClassifier(mlflow.pyfunc.PythonModel):
             return function(batch)["probabilities"].numpy()
         except tf.errors.InvalidArgumentError as error:  # serve_bytes names a string by its index in `batch`
             reason = re.sub(
-                r"image_bytes\[(\d+)\]", lambda found: f"row {rows[int(found[1])]}: {ENCODED!r}", op_error_reason(error)
+                r"image_bytes\[(\d+)\]", lambda found: f"row {rows[int(found[1])]}: {ENCODED!r}", one_line(error)
             )
             raise _bad_request(reason) from None
 

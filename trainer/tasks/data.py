@@ -31,7 +31,7 @@ from trainer.data.mixing import Mixing
 from trainer.data.parts import DatasetPart, Splits
 from trainer.data.preprocess import Preprocess
 from trainer.data.sources import Source
-from trainer.errors import ConfigError, DataError, op_error_reason
+from trainer.errors import ConfigError, DataError, one_line
 from trainer.targets import build_target
 
 log = logging.getLogger(__name__)
@@ -76,8 +76,8 @@ class Data:
     train_left_out: int = 0  # training records an epoch of `train_steps` steps leaves out (`pipeline.pass_batches`)
     # The same training input from batch N of its stream on: (train, train_for_worker), for a resumed run.
     train_from: Callable[[int], tuple[tf.data.Dataset, Callable | None]] | None = None
-    # Reads the files again to name the one holding a bad record (raises a DataError); None: checked at start-up.
-    find_bad_record: Callable[[], None] | None = None
+    # Names what the pipeline's error could not (a corrupted frame; raises a DataError); None: nothing to name.
+    find_bad_record: Callable[[Exception], None] | None = None
     # Per split: its record count and [file name, bytes, sampled sha256, first record, records or -1] per range
     # (or the part's own: a folder's file list).
     fingerprint: dict = field(default_factory=dict)
@@ -96,8 +96,8 @@ class Data:
             yield
         except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as error:
             if self.find_bad_record is not None:
-                self.find_bad_record()
-            raise DataError(f"bad input data: {op_error_reason(error)}") from None
+                self.find_bad_record(error)
+            raise DataError(f"bad input data: {one_line(error)}") from None
 
 
 def build_part(dataset: DatasetConfig) -> DatasetPart:
