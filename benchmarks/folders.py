@@ -75,21 +75,23 @@ def jpeg_folder(folder: Path, width: int, height: int, num_train: int, num_val: 
 
 
 def our_folder_train(root: Path, *extra: str):
-    """The train pipeline `python run.py dataset=folder dataset.data_dir=ROOT dataset.augment.flip=false EXTRA`
-    builds (`dataset.cache=off`: each epoch decodes, as the first does)."""
+    """The train pipeline `python run.py dataset=folder dataset.data_dir=ROOT dataset.augment.flip=false
+    dataset.augment.crop=none EXTRA` builds (`dataset.cache=off`: each epoch decodes, as the first does)."""
     return our_folder_data(root, *extra).train
 
 
 def our_folder_data(root: Path, *extra: str):
-    """The data of `python run.py dataset=folder dataset.data_dir=ROOT dataset.augment.flip=false EXTRA`: the
-    folder listed and every file checked; each pipeline is built when first read."""
+    """The data of `python run.py dataset=folder dataset.data_dir=ROOT dataset.augment.flip=false
+    dataset.augment.crop=none EXTRA` (no augmentation, as image_dataset_from_directory has none): the folder
+    listed and every file checked; each pipeline is built when first read."""
     from hydra import compose, initialize_config_dir
 
     from trainer.config import register, to_settings
     from trainer.tasks.data import load_data
 
     register()
-    overrides = ["dataset=folder", f"dataset.data_dir={root}", "dataset.augment.flip=false", "output_dir=unused"]
+    overrides = ["dataset=folder", f"dataset.data_dir={root}", "output_dir=unused"]
+    overrides += ["dataset.augment.flip=false", "dataset.augment.crop=none"]  # the photo recipe's crop too
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         settings = to_settings(compose("config", overrides=[*overrides, *extra]))
     return load_data(settings.dataset, batch_size=BATCH_SIZE, seed=0)
