@@ -95,7 +95,7 @@ def _textbook_parse(format: str, augment: bool, size: int = 224):
     """The per-example recipe: `parse_single_example`, decode, and (if `augment`) flip and standardize one image."""
     import tensorflow as tf
 
-    from trainer.data.tfrecords import DEFAULT_KEYS
+    from trainer.data.record_writer import DEFAULT_KEYS
 
     keys = DEFAULT_KEYS[format]
     description = {
@@ -132,7 +132,7 @@ def _handwritten_batched(files, format: str, batch_size: int, size: int = 224):
     this project."""
     import tensorflow as tf
 
-    from trainer.data.tfrecords import DEFAULT_KEYS
+    from trainer.data.record_writer import DEFAULT_KEYS
 
     keys = DEFAULT_KEYS[format]
     description = {
