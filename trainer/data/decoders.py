@@ -181,7 +181,15 @@ class TFRecordDecoder:
             return {**{key: tf.fill([count], fill[kind]) for key, kind in keys.items()},
                     **{key + "#": tf.zeros([count], tf.int32) for key in keys}}  # fmt: skip
 
-        return attempt_each(parse, records, empty)
+        def one_each(batch: tf.Tensor) -> dict:  # the fast parse: it fails unless every key holds one value
+            parsed = tf.io.parse_example(batch, {key: tf.io.FixedLenFeature([], kind) for key, kind in keys.items()})
+            ones = tf.ones(tf.shape(batch), tf.int32)
+            return {**parsed, **{key + "#": ones for key in keys}}
+
+        fast, ok = attempt(one_each, records, empty(tf.shape(records)[0]))
+        return tf.cond(
+            ok, lambda: (fast, tf.fill(tf.shape(records), True)), lambda: attempt_each(parse, records, empty)
+        )
 
     def _labeled(self, records: tf.Tensor) -> tuple[dict, tf.Tensor, tf.Tensor]:
         """(the parse, int32 labels, reasons) of a batch: the rules of the record and its label, no image decoded."""
@@ -215,7 +223,8 @@ class TFRecordDecoder:
             size = tf.strings.join([f"cannot be decoded: '{key}' holds ", tf.strings.as_string(lengths), expected])
             image = first_reason(image, tf.where(lengths == spec.raw_bytes, "", size))
             reasons = first_reason(label, image)
-            good = tf.where(reasons == "", encoded, bytes(spec.raw_bytes))  # a bad record's image is black
+            black = lambda: tf.where(reasons == "", encoded, bytes(spec.raw_bytes))  # noqa: E731 (a bad record's image)
+            good = tf.cond(tf.reduce_all(reasons == ""), lambda: encoded, black)
             images = tf.reshape(tf.io.decode_raw(good, tf.uint8), [-1, spec.stored_size, spec.stored_size, 3])
             return images, labels, reasons
         images, refused = decode_checked(encoded, spec.stored_size, self.resize_mode)  # the one decode
