@@ -393,7 +393,7 @@ def decode_checked(data: tf.Tensor, size: int, mode: str = "resize", max_pixels:
     with its reason, a decoded one with "". Our header checks could say why, but libjpeg's and libpng's own
     errors (`Invalid JPEG data, size 459` for a truncated file) cannot be caught in a graph: so the batch is
     decoded whole inside a one-element tf.data map that drops a failure (as fast as `decode_images`), and only a
-    batch that failed is decoded again image by image (`_decode_each_checked`) for each image's reason."""
+    batch that failed is decoded again image by image (`_decode_one_by_one`) for each image's reason."""
     _check_mode(mode)
     count = tf.shape(data)[0]
     whole = tf.data.Dataset.from_tensors(data).map(
@@ -404,11 +404,11 @@ def decode_checked(data: tf.Tensor, size: int, mode: str = "resize", max_pixels:
     return tf.cond(
         decoded,
         lambda: (tf.ensure_shape(images, [None, size, size, 3]), tf.fill([count], "")),
-        lambda: _decode_each_checked(data, size, mode, max_pixels),
+        lambda: _decode_one_by_one(data, size, mode, max_pixels),
     )
 
 
-def _decode_each_checked(data: tf.Tensor, size: int, mode: str, max_pixels: int):
+def _decode_one_by_one(data: tf.Tensor, size: int, mode: str, max_pixels: int):
     """`decode_checked` image by image: each decoded by a tf.data map that drops the ones that fail, and each
     one missing read again for its reason."""
     count = tf.shape(data)[0]
