@@ -248,7 +248,8 @@ def _stop_after_steps(monkeypatch, steps: int, signum: int = signal.SIGTERM) -> 
     ("steps_before", "strategy"),
     [
         pytest.param(6, [], id="two-steps-into-epoch-2"),
-        pytest.param(8, [], id="at-epoch-2s-last-step"),
+        # 12 s: slow; a kill at the epoch's end is the default SIGKILL test's
+        pytest.param(8, [], id="at-epoch-2s-last-step", marks=pytest.mark.slow),
         pytest.param(6, ["strategy=mirrored", "strategy.cpu_devices=2"], id="mirrored", marks=pytest.mark.slow),
     ],
 )
