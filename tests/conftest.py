@@ -448,3 +448,21 @@ def pytest_pycollect_makeitem(collector, name, obj):
                     f"of {', '.join(TIERS)} (a module's pytestmark counts)"
                 )
     return made
+
+
+@pytest.fixture
+def decoded(monkeypatch, tmp_path):
+    """The files the folder check decodes, in order (each call of `decode_files` with its paths); the verdicts
+    kept under this test's own cache folder, so none comes from an earlier run."""
+    from trainer.data import folder as folder_module
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    calls: list[str] = []
+    original = folder_module.decode_files
+
+    def counted(paths, *args, **kwargs):
+        calls.extend(paths)
+        return original(paths, *args, **kwargs)
+
+    monkeypatch.setattr(folder_module, "decode_files", counted)
+    return calls

@@ -12,24 +12,7 @@ from PIL import Image
 from test_folder import make_folder
 
 from conftest import run_cli
-from trainer.data import folder as folder_module
 from trainer.runs import checkpoints
-
-
-@pytest.fixture
-def decoded(monkeypatch, tmp_path):
-    """The files the folder check decodes (each call of `decode_files` with its paths), no verdict kept from an
-    earlier run (this test's own cache folder)."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    calls: list[str] = []
-    original = folder_module.decode_files
-
-    def counted(paths, *args, **kwargs):
-        calls.extend(paths)
-        return original(paths, *args, **kwargs)
-
-    monkeypatch.setattr(folder_module, "decode_files", counted)
-    return calls
 
 
 def _folder(tmp_path: Path) -> list[str]:

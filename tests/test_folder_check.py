@@ -10,25 +10,8 @@ import numpy as np
 import pytest
 from test_folder import _settings, make_folder
 
-from trainer.data import folder as folder_module
 from trainer.data import verdicts
 from trainer.data.folder import ImageFolder
-
-
-@pytest.fixture
-def decoded(monkeypatch, tmp_path):
-    """The files the folder check decodes, in order (each call of `decode_files` with its paths); the verdicts
-    kept under this test's own cache folder."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    calls: list[str] = []
-    original = folder_module.decode_files
-
-    def counted(paths, *args, **kwargs):
-        calls.extend(paths)
-        return original(paths, *args, **kwargs)
-
-    monkeypatch.setattr(folder_module, "decode_files", counted)
-    return calls
 
 
 def _load(root: Path, **options):
