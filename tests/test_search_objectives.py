@@ -1,6 +1,6 @@
 """The search's objectives and what it shows of them, in process and without training: the directions and metrics
-checks, the Pareto front's plot and run folders, summary.csv's objective columns, TensorBoard's typed HParams, and
-the pruning presets.
+checks, the refusal of a latency objective whose model cannot be exported, the Pareto front's plot and run folders,
+summary.csv's objective columns, TensorBoard's typed HParams, and the pruning presets.
 
 The searches that train are in tests/test_search.py (e2e, slow where they must be)."""
 
@@ -89,6 +89,43 @@ def test_directions_and_metrics_that_do_not_pair_are_one_line(objective, options
     with pytest.raises(ConfigError) as raised:
         _sweeper(objective, **options)._objectives()
     assert str(raised.value).startswith(message) and "\n" not in str(raised.value)
+
+
+def lambda_model(num_classes, input_shape):
+    """A custom model that trains but cannot be served: a Lambda layer, which Keras's safe mode does not load."""
+    import keras
+
+    inputs = keras.Input(shape=input_shape)
+    x = keras.layers.Lambda(lambda images: images / 255.0)(inputs)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    return keras.Model(inputs, keras.layers.Dense(num_classes, activation="softmax")(x))
+
+
+def _latency_sweeper(target: str, tmp_path: Path):
+    sweeper = _sweeper({"metric": "val_accuracy", "metrics": ["val_accuracy", "latency_ms"]},
+                       directions=["maximize", "minimize"])  # fmt: skip
+    sweeper.config.model = {"_target_": target, "name": "custom"}
+    sweeper.config.dataset = {"image_size": 32}
+    sweeper.config.hydra.sweep = {"dir": str(tmp_path / "sweep")}
+    return sweeper
+
+
+@pytest.mark.unit
+def test_a_latency_objective_with_a_model_that_cannot_be_exported_is_one_line_before_any_trial(tmp_path):
+    sweeper = _latency_sweeper("test_search_objectives.lambda_model", tmp_path)
+    with pytest.raises(SystemExit) as raised:
+        sweeper.sweep([])
+    line = str(raised.value)
+    assert line.startswith("error: objective.metrics: latency_ms is measured on the exported SavedModel, and "
+                           "model._target_=test_search_objectives.lambda_model cannot be exported: ")  # fmt: skip
+    assert "Lambda" in line and "\n" not in line
+    assert not (tmp_path / "sweep").exists(), "no study, no trial"
+
+
+@pytest.mark.integration
+@pytest.mark.slow  # exports a SavedModel and loads it back: ~20 s on a loaded 2-core machine
+def test_a_latency_objective_with_a_servable_model_passes_the_check(tmp_path):
+    _latency_sweeper("tiny_model.build", tmp_path)._check_servable(["val_accuracy", "latency_ms"])
 
 
 # --- the Pareto front -----------------------------------------------------------------------------------------

@@ -40,6 +40,8 @@ from trainer.targets import build_target
 log = logging.getLogger(__name__)
 
 DIRECTIONS = ("maximize", "minimize")
+LATENCY = "latency_ms"  # trainer.serving.latency.METRIC: an objective measured on the exported SavedModel
+MODEL_KEYS = ("_target_", "name", "preprocessing", "init_from")  # the model keys its builder does not take
 
 
 def _directions(direction: Any, key: str) -> list[str]:
@@ -180,6 +182,35 @@ class OptunaSearch(Sweeper):
         given = self.config.get("objective", {}).get("metrics")
         return ([str(name) for name in given] if given else None), "objective.metrics"
 
+    def _check_servable(self, names: list[str]) -> None:
+        """A latency objective is measured on each trial's exported SavedModel: the configured model, built
+        untrained, is served once here, so a model that cannot be exported is one line before any trial. A model
+        that does not build is left to the trial, which names the reason with the trial's own keys.
+
+        Raises:
+            ConfigError: the model builds but cannot be saved, loaded back, exported or served.
+        """
+        if LATENCY not in names:
+            return
+        from trainer.models.registry import build_model  # TensorFlow: a latency search imports it anyway
+        from trainer.serving.latency import check_servable
+
+        model = _plain(self.config.model)
+        target, options = model.get("_target_"), {key: value for key, value in model.items() if key not in MODEL_KEYS}
+        side = int(self.config.dataset.get("image_size") or 224)  # 0: the stored size, unknown before reading
+        try:
+            network = build_model(target, options, 2, (side, side, 3))
+        except UserError:
+            return
+        log.info("Serving model._target_=%s once, untrained, before any trial: %s is measured on its SavedModel",
+                 target, LATENCY)  # fmt: skip
+        try:
+            check_servable(network)
+        except Exception as error:  # noqa: BLE001 - Keras's and TensorFlow's many export errors: one line
+            reason = " ".join(str(error).split())[:300] or type(error).__name__
+            raise ConfigError(f"objective.metrics: {LATENCY} is measured on the exported SavedModel, and "
+                              f"model._target_={target} cannot be exported: {reason}") from None  # fmt: skip
+
     # --- the search -------------------------------------------------------------------------------------------
 
     def _sweep(self, arguments: list[str]) -> None:
@@ -188,6 +219,7 @@ class OptunaSearch(Sweeper):
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # its "A new study created" lines: ours say more
         directions, names = self._objectives()
         space = parse_space(self.params, arguments)
+        self._check_servable(names)
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
         url = studies.storage_url(self.storage, sweep_dir)
