@@ -5,8 +5,10 @@ by Hyperband (vgg19_hyperband) and by Optuna's MedianPruner, each against the sa
     python -m benchmarks --only search_pruning --quick    # successive halving and unpruned, seed 0 only
 
 Every search is `python run.py -m hparams_search=vgg19_asha` (or vgg19_hyperband, the same space: lr over three
-decades, weight decay, dropout, batch size, width) in its own sweep folder, one process
-each, with the pruner swapped; seed s seeds TPE and the trials alike. The model is made
+decades, weight decay, dropout, width; batch 64 for all) in its own sweep folder, one process
+each, with the pruner swapped; seed s seeds TPE and the trials alike. The figure's pair runs
+first, seed by seed, then Hyperband and MedianPruner; each search logs its own figures as it
+ends (stderr), so a run cut short still shows the seeds it measured. The model is made
 tiny for the benchmark (`BENCHMARK`: widths 1/8 and 1/4, fc 64; 32x32 is VGG19's smallest
 input). The figures are counts, not times: the epochs all trials trained (each trial's
 `metrics.json`) and the best trial's `val_accuracy` (of a trial that was not pruned),
@@ -93,13 +95,23 @@ def rows(figures: dict[str, tuple[list[int], list[float]]], seeds: tuple[int, ..
     return result
 
 
+def _order(seeds: tuple[int, ...], quick: bool) -> list[tuple[str, int]]:
+    """(search, seed) in the order they run: the figure's pair (unpruned, successive halving) seed by seed, then the
+    other pruners seed by seed."""
+    pair = [(name, seed) for seed in seeds for name in ("unpruned", QUICK[0])]
+    return pair if quick else pair + [(name, seed) for name in SEARCHES if name not in QUICK for seed in seeds]
+
+
 def search_pruning(folder: Path, quick: bool) -> list[Row]:
-    seeds, figures = SEEDS[quick], {}
-    for name in QUICK if quick else SEARCHES:
+    seeds, measured = SEEDS[quick], {}
+    for name, seed in _order(seeds, quick):
         key, preset, pruner, _ = SEARCHES[name]
-        searches = []
-        for seed in seeds:
-            _search(folder / f"{key}_{seed}", seed, preset, pruner)
-            searches.append(counted(folder / f"{key}_{seed}"))
-        figures[name] = ([epochs for epochs, _ in searches], [best for _, best in searches])
+        _search(folder / f"{key}_{seed}", seed, preset, pruner)
+        measured[name, seed] = counted(folder / f"{key}_{seed}")
+        epochs, best = measured[name, seed]
+        print(f"search_pruning: {name}, seed {seed}: {epochs} epochs, best val_accuracy {100 * best:.1f}",
+              file=sys.stderr, flush=True)  # fmt: skip
+    names = [name for name in SEARCHES if (name, seeds[0]) in measured]
+    figures = {name: ([measured[name, seed][0] for seed in seeds], [measured[name, seed][1] for seed in seeds])
+               for name in names}  # fmt: skip
     return rows(figures, seeds)

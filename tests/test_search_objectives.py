@@ -269,6 +269,7 @@ def test_a_pruning_preset_spans_three_decades_of_lr_and_judges_no_trial_before_i
     lr = space.distributions["optimizer.lr"]
     assert lr.log and round(math.log10(lr.high / lr.low), 6) >= 3, "three decades"
     assert {"model.weight_decay", "model.dropout", "model.width_multiplier"} <= set(space.distributions)
+    assert space.fixed.get("trainer.batch_size"), "an epoch, the pruner's unit, is the same steps for every trial"
     options = OmegaConf.to_container(sweeper.pruner, resolve=True)
     assert options["min_resource"] >= 1, "Optuna's steps are epoch indices: step 1 ends the second epoch"
     pruner = build_target("hydra.sweeper.pruner", options.pop("_target_"), options)
