@@ -490,14 +490,14 @@ def test_predict_names_a_bad_image_record_after_record_0_in_its_row(tmp_path):
     from trainer.config.store import to_settings
     from trainer.data import predict_inputs
     from trainer.data.preprocess import Preprocess
-    from trainer.tasks.data import build_part
+    from trainer.data.tfrecord_files import TFRecordLoader
 
     dataset = to_settings(compose(_pets(tmp_path, []))).dataset
     _bad_image_records(tmp_path / "a.tfrecords", None, b"")  # 8 good records
     _bad_image_records(tmp_path / "b.tfrecords", 7, bytes(100))
     chunks = predict_inputs.tfrecord_chunks(
         [tmp_path / "a.tfrecords", tmp_path / "b.tfrecords"],
-        build_part(dataset).spec([])[0],
+        TFRecordLoader(dataset).spec([])[0],
         Preprocess(32),
         2,
         4,

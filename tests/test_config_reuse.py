@@ -8,8 +8,10 @@ import pytest
 from omegaconf import OmegaConf
 
 from conftest import compose
-from trainer.config import BinaryDatasetConfig, TFRecordDatasetConfig, VGG19ImageNetConfig, to_settings
+from trainer.config import VGG19ImageNetConfig, to_settings
 from trainer.config import reuse as run_config
+from trainer.data.formats.binary import BinaryFiles
+from trainer.data.formats.tfrecord import TFRecordFiles
 from trainer.errors import ConfigError
 from trainer.tasks import with_run_config
 
@@ -28,7 +30,7 @@ def test_evaluate_of_a_run_reuses_its_dataset_and_model(tmp_path):
     run = _save_run(tmp_path / "run", ["dataset=cifar", "dataset.data_dir=/data/c10", "model.dropout=0.2"])
     typed = ["mode=evaluate", f"checkpoint={run}"]
     settings = to_settings(with_run_config(compose(typed, output_dir=tmp_path / "eval"), typed))
-    assert isinstance(settings.dataset, BinaryDatasetConfig)
+    assert isinstance(settings.dataset, BinaryFiles)
     assert settings.dataset.name == "cifar" and settings.dataset.data_dir == "/data/c10"
     assert settings.model.dropout == 0.2
     assert settings.mode == "evaluate" and settings.output_dir == str(tmp_path / "eval")
@@ -40,7 +42,7 @@ def test_typed_keys_win_key_by_key(tmp_path):
     typed = ["mode=evaluate", checkpoint, "dataset.data_dir=/copy", "evaluate.split=val"]
     merged, overridden = run_config.reuse(compose(typed, output_dir=tmp_path / "eval"), run, typed)
     settings = to_settings(merged)
-    assert isinstance(settings.dataset, TFRecordDatasetConfig) and isinstance(settings.model, VGG19ImageNetConfig)
+    assert isinstance(settings.dataset, TFRecordFiles) and isinstance(settings.model, VGG19ImageNetConfig)
     assert settings.dataset.train_files == ["/copy/train.tfrecords_*"]  # the run's glob, with the typed folder
     assert settings.evaluate.split == "val"
     assert overridden == ["dataset.data_dir", "evaluate.split"]

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 from hydra.errors import ConfigCompositionException
 from omegaconf.errors import ConfigKeyError, ValidationError
 
 from conftest import CONF, compose
-from trainer.config import BinaryDatasetConfig, to_settings
+from trainer.config import to_settings
+from trainer.data.formats.binary import BinaryFiles
 from trainer.errors import ConfigError
 
 pytestmark = pytest.mark.unit
@@ -21,7 +23,7 @@ GROUP_OPTIONS = [
 ]
 REQUIRED = {  # keys without a default
     "model=custom": ["model._target_=trainer.models.vgg19.build_vgg19"],
-    "dataset=custom": ["dataset._target_=trainer.data.folder.ImageFolder"],
+    "dataset=custom": ["dataset._target_=trainer.data.formats.folder.ImageFolder"],
     "dataset=folder": ["dataset.data_dir=photos"],
     "dataset=parquet": ["dataset.data_dir=x"],
     "dataset=tfds": ["dataset.data_dir=x", "dataset.tfds_name=beans"],
@@ -36,7 +38,7 @@ def test_every_group_option_composes_and_validates(group, option):
 
 def test_default_is_digits_with_the_tuned_model():
     settings = to_settings(compose([]))
-    assert isinstance(settings.dataset, BinaryDatasetConfig)
+    assert isinstance(settings.dataset, BinaryFiles)
     assert settings.dataset.name == "digits"
     assert settings.model.width_multiplier == 0.25  # from conf/dataset_model/digits_vgg19.yaml
     assert settings.model.batch_norm and settings.model.batch_norm_momentum == 0.9
@@ -244,3 +246,25 @@ def test_the_configs_dataset_comment_lists_every_dataset():
     line = next(line for line in (CONF / "config.yaml").read_text().splitlines() if "- dataset: digits" in line)
     listed = {name.strip() for name in line.split("#", 1)[1].split("|")}
     assert listed == {path.stem for path in (CONF / "dataset").glob("*.yaml")}
+
+
+def test_each_dataset_format_is_one_file_holding_its_keys_and_its_part():
+    """trainer/data/formats/<name>.py is `dataset=`'s `<name>_schema`: the dataclass of its keys is the part itself
+    (no constructor restating them), and a saved run's old `_target_` names the same format."""
+    from trainer.config import legacy
+    from trainer.config.store import SCHEMAS
+    from trainer.data import formats
+    from trainer.tasks.data import build_part
+
+    assert sorted(SCHEMAS["dataset"]) == sorted(
+        f"{path.stem}_schema"
+        for path in Path(formats.__file__).parent.glob("*.py")
+        if path.stem not in ("__init__", "base")
+    )
+    for kind in SCHEMAS["dataset"].values():
+        if kind.OPEN is None:
+            assert kind._target_ == f"{kind.__module__}.{kind.__qualname__}" and callable(kind.load), kind
+    settings = to_settings(compose([]))
+    assert build_part(settings.dataset) is settings.dataset, "a built-in format is the checked section itself"
+    saved = legacy.upgrade({"dataset": {"_target_": "trainer.data.folder.ImageFolder"}})
+    assert saved["dataset"]["_target_"] == "trainer.data.formats.folder.ImageFolder"

@@ -10,7 +10,7 @@ from conftest import compose, pattern_records, write_cifar
 from trainer.config import to_settings
 from trainer.data import binary, pipeline
 from trainer.data.augmentation import Augmentation
-from trainer.data.binary_files import check_labels
+from trainer.data.formats.binary import check_labels
 from trainer.data.cache import Cache
 from trainer.data.decoders import BinaryDecoder
 from trainer.data.preprocess import Preprocess, augment_batch, prepare_images

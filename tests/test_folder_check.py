@@ -11,11 +11,11 @@ import pytest
 from test_folder import _settings, make_folder
 
 from trainer.data import verdicts
-from trainer.data.folder import ImageFolder
+from trainer.data.formats.folder import ImageFolder
 
 
 def _load(root: Path, **options):
-    return ImageFolder(str(root), 32, **options).load()
+    return ImageFolder(data_dir=str(root), image_size=32, **options).load()
 
 
 @pytest.mark.unit

@@ -27,8 +27,9 @@ LAYERS = (
     "runs",
     "distribute",
 )
-# Imported by any layer; each imports nothing of trainer's but the foundation modules after it (targets: errors).
-FOUNDATION = ("targets", "errors", "quiet")
+# Imported by any layer; each imports nothing of trainer's but the foundation modules after it (targets: errors;
+# fields, the schemas' choices and range checks, used by the config's and the dataset formats' alike: errors).
+FOUNDATION = ("targets", "fields", "errors", "quiet")
 ENTRY_POINTS = ("convert",)  # `python -m trainer.convert`: may import anything
 PACKAGE = ROOT / "trainer"
 

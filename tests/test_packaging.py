@@ -148,7 +148,7 @@ def test_a_users_own_group_option_beside_their_photos_composes(tmp_path, search)
     assert (dataset["name"], dataset["data_dir"], dataset["_target_"]) == (
         "mine",
         "photos",
-        "trainer.data.folder.ImageFolder",
+        "trainer.data.formats.folder.ImageFolder",
     )
     assert dataset["augment"]["flip"] is True, "the rest comes from vggtrain's own dataset=folder"
 

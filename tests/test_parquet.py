@@ -264,11 +264,11 @@ def test_a_string_label_outside_the_classes_is_one_line_naming_its_row(tmp_path)
 
 @pytest.mark.unit
 def test_without_pyarrow_the_part_names_the_extra(monkeypatch):
-    from trainer.data.parquet import ArrowFiles
+    from trainer.data.formats.parquet import ArrowFiles
 
     monkeypatch.setitem(sys.modules, "pyarrow", None)  # `import pyarrow` then raises ImportError
     with pytest.raises(ConfigError, match=r'pip install -e "\.\[parquet\]"'):
-        ArrowFiles("anywhere", image_size=32)
+        ArrowFiles(data_dir="anywhere", image_size=32).load()
 
 
 @pytest.mark.integration

@@ -86,7 +86,7 @@ def test_the_chosen_trackers_are_built_and_connected(tmp_path):
 @pytest.mark.parametrize(
     "overrides, schema",
     [
-        ([], "BinaryDatasetConfig VGG19Config AdamConfig SingleStrategyConfig"),
+        ([], "BinaryFiles VGG19Config AdamConfig SingleStrategyConfig"),
         (["dataset=cats_dogs", "model=vgg19_imagenet", "optimizer=sgd", "strategy=mirrored"], None),
     ],
 )
@@ -95,7 +95,7 @@ def test_the_sections_are_typed_by_their_options_schema(overrides, schema):
     kinds = " ".join(
         type(part).__name__ for part in (settings.dataset, settings.model, settings.optimizer, settings.strategy)
     )
-    assert kinds == (schema or "TFRecordDatasetConfig VGG19ImageNetConfig SGDConfig MirroredStrategyConfig")
+    assert kinds == (schema or "TFRecordFiles VGG19ImageNetConfig SGDConfig MirroredStrategyConfig")
 
 
 @pytest.mark.unit

@@ -21,7 +21,8 @@ import tensorflow as tf
 from trainer.data.pipeline import eval_dataset
 from trainer.data.preprocess import Preprocess
 from trainer.data.sources import tfrecord_dataset
-from trainer.data.tfds_files import TFDSFiles
+from trainer.data.formats.tfds import TFDSFiles
+from trainer.data.tfds_files import TFDSLoader
 from trainer.errors import ConfigError, DataError
 
 COLOURS = {"cat": (220, 40, 40), "dog": (40, 40, 220)}
@@ -173,9 +174,9 @@ def test_the_newest_version_is_read_and_a_missing_val_split_is_fine_unless_val_i
     for version in ("1.2.0", "1.10.0"):  # numerically newest, not by name
         shutil.copytree(data_dir / "pets_one" / "1.0.0", tmp_path / "pets_one" / version)
     part = TFDSFiles(tfds_name="pets_one", data_dir=str(tmp_path), image_size=32)
-    assert part.version_dir().name == "1.10.0"
-    chosen = TFDSFiles(tfds_name="pets_one", data_dir=str(tmp_path), image_size=32, version="1.2.0").version_dir()
-    assert chosen.name == "1.2.0"
+    assert TFDSLoader(part).version_dir().name == "1.10.0"
+    chosen = TFDSLoader(TFDSFiles(tfds_name="pets_one", data_dir=str(tmp_path), image_size=32, version="1.2.0"))
+    assert chosen.version_dir().name == "1.2.0"
     splits = part.load(check_val=False)
     assert splits.sources["val"] == splits.sources["test"] and splits.sources["train"].count == 10
 
@@ -282,7 +283,7 @@ def test_each_bad_input_is_one_data_error_line(data_dir, tmp_path, case):
 def test_without_tensorflow_datasets_the_part_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "tensorflow_datasets", None)  # `import tensorflow_datasets` then fails
     with pytest.raises(ConfigError, match=r'dataset=tfds needs tensorflow-datasets .*pip install -e "\.\[tfds\]"'):
-        TFDSFiles(tfds_name="pets", data_dir=".", image_size=32)
+        TFDSFiles(tfds_name="pets", data_dir=".", image_size=32).load()
 
 
 @pytest.mark.unit

@@ -6,27 +6,16 @@ Only this package and `trainer.tasks` read the Hydra config; every other functio
 takes plain arguments.
 """
 
-from trainer.config.groups import (
-    BinaryDatasetConfig,
-    CustomModelConfig,
-    DatasetConfig,
-    ModelConfig,
-    TFRecordDatasetConfig,
-    VGG19Config,
-    VGG19ImageNetConfig,
-)
+from trainer.config.groups import CustomModelConfig, ModelConfig, VGG19Config, VGG19ImageNetConfig
 from trainer.config.schema import Config
 from trainer.config.store import SCHEMA_GROUP, SCHEMAS, register, to_settings
 
 __all__ = [
     "SCHEMAS",
     "SCHEMA_GROUP",
-    "BinaryDatasetConfig",
     "Config",
     "CustomModelConfig",
-    "DatasetConfig",
     "ModelConfig",
-    "TFRecordDatasetConfig",
     "VGG19Config",
     "VGG19ImageNetConfig",
     "register",

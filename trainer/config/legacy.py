@@ -9,6 +9,9 @@ Two sections changed shape; each change keeps what the old run did:
 - `logger.tensorboard`, `logger.mlflow` and `logger.wandb` were booleans: `true` is now the
   tracker's entry with its defaults, `false` no entry.
 
+The built-in dataset parts moved to `trainer.data.formats` (each format one file, its keys and its part): a
+saved `dataset._target_` of the old place names the same format there.
+
 And `logger.csv`, a flag no code read (`logger=csv` is the option of no tracker), is dropped.
 Remove this module in vggtrain 0.2 (docs/development.md, the ledger's row 10): only run folders of
 vggtrain 0.1 need it.
@@ -20,6 +23,13 @@ from typing import Any
 
 OPTIMIZER_KEYS = {"momentum": ("sgd",), "nesterov": ("sgd",), "weight_decay": ("adamw",)}  # who read them in 0.1
 TRACKERS = ("tensorboard", "mlflow", "wandb")
+MOVED_PARTS = {  # dataset._target_ before trainer.data.formats -> now
+    "trainer.data.binary_files.BinaryFiles": "trainer.data.formats.binary.BinaryFiles",
+    "trainer.data.tfrecord_files.TFRecordFiles": "trainer.data.formats.tfrecord.TFRecordFiles",
+    "trainer.data.folder.ImageFolder": "trainer.data.formats.folder.ImageFolder",
+    "trainer.data.parquet.ArrowFiles": "trainer.data.formats.parquet.ArrowFiles",
+    "trainer.data.tfds_files.TFDSFiles": "trainer.data.formats.tfds.TFDSFiles",
+}
 
 
 def upgrade(saved: dict[str, Any]) -> dict[str, Any]:
@@ -30,6 +40,9 @@ def upgrade(saved: dict[str, Any]) -> dict[str, Any]:
         saved["optimizer"] = {
             key: value for key, value in optimizer.items() if name in OPTIMIZER_KEYS.get(key, (name,))
         }
+    dataset = saved.get("dataset")
+    if isinstance(dataset, dict) and dataset.get("_target_") in MOVED_PARTS:
+        dataset["_target_"] = MOVED_PARTS[dataset["_target_"]]
     logger = saved.get("logger")
     if isinstance(logger, dict):
         logger.pop("csv", None)  # a flag no code read

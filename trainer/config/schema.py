@@ -1,7 +1,7 @@
 """The typed schema of the whole config: `Config`, and the sections without options of their own.
 
 Each default and its meaning live in one place: here, or for the groups with options
-(`dataset=`, `model=`, `optimizer=`, `strategy=`) in `trainer.config.groups`. Ranges are
+(`model=`, `optimizer=`, `strategy=`) in `trainer.config.groups`, `dataset=`'s in `trainer.data.formats`. Ranges are
 checked in `__post_init__`, which runs when `trainer.config.to_settings` turns the composed
 config into these dataclasses. The parts a run builds (model, optimizer, strategy,
 callbacks, trackers) name their builder in `_target_`, and the task layer builds them
@@ -32,12 +32,11 @@ from trainer.config.fields import (
     TestTimeAugmentation,
     Verbosity,
     WandbMode,
-    chosen,
-    duration_seconds,
-    require,
 )
-from trainer.config.groups import DatasetConfig, ModelConfig, OptimizerConfig, StrategyConfig
+from trainer.config.groups import ModelConfig, OptimizerConfig, StrategyConfig
+from trainer.data.formats.base import DatasetConfig
 from trainer.errors import ConfigError
+from trainer.fields import chosen, duration_seconds, require
 
 FLOAT32_MAX = 3.4028234663852886e38  # the largest finite float32: a larger weight is inf in the loss
 

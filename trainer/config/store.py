@@ -18,18 +18,12 @@ from omegaconf import DictConfig, MissingMandatoryValue, OmegaConf
 from trainer.config import groups, schema
 from trainer.config.resolvers import register_resolvers
 from trainer.config.typos import check_composed
+from trainer.data import formats
 from trainer.errors import ConfigError
 
 SCHEMA_GROUP = "hydra/schema"
 SCHEMAS: dict[str, dict[str, type]] = {
-    "dataset": {
-        "binary_schema": groups.BinaryDatasetConfig,
-        "tfrecord_schema": groups.TFRecordDatasetConfig,
-        "folder_schema": groups.FolderDatasetConfig,
-        "parquet_schema": groups.ParquetDatasetConfig,
-        "tfds_schema": groups.TFDSDatasetConfig,
-        "custom_schema": groups.CustomDatasetConfig,
-    },
+    "dataset": formats.schemas(),  # each file of trainer/data/formats/: <name>_schema
     "model": {
         "vgg19_schema": groups.VGG19Config,
         "vgg19_imagenet_schema": groups.VGG19ImageNetConfig,

@@ -1,4 +1,4 @@
-"""`dataset=folder`: class sub-folders of JPEG, PNG, GIF, BMP or WebP files, as a dataset part.
+"""`dataset=folder`: reads class sub-folders of JPEG, PNG, GIF, BMP or WebP files (keys: `trainer.data.formats.folder`).
 
     python run.py dataset=folder dataset.data_dir=photos/                            # photos/{train,val,test}/<class>/
     python run.py dataset=folder dataset.data_dir=PetImages/ dataset.val_fraction=0.1 dataset.test_fraction=0.1
@@ -28,7 +28,7 @@ from pathlib import Path
 import tensorflow as tf
 
 from trainer import quiet
-from trainer.data.decode import RESIZE_MODES, decode_images
+from trainer.data.decode import decode_images
 from trainer.data.images import decode_files
 from trainer.data.parts import Splits, val_split_name
 from trainer.data.shares import Records
@@ -121,25 +121,14 @@ class FileDecoder:
         return images, labels
 
 
-class ImageFolder:
-    """Class sub-folders of image files, as a dataset part (`trainer.data.parts`)."""
+class FolderLoader:
+    """Lists and checks the class folders `keys` (`trainer.data.formats.folder.ImageFolder`) names."""
 
-    def __init__(
-        self,
-        data_dir: str,
-        image_size: int,
-        class_names: list[str] | None = None,
-        val_fraction: float = 0.0,
-        test_fraction: float = 0.0,
-        split_seed: int = 0,
-        resize_mode: str = "resize",
-        name: str = "folder",
-    ) -> None:
-        if resize_mode not in RESIZE_MODES:
-            raise DataError(f"dataset.resize_mode must be one of {list(RESIZE_MODES)}; got {resize_mode!r}")
-        self.root, self.size, self.name = Path(os.path.expanduser(str(data_dir))), image_size, name
-        self.class_names = list(class_names) if class_names else None
-        self.fractions, self.split_seed, self.resize_mode = (val_fraction, test_fraction), split_seed, resize_mode
+    def __init__(self, keys) -> None:
+        self.root, self.size, self.name = Path(os.path.expanduser(str(keys.data_dir))), keys.image_size, keys.name
+        self.class_names = list(keys.class_names) if keys.class_names else None
+        self.fractions, self.split_seed = (keys.val_fraction, keys.test_fraction), keys.split_seed
+        self.resize_mode = str(keys.resize_mode)
 
     # --- which files -------------------------------------------------------------------------------------------
 

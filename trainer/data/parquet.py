@@ -1,4 +1,4 @@
-"""`dataset=parquet`: Parquet files or a Hugging Face `save_to_disk` folder, as a dataset part.
+"""`dataset=parquet`: reads Parquet files or a `save_to_disk` folder (keys: `trainer.data.formats.parquet`).
 
     python run.py dataset=parquet dataset.data_dir=beans/                          # beans/data/train-*.parquet ...
     python run.py dataset=parquet dataset.data_dir=cifar10/ dataset.val_fraction=0.1  # train and test only
@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from trainer.data.decode import NOT_AN_IMAGE, RESIZE_MODES, image_format
+from trainer.data.decode import NOT_AN_IMAGE, image_format
 from trainer.data.folder import LABEL_DIGITS, FileDecoder
 from trainer.data.images import decode_reason
 from trainer.data.parts import VAL_NAMES, Splits, val_split_name
@@ -305,36 +305,21 @@ class _Split:
         )
 
 
-class ArrowFiles:
-    """Parquet files or a `datasets` `save_to_disk` folder, as a dataset part (`trainer.data.parts`)."""
+class ArrowLoader:
+    """Reads the Parquet or Arrow files `keys` (`trainer.data.formats.parquet.ArrowFiles`) names."""
 
-    def __init__(
-        self,
-        data_dir: str,
-        image_size: int,
-        image_column: str = "image",
-        label_column: str = "label",
-        train_split: str = "train",
-        val_split: str = "validation",
-        test_split: str = "test",
-        class_names: list[str] | None = None,
-        val_fraction: float = 0.0,
-        resize_mode: str = "resize",
-        name: str = "parquet",
-    ) -> None:
+    def __init__(self, keys) -> None:
         try:
             import pyarrow  # noqa: F401
         except ImportError:
             raise ConfigError(
-                f'dataset={name} reads Parquet and Arrow files with pyarrow: pip install -e ".[parquet]"'
+                f'dataset={keys.name} reads Parquet and Arrow files with pyarrow: pip install -e ".[parquet]"'
             ) from None
-        if resize_mode not in RESIZE_MODES:
-            raise DataError(f"dataset.resize_mode must be one of {list(RESIZE_MODES)}; got {resize_mode!r}")
-        self.root, self.size, self.name = Path(os.path.expanduser(str(data_dir))), image_size, name
-        self.columns = (image_column, label_column)
-        self.split_names = dict(zip(SPLITS, (train_split, val_split, test_split), strict=True))
-        self.class_names = list(class_names) if class_names else None
-        self.val_fraction, self.resize_mode = val_fraction, resize_mode
+        self.root, self.size, self.name = Path(os.path.expanduser(str(keys.data_dir))), keys.image_size, keys.name
+        self.columns = (keys.image_column, keys.label_column)
+        self.split_names = dict(zip(SPLITS, (keys.train_split, keys.val_split, keys.test_split), strict=True))
+        self.class_names = list(keys.class_names) if keys.class_names else None
+        self.val_fraction, self.resize_mode = keys.val_fraction, str(keys.resize_mode)
         self.string_classes: list[str] | None = None  # string labels: the classes they name (set by load)
 
     # --- which files -------------------------------------------------------------------------------------------

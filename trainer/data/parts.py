@@ -1,8 +1,8 @@
 """A dataset is a part, built from `dataset._target_` like the model: what every format answers.
 
-    python run.py dataset=cifar                                   # trainer.data.binary_files.BinaryFiles
-    python run.py dataset=cats_dogs                               # trainer.data.tfrecord_files.TFRecordFiles
-    python run.py dataset=folder dataset.data_dir=photos/         # trainer.data.folder.ImageFolder
+    python run.py dataset=cifar                                   # trainer.data.formats.binary.BinaryFiles
+    python run.py dataset=cats_dogs                               # trainer.data.formats.tfrecord.TFRecordFiles
+    python run.py dataset=folder dataset.data_dir=photos/         # trainer.data.formats.folder.ImageFolder
     python run.py dataset=custom dataset._target_=my_package.MySource dataset.root=/data
 
 A part is any class (or function) called with its keys of the `dataset` section and

@@ -1,4 +1,4 @@
-"""`dataset=tfds`: a prepared TensorFlow Datasets folder, read offline, as a dataset part.
+"""`dataset=tfds`: reads a prepared TensorFlow Datasets folder offline (keys: `trainer.data.formats.tfds`).
 
     python run.py dataset=tfds dataset.data_dir=~/tensorflow_datasets dataset.tfds_name=cats_vs_dogs \
         dataset.val_fraction=0.1                 # cats_vs_dogs has one split: hold out its last 10% for val
@@ -42,35 +42,22 @@ def _version_of(name: str) -> tuple[int, ...]:
     return tuple(int(part) for part in name.split("."))
 
 
-class TFDSFiles:
-    """The TFRecord shards of a prepared TFDS dataset, as a dataset part (`trainer.data.parts`)."""
+class TFDSLoader:
+    """Reads the TFRecord shards of the prepared TFDS dataset `keys` (`trainer.data.formats.tfds.TFDSFiles`) names."""
 
-    def __init__(
-        self,
-        tfds_name: str,
-        data_dir: str,
-        image_size: int,
-        version: str | None = None,
-        image_key: str = "image",
-        label_key: str = "label",
-        train_split: str = "train",
-        val_split: str = "validation",
-        test_split: str = "test",
-        val_fraction: float = 0.0,
-        class_names: list[str] | None = None,
-        name: str = "tfds",
-    ) -> None:
+    def __init__(self, keys) -> None:
         try:
             import tensorflow_datasets
         except ImportError as error:
             raise ConfigError(f'dataset=tfds needs tensorflow-datasets ({error}): pip install -e ".[tfds]"') from None
         self.tfds = tensorflow_datasets
-        self.root, self.tfds_name, self.version = Path(os.path.expanduser(str(data_dir))), tfds_name, version
-        self.size, self.name = image_size, name
-        self.keys = {"image": image_key, "label": label_key}
-        self.split_names = {"train": train_split, "val": val_split, "test": test_split}
-        self.val_fraction = val_fraction
-        self.class_names = list(class_names) if class_names else None
+        self.root = Path(os.path.expanduser(str(keys.data_dir)))
+        self.tfds_name, self.version = keys.tfds_name, keys.version
+        self.size, self.name = keys.image_size, keys.name
+        self.keys = {"image": keys.image_key, "label": keys.label_key}
+        self.split_names = {"train": keys.train_split, "val": keys.val_split, "test": keys.test_split}
+        self.val_fraction = keys.val_fraction
+        self.class_names = list(keys.class_names) if keys.class_names else None
 
     # --- which folder ------------------------------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""`dataset=cats_dogs`: TFRecord shards (the converter's, or the classic files) as a dataset part.
+"""`dataset=cats_dogs`: reads TFRecord shards (the converter's, or the classic files); the keys are in
+`trainer.data.formats.tfrecord`.
 
     python -m trainer.convert PetImages/ records/ --image-size 64 --format jpeg
     python run.py dataset=cats_dogs dataset.data_dir=records/      # 64-pixel JPEG records, from the manifest
@@ -110,33 +111,16 @@ def layout_of(manifest_file: str | None, manifest: dict | None, **config) -> dic
     return chosen
 
 
-class TFRecordFiles:
-    """TFRecord shards, each split its own files (globs), as a dataset part (`trainer.data.parts`)."""
+class TFRecordLoader:
+    """Reads the shards `keys` (`trainer.data.formats.tfrecord.TFRecordFiles`) names, as its manifest says."""
 
-    def __init__(
-        self,
-        train_files: list[str],
-        val_files: list[str],
-        test_files: list[str],
-        num_classes: int | None = None,
-        class_names: list[str] | None = None,
-        format: str | None = None,
-        stored_size: int | None = None,
-        resize_mode: str | None = None,
-        image_key: str | None = None,
-        label_key: str | None = None,
-        filename_key: str | None = None,
-        compression: str = "auto",
-        name: str = "",
-        data_dir: str = ".",
-        image_size: int = 0,
-    ) -> None:
-        self.patterns = {"train": list(train_files), "val": list(val_files), "test": list(test_files)}
-        self.num_classes, self.name = num_classes, name
-        self.class_names = list(class_names) if class_names is not None else None
-        self.config = {"format": format, "stored_size": stored_size, "resize_mode": resize_mode}
-        self.keys = {"image": image_key, "label": label_key, "filename": filename_key}
-        self.compression = compression
+    def __init__(self, keys) -> None:
+        self.patterns = {"train": keys.train_files, "val": keys.val_files, "test": keys.test_files}
+        self.num_classes, self.class_names, self.name = keys.num_classes, keys.class_names, keys.name
+        # each None (unset) or its plain value: a choice as its string
+        self.config = {key: str(v) if isinstance(v, str) else v for key in CLASSIC for v in [getattr(keys, key)]}
+        self.keys = {"image": keys.image_key, "label": keys.label_key, "filename": keys.filename_key}
+        self.compression = str(keys.compression)
 
     def spec(self, files: list[str]) -> tuple[tfrecords.RecordSpec, dict | None, str]:
         """(the record spec, the manifest, the resize mode) for files of this dataset."""
@@ -196,9 +180,7 @@ class TFRecordFiles:
             )
         return list(CLASSIC_CLASSES)
 
-    def load(self, check_val: bool = True) -> Splits:
-        """Expands the globs, checks each file's first record and counts the records (the manifest's counts
-        when it lists the same files)."""
+    def load(self) -> Splits:
         first = tfrecords.expand(self.patterns["train"], "dataset.train_files")
         spec, manifest, resize_mode = self.spec(first)
         files = self._files(spec)
@@ -234,9 +216,6 @@ class TFRecordFiles:
             photos=spec.format != "raw",
         )
 
-    def predict_chunks(self, kind: str, files: list, preprocess, num_classes: int, batch_size: int):
-        """`mode=predict` on TFRecord files of this layout (their own manifest's, when they have one)."""
-        if kind != "tfrecords":
-            return None
+    def predict_chunks(self, files: list, preprocess, num_classes: int, batch_size: int):
         spec, _, resize_mode = self.spec([str(file) for file in files])
         return tfrecord_chunks(files, spec, preprocess, num_classes, batch_size, resize_mode)

@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import tensorflow as tf
 
-from trainer.config.groups import DatasetConfig
 from trainer.data import cache as data_cache
 from trainer.data import folds, own_parts, pipeline, shares
 from trainer.data.augmentation import Augmentation
+from trainer.data.formats.base import DatasetConfig
 from trainer.data.mixing import Mixing
 from trainer.data.parts import DatasetPart, Splits
 from trainer.data.preprocess import Preprocess
@@ -101,8 +101,12 @@ class Data:
 
 
 def build_part(dataset: DatasetConfig) -> DatasetPart:
-    """The dataset part `dataset._target_` names (`trainer.data.parts`), called with the section's part keys
-    and the side the stored images are resized to."""
+    """The dataset part `dataset._target_` names (`trainer.data.parts`): a built-in format is the checked section
+    itself (`trainer.data.formats`); any other target is called with the section's part keys and the side the
+    stored images are resized to."""
+    kind = type(dataset)
+    if dataset._target_ == f"{kind.__module__}.{kind.__qualname__}":
+        return dataset
     return build_target("dataset", dataset._target_, dataset.part_options(), image_size=dataset.resize_to)
 
 

@@ -17,11 +17,11 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
-from trainer.config.fields import duration_seconds
 from trainer.config.schema import Config
 from trainer.distribute import strategies, topology
 from trainer.distribute.agreement import Workers
 from trainer.distribute.watchdog import step_watchdog
+from trainer.fields import duration_seconds
 from trainer.models.finetune import set_trainable
 from trainer.models.preprocessing import Models
 from trainer.runs.backup import RunBackup, mark_ended
