@@ -38,6 +38,19 @@ def setup(tmp_path_factory):
     return root, weights, {w.path: w.numpy() for w in base.weights}
 
 
+@pytest.fixture(scope="module")
+def frozen_run(setup, tmp_path_factory):
+    """A run of one epoch with the base frozen (`finetune.freeze_epochs=1`), trained by `run.py` so that its folder
+    holds `.hydra/config.yaml`: shared by the tests that read phase one's weights, the saved model's preprocessing
+    and `checkpoint=RUN` alone."""
+    root, weights, _ = setup
+    run_dir = tmp_path_factory.mktemp("frozen") / "run"
+    overrides = _overrides(root, weights, "trainer.epochs=1", "finetune.freeze_epochs=1")
+    result = run_cli([*overrides, f"hydra.run.dir={run_dir}"], cwd=run_dir.parent)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return run_dir
+
+
 def _overrides(root, weights, *extra):
     return [
         "dataset=cats_dogs",
@@ -66,14 +79,13 @@ def _original(initial, layer):
 
 
 @pytest.mark.integration
-def test_phase_one_keeps_the_base_bit_for_bit(setup, tmp_path):
-    root, weights, initial = setup
-    run_task(compose(_overrides(root, weights, "trainer.epochs=1", "finetune.freeze_epochs=1"), tmp_path / "run"))
-    trained = _base_weights(tmp_path / "run")
+def test_phase_one_keeps_the_base_bit_for_bit(setup, frozen_run):
+    _, _, initial = setup
+    trained = _base_weights(frozen_run)
     for layer, values in trained.items():
         for got, expected in zip(values, _original(initial, layer), strict=True):
             np.testing.assert_array_equal(got, expected, err_msg=layer)
-    head = keras.saving.load_model(tmp_path / "run" / "checkpoints" / "last.keras").get_layer("vgg19_imagenet")
+    head = keras.saving.load_model(frozen_run / "checkpoints" / "last.keras").get_layer("vgg19_imagenet")
     head = head.get_layer("fc1")
     assert head.trainable
 
@@ -103,10 +115,8 @@ def test_phase_two_trains_from_unfreeze_from_only(setup, tmp_path, recwarn, capl
 
 
 @pytest.mark.unit
-def test_the_model_applies_the_preprocessing_the_weights_expect(setup, tmp_path):
-    root, weights, _ = setup
-    run_task(compose(_overrides(root, weights, "trainer.epochs=1", "finetune.freeze_epochs=1"), tmp_path / "run"))
-    model = keras.saving.load_model(tmp_path / "run" / "checkpoints" / "best.keras")
+def test_the_model_applies_the_preprocessing_the_weights_expect(frozen_run):
+    model = keras.saving.load_model(frozen_run / "checkpoints" / "best.keras")
     assert model.input.dtype == "uint8"
     image = np.random.default_rng(0).integers(0, 256, (2, SIZE, SIZE, 3)).astype(np.uint8)
     network = model.get_layer("vgg19_imagenet")
@@ -115,12 +125,9 @@ def test_the_model_applies_the_preprocessing_the_weights_expect(setup, tmp_path)
 
 
 @pytest.mark.integration
-def test_evaluate_and_export_with_only_the_run_folder(setup, tmp_path):
+def test_evaluate_and_export_with_only_the_run_folder(frozen_run, tmp_path):
     """A vgg19_imagenet run evaluated without repeating model=vgg19_imagenet: its caffe preprocessing is its own."""
-    root, weights, _ = setup
-    run_dir = tmp_path / "run"
-    result = run_cli([*_overrides(root, weights, "trainer.epochs=1"), f"hydra.run.dir={run_dir}"], cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
+    run_dir = frozen_run
     result = run_cli(["mode=evaluate", f"checkpoint={run_dir}", f"hydra.run.dir={tmp_path / 'e'}"], cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     evaluated = json.loads((tmp_path / "e" / "metrics.json").read_text())
