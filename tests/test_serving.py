@@ -55,7 +55,7 @@ def _test_images(data_dir: Path, count: int = 16) -> np.ndarray:
 
 @pytest.mark.integration
 def test_best_keras_through_keras_own_export_serves_what_predict_gives(trained_run, tmp_path):
-    """Every format Keras's `model.export` offers here."""
+    """Keras's own SavedModel export of `best.keras` (the portable formats: the slow test below)."""
     data_dir, run_dir = trained_run
     model = keras.saving.load_model(run_dir / "checkpoints" / "best.keras")
     images = _test_images(data_dir)
@@ -70,6 +70,17 @@ def test_best_keras_through_keras_own_export_serves_what_predict_gives(trained_r
     first, second = served.serve(images).numpy(), served.serve(images).numpy()
     np.testing.assert_array_equal(first, second)
     np.testing.assert_allclose(first, expected, atol=1e-5)
+
+
+@pytest.mark.integration
+@pytest.mark.slow  # three conversions; the default suite converts the same best.keras through the same model.export
+# to each format and checks each against Keras (test_export_all_formats_each_checked_against_keras)
+def test_best_keras_through_keras_own_portable_exports_serves_what_predict_gives(trained_run, tmp_path):
+    """ONNX, LiteRT and OpenVINO from Keras's `model.export` alone."""
+    data_dir, run_dir = trained_run
+    model = keras.saving.load_model(run_dir / "checkpoints" / "best.keras")
+    images = _test_images(data_dir)
+    expected = model.predict(images, verbose=0)
     spec = [tf.TensorSpec([None, 28, 28, 3], tf.uint8, name="images")]
     model.export(str(tmp_path / "m.onnx"), format="onnx", input_signature=spec, verbose=False)
     np.testing.assert_allclose(load_runner("onnx", tmp_path / "m.onnx")(images), expected, atol=1e-5)
