@@ -466,3 +466,51 @@ def decoded(monkeypatch, tmp_path):
 
     monkeypatch.setattr(folder_module, "decode_files", counted)
     return calls
+
+
+# The heaviest files, heaviest first (per-file totals of a default run's junit XML, `--junitxml`). pytest-xdist's
+# `--dist loadfile` runs a file whole on one worker and hands files out in collection order
+# (`--no-loadscope-reorder` in addopts: its own reorder puts files with many tests first, which left files of a
+# few long trainings for last, one worker busy with them while the other sat idle). Handing out the longest first
+# leaves short files for the end, where they even out the workers. Files not listed follow in the usual order.
+HEAVY_FILES_FIRST = (
+    "test_serving.py",
+    "test_cats_dogs.py",
+    "test_run_folder_kills.py",
+    "test_finetune_export.py",
+    "test_evaluate.py",
+    "test_training_options.py",
+    "test_fault_tolerance.py",
+    "test_tfds.py",
+    "test_search.py",
+    "test_tfrecord_input.py",
+    "test_train.py",
+    "test_run_folder_faults.py",
+    "test_tracking.py",
+    "test_self_contained.py",
+    "test_folder.py",
+    "test_bad_input.py",
+    "test_sweep.py",
+    "test_watch.py",
+    "test_decode.py",
+    "test_precision.py",
+    "test_folder_check.py",
+    "test_distribute.py",
+    "test_options.py",
+    "test_quiet.py",
+    "test_cache.py",
+    "test_report.py",
+    "test_curves_and_sheets.py",
+    "test_vertex_outputs.py",
+    "test_configs.py",
+    "test_convert.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under xdist (each worker collects, and the controller hands out files in the order the workers report),
+    the heaviest files first; a plain `pytest -n 0` keeps the usual order."""
+    if not hasattr(config, "workerinput"):
+        return
+    rank = {name: index for index, name in enumerate(HEAVY_FILES_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
