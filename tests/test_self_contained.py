@@ -59,6 +59,8 @@ def test_typed_keys_win_over_the_run_config(cifar_run, tmp_path):
     assert stats["num_examples"] == 24 and stats["image_shape"] == [28, 28, 3] and stats["dtype"] == "uint8"
 
 
+@pytest.mark.slow  # 13 s; test_serving's test_export_all_formats_each_checked_against_keras exports the same run
+# from checkpoint=RUN alone and checks its sizes, the inference model's layers and serve against Keras
 def test_export_with_only_the_run_folder_serves_the_keras_model(cifar_run, tmp_path):
     import keras
 

@@ -205,6 +205,7 @@ def test_export_all_formats_each_checked_against_keras(trained_run, tmp_path):
     assert files["litert"]["quantized"]["quantize"] == "int8"
     assert info["check"]["images"] == 24 and "test split" in info["check"]["source"]
     assert info["class_names"][0] == "airplane" and files["onnx"]["input"]["shape"] == [None, 28, 28, 3]
+    assert (info["resize_to"], info["image_size"]) == (32, 28), "the run's own sizes, from its folder alone"
     # Sizes are the files' bytes (no folder entries); input and output names as each runtime reports them.
     folder_files = [path for path in (export_dir / saved_model.VERSION).rglob("*") if path.is_file()]
     assert files["saved_model"]["bytes"] == sum(path.stat().st_size for path in folder_files)
@@ -222,6 +223,8 @@ def test_export_all_formats_each_checked_against_keras(trained_run, tmp_path):
     assert files["litert"]["output"]["name"] == interpreter.get_output_details()[0]["name"]
     assert files["litert"]["output"]["shape"] == [None, 10]
     model = keras.saving.load_model(run_dir / "checkpoints" / "best.keras")
+    # dataset=cifar's flip and colour jitter trained it, in the training model only: the saved one is inference
+    assert [layer.name for layer in model.layers] == ["image", "to_float", "standardize", "vgg19"]
     images = _test_images(data_dir, 24)
     expected = model.predict(images, verbose=0)
     for format, file in (("onnx", "model.onnx"), ("litert", "model.tflite"), ("openvino", "model.xml")):
