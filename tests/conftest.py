@@ -328,12 +328,25 @@ def trained_run(tmp_path_factory) -> tuple[Path, Path]:
     """(CIFAR-format data folder, run folder) of one tiny run trained by `run.py` for 2 epochs, dropout on
     (the CIFAR default 0.5): 5 x 16 training records (16 held out for validation) and 24 test records. Its
     folder holds `.hydra/config.yaml`, so it serves `checkpoint=RUN` as users type it. Shared by every test
-    that evaluates, predicts, exports or reuses a run's config; none of them may write into it."""
-    root = tmp_path_factory.mktemp("trained")
-    data = write_cifar(root / "cifar", records_per_file=16, num_test=24)
-    run_dir = root / "run"
-    result = run_cli([*cifar_overrides(data), "trainer.epochs=2", f"hydra.run.dir={run_dir}"], cwd=root)
-    assert result.returncode == 0, result.stderr[-3000:]
+    that evaluates, predicts, exports or reuses a run's config; none of them may write into it.
+
+    Trained once per `pytest` run: the xdist workers share it through their common temporary folder, the first
+    to need it training it under a lock while the others wait (pytest-xdist's recipe for session fixtures)."""
+    import fcntl
+    import shutil
+
+    base = tmp_path_factory.getbasetemp()  # under xdist, each worker's own folder in the run's
+    root = (base.parent if "PYTEST_XDIST_WORKER" in os.environ else base) / "trained"
+    root.mkdir(exist_ok=True)
+    data, run_dir, done = root / "cifar", root / "run", root / "trained.done"
+    with open(root / "trained.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.is_file():
+            shutil.rmtree(run_dir, ignore_errors=True)  # a worker's failed attempt
+            write_cifar(data, records_per_file=16, num_test=24)
+            result = run_cli([*cifar_overrides(data), "trainer.epochs=2", f"hydra.run.dir={run_dir}"], cwd=root)
+            assert result.returncode == 0, result.stderr[-3000:]
+            done.touch()
     return data, run_dir
 
 
