@@ -77,7 +77,7 @@ def jpeg_folder(folder: Path, width: int, height: int, num_train: int, num_val: 
 def our_folder_train(root: Path, *extra: str):
     """The train pipeline `python run.py dataset=folder dataset.data_dir=ROOT dataset.augment.flip=false
     dataset.augment.crop=none EXTRA` builds (`dataset.cache=off`: each epoch decodes, as the first does)."""
-    return our_folder_data(root, *extra).train
+    return our_folder_data(root, *extra).train()
 
 
 def our_folder_data(root: Path, *extra: str):
@@ -149,7 +149,7 @@ def first_epoch_seconds(root: Path, cache_dir: Path, num_train: int) -> float:
     cache is written, or found) included; the start-up check of every file is not (each run makes it)."""
     data = our_folder_data(root, "dataset.cache=disk", f"dataset.cache_dir={cache_dir}")
     started = time.perf_counter()
-    batch_rate(data.train, -(-num_train // BATCH_SIZE), 0)
+    batch_rate(data.train(), -(-num_train // BATCH_SIZE), 0)
     return time.perf_counter() - started
 
 
@@ -241,10 +241,10 @@ def _trial(root: Path, cache: str, cache_dir: Path, steps: int) -> None:
     """What one trial of a search does with its data, without the model: the start-up check, one training epoch,
     the validation pass and the test evaluation."""
     data = our_folder_data(root, f"dataset.cache={cache}", f"dataset.cache_dir={cache_dir}", "dataset.image_size=32")
-    iterator = iter(data.train)
+    iterator = iter(data.train())
     for _ in range(steps):
         next(iterator)
-    for split in (data.val, data.test):
+    for split in (data.split("val"), data.split("test")):
         for _ in split:
             pass
 

@@ -55,7 +55,7 @@ def _our_train(*overrides: str):
     register()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         settings = to_settings(compose("config", overrides=[*overrides, "dataset.augment.flip=false", "output_dir=x"]))
-    return load_data(settings.dataset, batch_size=BATCH_SIZE, seed=0).train
+    return load_data(settings.dataset, batch_size=BATCH_SIZE, seed=0).train()
 
 
 def _best_of(rounds: int, warmup: int, batches: int, ours, baseline) -> tuple[float, float]:

@@ -43,7 +43,7 @@ def test_a_second_load_reads_the_disk_cache_and_another_size_or_mode_is_another_
     first = ["dataset.cache=disk", f"dataset.cache_dir={cache_dir}", "dataset.image_size=32"]
     caplog.set_level(logging.INFO, "trainer.data.cache")
     batches = [[(images.numpy(), labels.numpy()) for images, labels in load_data(
-        _folder_settings(root, *first), 4, 0).train.take(6)] for _ in range(2)]  # fmt: skip
+        _folder_settings(root, *first), 4, 0).train().take(6)] for _ in range(2)]  # fmt: skip
     assert [record.message.split(" ")[0] for record in caplog.records].count("Decoding") == 1, "decoded once"
     assert sum("read from the cache" in record.message for record in caplog.records) == 1, "then read"
     for (images_a, labels_a), (images_b, labels_b) in zip(*batches, strict=True):
@@ -51,27 +51,27 @@ def test_a_second_load_reads_the_disk_cache_and_another_size_or_mode_is_another_
         np.testing.assert_array_equal(images_a, images_b)
     pixels = {}
     for mode in ("off", "disk"):  # the val split, in order: the one decode's pixels, cached or not
-        val = load_data(_folder_settings(root, f"dataset.cache={mode}", *first[1:]), 4, 0).val
+        val = load_data(_folder_settings(root, f"dataset.cache={mode}", *first[1:]), 4, 0).split("val")
         pixels[mode] = np.concatenate([images.numpy() for images, _ in val])
     np.testing.assert_array_equal(pixels["off"], pixels["disk"])
     keys = {path.name for path in cache_dir.iterdir()}
     assert len(keys) == 2, "train and val"
     for other in (["dataset.image_size=48"], ["dataset.image_size=32", "dataset.resize_mode=crop"]):
         data = load_data(_folder_settings(root, *first[:2], *other), 4, 0)
-        assert {entry["key"] for entry in data.cache.values()}.isdisjoint(keys), other
+        assert {entry["key"] for entry in data.cache_entries.values()}.isdisjoint(keys), other
     (root / "cat" / "0.png").write_bytes((root / "dog" / "0.png").read_bytes())  # a changed file
     data = load_data(_folder_settings(root, *first), 4, 0)
-    assert {entry["key"] for entry in data.cache.values()} != keys
+    assert {entry["key"] for entry in data.cache_entries.values()} != keys
 
 
 def test_auto_keeps_photos_in_memory_or_on_disk_by_their_size_and_leaves_raw_pixels_alone(tmp_path):
     root = make_folder(tmp_path / "photos", per_class=4)
-    assert load_data(_folder_settings(root), 4, 0).cache["train"] == {"mode": "memory"}
+    assert load_data(_folder_settings(root), 4, 0).cache_entries["train"] == {"mode": "memory"}
     on_disk = load_data(_folder_settings(root, "dataset.cache_memory_mb=0", f"dataset.cache_dir={tmp_path}/c"), 4, 0)
-    assert on_disk.cache["train"]["mode"] == "disk" and not on_disk.cache["train"]["written"]
+    assert on_disk.cache_entries["train"]["mode"] == "disk" and not on_disk.cache_entries["train"]["written"]
     cifar = write_cifar(tmp_path / "cifar")
     raw = to_settings(compose(["dataset=cifar", f"dataset.data_dir={cifar}", "dataset.val_size=16"])).dataset
-    assert load_data(raw, 4, 0).cache["train"] == {"mode": "off"}
+    assert load_data(raw, 4, 0).cache_entries["train"] == {"mode": "off"}
 
 
 @pytest.mark.parametrize("value, mode", [("true", "memory"), ("false", "off")])

@@ -76,7 +76,7 @@ def test_label_smoothing_matches_the_formula():
 def test_balanced_weights_come_from_the_training_split_counts(cifar_dir):
     settings = to_settings(compose([*cifar_overrides(cifar_dir), "trainer.class_weight=balanced"]))
     data = load_data(settings.dataset, 8, 0)
-    labels = np.concatenate([batch_labels.numpy() for _, batch_labels in data.train_plain])
+    labels = np.concatenate([batch_labels.numpy() for _, batch_labels in data.split("train")])
     counts = np.bincount(labels, minlength=10)
     weights = class_weight(settings, data)
     for index, count in enumerate(counts):

@@ -418,7 +418,7 @@ def test_a_converted_folder_is_read_with_its_manifests_size_format_and_resize_mo
     base = ["dataset=cats_dogs", f"dataset.data_dir={tmp_path / 'records'}", "dataset.image_size=32", "debug=smoke"]
     data = load_data(to_settings(compose(base)).dataset, 4, 0)
     assert data.num_examples == {"train": 4, "val": 4, "test": 4} and data.resize_mode == "crop"  # round(1.5) = 2
-    assert next(iter(data.val))[0].shape[1:] == (32, 32, 3)
+    assert next(iter(data.split("val")))[0].shape[1:] == (32, 32, 3)
     contradictions = {
         "dataset.stored_size=224": r"dataset.stored_size=224 contradicts .*manifest.json, .* stored_size=32",
         f"dataset.format={'jpeg' if format == 'raw' else 'raw'}": rf"dataset.format=.* contradicts .* format={format}",
@@ -456,7 +456,7 @@ def test_a_converted_folder_of_three_classes_and_an_unlabeled_one_need_no_class_
     base = ["dataset=cats_dogs", f"dataset.data_dir={tmp_path / 'records'}", f"dataset.image_size={SIZE}"]
     data = load_data(to_settings(compose([*base, "debug=smoke"])).dataset, 4, 0)
     assert data.class_names == ["Cat", "Dog", "Fox"] and data.class_counts["val"] == {"Cat": 1, "Dog": 1, "Fox": 1}
-    labels = sorted(int(label) for _, batch in data.val for label in batch.numpy())
+    labels = sorted(int(label) for _, batch in data.split("val") for label in batch.numpy())
     assert labels == [0, 1, 2], "the third class's label comes through"
     with pytest.raises(DataError, match=r"manifest.json: lists 3 classes but dataset.num_classes=2; leave it unset"):
         load_data(to_settings(compose([*base, "dataset.num_classes=2"])).dataset, 4, 0)
@@ -496,6 +496,6 @@ def test_jpeg_records_without_a_manifest_train_on_the_pixels_serve_bytes_gets(tm
     overrides = _cats_dogs(records, records, records, "dataset.format=jpeg", "dataset.stored_size=32",
                            "dataset.image_size=32", f"dataset.resize_mode={mode}")  # fmt: skip
     data = load_data(to_settings(compose(overrides)).dataset, 8, 0)
-    trained = np.concatenate([images.numpy() for images, _ in data.test])
+    trained = np.concatenate([images.numpy() for images, _ in data.split("test")])
     served = decode_images(tf.constant(encoded), 32, mode, name="image_bytes").numpy()  # serve_bytes' decode
     np.testing.assert_array_equal(trained, served)

@@ -10,9 +10,9 @@ from conftest import compose, pattern_records, write_cifar
 from trainer.config import to_settings
 from trainer.data import binary, pipeline
 from trainer.data.augmentation import Augmentation
-from trainer.data.formats.binary import check_labels
 from trainer.data.cache import Cache
 from trainer.data.decoders import BinaryDecoder
+from trainer.data.formats.binary import check_labels
 from trainer.data.preprocess import Preprocess, augment_batch, prepare_images
 from trainer.data.shares import Records, ranges_of
 from trainer.data.sources import FixedLengthReader, Source
@@ -247,7 +247,7 @@ def test_each_split_pipeline_is_built_when_first_read_and_once(monkeypatch):
         monkeypatch.setattr(pipeline, name, lambda *a, _f=original, _n=name, **k: built.append(_n) or _f(*a, **k))
     data = load_data(to_settings(compose(["debug=smoke"])).dataset, 16, 0)
     assert built == [], "nothing is built before it is read"
-    assert data.test is data.test and built == ["eval_dataset"]
-    assert data.train is data.train and built == ["eval_dataset", "train_dataset"]
-    images, labels = next(iter(data.test))
+    assert data.split("test") is data.split("test") and built == ["eval_dataset"]
+    assert data.train() is data.train() and built == ["eval_dataset", "train_dataset"]
+    images, labels = next(iter(data.split("test")))
     assert images.dtype == tf.uint8 and images.shape[1:] == (32, 32, 3) and labels.shape == (16,)

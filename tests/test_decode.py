@@ -158,7 +158,7 @@ def test_one_photo_gives_the_same_pixels_and_probabilities_on_every_path(tmp_pat
     data = load_data(to_settings(compose(overrides)).dataset, 8, 0)
     listed = [entry[0] for entry in data.fingerprint["val"]["files"]][:4]
     assert listed == [f"val/a/{name}" for name in names]
-    training = np.concatenate([images.numpy() for images, _ in data.val])[:4]
+    training = np.concatenate([images.numpy() for images, _ in data.split("val")])[:4]
     # 2. mode=predict on the files.
     chunks = predict_inputs.image_chunks(files, None, Preprocess(32), ["a", "b"], 8, "resize")
     predicted = np.concatenate([images.numpy() for _, images in chunks])

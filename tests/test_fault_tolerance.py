@@ -165,8 +165,8 @@ def test_resume_of_a_finished_run_is_refused(tmp_path):
 
 @pytest.mark.unit
 def test_a_time_budget_reads_as_seconds_and_stops_before_an_epoch_that_would_not_fit():
-    from trainer.fields import duration_seconds
     from trainer.errors import ConfigError
+    from trainer.fields import duration_seconds
     from trainer.training.callbacks import TimeBudget
 
     assert [duration_seconds(text, "k") for text in ("2h30m", "90m", "45s", "1d", 3600, "1.5h")] == [

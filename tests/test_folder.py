@@ -75,9 +75,9 @@ def test_a_folder_gives_every_split_with_the_labels_of_its_class_folders(tmp_pat
     assert data.class_names == ["cat", "dog"] and data.resize_mode == "resize"
     expected = {"tree": {"train": 8, "val": 4, "test": 4}, "splits": {"train": 12, "val": 12, "test": 12}}[layout]
     assert data.num_examples == expected
-    for split, count in (("val", "val"), ("test", "test"), ("train_plain", "train")):
-        assert _labels_follow_colours(getattr(data, split), data.class_names) == data.num_examples[count]
-    assert _labels_follow_colours(data.train.take(3), data.class_names) == 12, "training batches too"
+    for split in ("val", "test", "train"):
+        assert _labels_follow_colours(data.split(split), data.class_names) == data.num_examples[split]
+    assert _labels_follow_colours(data.train().take(3), data.class_names) == 12, "training batches too"
     files = {split: [entry[0] for entry in part["files"]] for split, part in data.fingerprint.items()}
     assert all(name.split(os.sep)[-2] in ("cat", "dog") for names in files.values() for name in names)
     if layout == "tree":  # one tree: the splits share no file, and the split is fixed by dataset.split_seed
@@ -233,7 +233,7 @@ def test_each_worker_reads_its_own_whole_files(tmp_path):
     assert data.train_steps == 2, "8 training files each: 2 steps of 2 per worker"
     seen = []
     for index in range(2):
-        share = data.train_for_worker(tf.distribute.InputContext(2, index, 2))  # 2 replicas: 2 images a step
+        share = data.train(0, tf.distribute.InputContext(2, index, 2))  # 2 replicas: 2 images a step
         for images, _ in share.take(2):
             seen += [image.tobytes() for image in images.numpy()]
     assert len(seen) == 8 and len(set(seen)) == 8, "the shares are disjoint and cover the train split once"

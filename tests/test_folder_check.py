@@ -107,5 +107,5 @@ def test_a_second_run_decodes_no_photo_with_a_disk_cache_its_test_evaluation_inc
     for run, expected in ((1, 12 + 4), (2, 0)):  # the first: the check of 12 photos, the test split's cache of 4
         decodes[0] = 0
         data = load_data(_settings(root, *cache).dataset, batch_size=4, seed=0)
-        assert sum(len(labels) for _, labels in data.test) == 4
+        assert sum(len(labels) for _, labels in data.split("test")) == 4
         assert decodes[0] == expected, f"run {run}"

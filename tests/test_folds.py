@@ -58,20 +58,20 @@ def test_the_folds_partition_train_and_val_and_leave_test_alone(tmp_path, source
         overrides = ["dataset=folder", f"dataset.data_dir={root}", "dataset.image_size=32", "debug=smoke",
                      "dataset.val_fraction=0.2", "dataset.test_fraction=0.2"]  # fmt: skip
     plain = load_data(to_settings(compose(overrides)).dataset, batch_size=8, seed=42)
-    pool = _images(plain.train_plain) + _images(plain.val)
+    pool = _images(plain.split("train")) + _images(plain.split("val"))
     vals, folds = [], 3 if source == "cifar" else 2  # a folder's start-up decodes every file: fewer loads
     for fold in range(folds):
         data = _folded(overrides, folds, fold)
-        train, val = _images(data.train_plain), _images(data.val)
+        train, val = _images(data.split("train")), _images(data.split("val"))
         assert train + val == pool, "every training record is in this fold's train or val, once"
         assert data.num_examples["val"] == sum(val.values()) and data.num_examples["test"] == plain.num_examples["test"]
-        assert _images(data.test) == _images(plain.test), "the test split is left alone"
+        assert _images(data.split("test")) == _images(plain.split("test")), "the test split is left alone"
         counts = Counter(label for _, label in val.elements())
         assert data.class_counts["val"] == {plain.class_names[k]: v for k, v in sorted(counts.items())}
         vals.append(val)
     assert sum(vals, Counter()) == pool, "the validation folds partition the training records"
     if source == "cifar":
-        assert _images(_folded(overrides, folds, 1).val) == vals[1], "fixed by the seed"
+        assert _images(_folded(overrides, folds, 1).split("val")) == vals[1], "fixed by the seed"
 
 
 @pytest.mark.integration

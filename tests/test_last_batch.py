@@ -91,7 +91,7 @@ def test_a_small_training_split_is_seen_whole_every_epoch(tmp_path, caplog):
     assert plan.steps_per_epoch == 2, "59 images in batches of 32: 32 + 27 (one step saw 32 of them)"
     assert "Global batch 32 = 1 replica(s) x 32, 2 steps per epoch (the last of 27 images)" in caplog.text
     assert "leaves out" not in caplog.text
-    images = [batch[0].shape[0] for batch in plan.data.train.take(4)]
+    images = [batch[0].shape[0] for batch in plan.data.train().take(4)]
     assert images == [32, 27, 32, 27]
 
 
@@ -103,4 +103,4 @@ def test_replicas_that_need_equal_parts_of_the_last_batch_leave_out_the_rest_in_
     assert "Each epoch leaves out 1 of the 59 training images (a new draw each epoch): a batch is split among 2" in (
         caplog.text
     )
-    assert [batch[0].shape[0] for batch in plan.data.train.take(8)][-1] == 2
+    assert [batch[0].shape[0] for batch in plan.data.train().take(8)][-1] == 2

@@ -136,11 +136,11 @@ def test_each_layout_gives_every_split_with_its_class_names_and_labels(tmp_path,
     data = load_data(_settings(make(tmp_path / layout), *extra).dataset, batch_size=4, seed=0)
     assert data.class_names == names and data.num_examples == counts
     assert data.class_counts["train"] == dict(zip(names, [counts["train"] // 3] * 3, strict=True))
-    seen = {split: _images(getattr(data, split), names) for split in ("train_plain", "val", "test")}
-    assert [len(seen["train_plain"]), len(seen["val"]), len(seen["test"])] == list(counts.values())
-    assert len(_images(data.train.take(3), names)) == 12, "training batches too"
+    seen = {split: _images(data.split(split), names) for split in ("train", "val", "test")}
+    assert [len(seen["train"]), len(seen["val"]), len(seen["test"])] == list(counts.values())
+    assert len(_images(data.train().take(3), names)) == 12, "training batches too"
     if layout == "plain_val_fraction":  # the held-out rows are not trained on
-        assert not set(seen["train_plain"]) & set(seen["val"])
+        assert not set(seen["train"]) & set(seen["val"])
         assert data.class_counts["val"] == {"0": 2, "1": 2, "2": 2}
 
 
@@ -174,11 +174,11 @@ def test_each_worker_reads_its_own_rows(tmp_path, case, extra):
     assert data.train_steps == per_worker // 2
     seen = []
     for index in range(2):
-        share = data.train_for_worker(tf.distribute.InputContext(2, index, 2))  # 2 replicas: 2 images a step
+        share = data.train(0, tf.distribute.InputContext(2, index, 2))  # 2 replicas: 2 images a step
         for images, _ in share.take(data.train_steps):
             seen += [image.tobytes() for image in images.numpy()]
     assert len(seen) == 2 * per_worker and len(set(seen)) == len(seen), "the shares are disjoint"
-    assert set(seen) == set(_images(data.train_plain, data.class_names)), "and cover the train split once"
+    assert set(seen) == set(_images(data.split("train"), data.class_names)), "and cover the train split once"
 
 
 def _bad_inputs(tmp_path: Path) -> dict[str, tuple[Path, list[str]]]:
@@ -243,8 +243,8 @@ def test_string_labels_are_class_names(tmp_path, extra, names):
     assert pq.read_schema(root / "train.parquet").field("label").type in (pa.large_string(), pa.string())
     data = load_data(_settings(root, *extra).dataset, batch_size=4, seed=0)
     assert data.class_names == names and data.class_counts["train"] == {name: 2 for name in names}
-    for split in ("train_plain", "val"):
-        for images, labels in getattr(data, split):
+    for split in ("train", "val"):
+        for images, labels in data.split(split):
             for image, label in zip(images.numpy(), labels.numpy(), strict=True):
                 colour = np.array(COLOURS[names[label]])
                 assert np.abs(image.reshape(-1, 3).mean(0) - colour).max() < 20, "the label names its image's class"
@@ -276,11 +276,11 @@ def test_without_pyarrow_the_part_names_the_extra(monkeypatch):
 def test_the_folds_of_parquet_rows_partition_train_and_val(tmp_path):
     root = make_hub(tmp_path / "hub")
     plain = load_data(_settings(root).dataset, batch_size=4, seed=0)
-    pool = sorted(_images(plain.train_plain, NAMES) + _images(plain.val, NAMES))
+    pool = sorted(_images(plain.split("train"), NAMES) + _images(plain.split("val"), NAMES))
     vals = []
     for fold in (0, 1):
         data = load_data(_settings(root, "dataset.folds=2", f"dataset.fold={fold}").dataset, batch_size=4, seed=0)
-        train, val = _images(data.train_plain, NAMES), _images(data.val, NAMES)
+        train, val = _images(data.split("train"), NAMES), _images(data.split("val"), NAMES)
         assert sorted(train + val) == pool and data.class_counts["val"] == {name: 4 for name in NAMES}
         vals += val
     assert sorted(vals) == pool, "the validation folds partition train and val"
@@ -333,7 +333,7 @@ def test_a_bad_image_stops_training_with_one_line_naming_its_file_and_row(tmp_pa
         data = load_data(_settings(root).dataset, batch_size=4, seed=0)
         with pytest.raises(DataError, match=line) as caught:
             with data.named_bad_records():
-                for _ in data.train.take(4):
+                for _ in data.train().take(4):
                     pass
     assert "\n" not in str(caught.value)
     if case == "null":  # training itself: one line, exit 1, no traceback

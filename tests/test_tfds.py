@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from trainer.data.formats.tfds import TFDSFiles
 from trainer.data.pipeline import eval_dataset
 from trainer.data.preprocess import Preprocess
 from trainer.data.sources import tfrecord_dataset
-from trainer.data.formats.tfds import TFDSFiles
 from trainer.data.tfds_files import TFDSLoader
 from trainer.errors import ConfigError, DataError
 

@@ -520,7 +520,7 @@ def test_unequal_converter_shards_are_shared_by_record_ranges_from_the_manifest_
     assert data.train_steps == 6  # 6 records per worker, 1 per step
     with caplog.at_level(logging.INFO):
         for index in range(2):
-            data.train_for_worker(tf.distribute.InputContext(2, index, 2))
+            data.train(0, tf.distribute.InputContext(2, index, 2))
     lines = [record.getMessage() for record in caplog.records if "Input pipeline" in record.getMessage()]
     assert "records 0-4 of" in lines[0] and "0-0 of" in lines[0] and "(6 records, 6 per epoch)" in lines[0], lines
     assert "records 1-4 of" in lines[1] and "0-1 of" in lines[1] and "(6 records, 6 per epoch)" in lines[1], lines

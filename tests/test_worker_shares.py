@@ -78,12 +78,12 @@ def test_binary_loader_plans_the_shares_of_the_train_split_only(tmp_path):
     data = load_data(settings.dataset, 8, 0, num_workers=2)
     assert data.num_examples["train"] == 64 and data.train_steps == 64 // 8
     single = load_data(settings.dataset, 8, 0)
-    assert single.train_for_worker is None and single.train_steps == 64 // 8  # one pass over the split
+    assert single.num_workers == 1 and single.train_steps == 64 // 8  # one pass over the split
 
 
 @pytest.mark.integration
 def test_a_resumed_input_goes_on_where_the_stream_was_on_one_pipeline_and_on_each_worker(tmp_path):
-    """`train_from(N)` yields batch N onwards of the stream `train` yields, images and labels, for one pipeline
+    """`train(N)` yields batch N onwards of the stream `train()` yields, images and labels, for one pipeline
     and for each worker's share (a resumed run continues its input instead of replaying it)."""
     import numpy as np
     import tensorflow as tf
@@ -97,10 +97,10 @@ def test_a_resumed_input_goes_on_where_the_stream_was_on_one_pipeline_and_on_eac
 
     single = load_data(settings.dataset, 8, 3)
     workers = load_data(settings.dataset, 8, 3, num_workers=2)
-    pairs = [(single.train, single.train_from(11)[0])]
+    pairs = [(single.train(), single.train(11))]
     for index in range(2):
         context = tf.distribute.InputContext(2, index, 1)
-        pairs.append((workers.train_for_worker(context), workers.train_from(11)[1](context)))
+        pairs.append((workers.train(0, context), workers.train(11, context)))
     for whole, resumed in pairs:
         expected, got = batches(whole, 14)[11:], batches(resumed, 3)
         for (want_images, want_labels), (images, labels) in zip(expected, got, strict=True):
@@ -113,7 +113,7 @@ def test_each_input_pipeline_seeds_its_own_shuffles_and_crops(tmp_path, monkeypa
     """Workers draw different crops at the same step: pipeline i's seed is the run's seed + i * stride."""
     import tensorflow as tf
 
-    from trainer.tasks import data as data_module
+    from trainer.data import module as data_module
 
     folder = write_cifar(tmp_path / "cifar")
     overrides = ["dataset=cifar", f"dataset.data_dir={folder}", "dataset.val_size=16", "debug=smoke", "seed=5"]
@@ -123,7 +123,7 @@ def test_each_input_pipeline_seeds_its_own_shuffles_and_crops(tmp_path, monkeypa
     monkeypatch.setattr(pipeline, "train_dataset", lambda *args: seeds.append(args[4]) or real(*args))  # seed
     data = load_data(settings.dataset, 8, 5, num_workers=2)
     for index in range(2):
-        data.train_for_worker(tf.distribute.InputContext(2, index, 1))
+        data.train(0, tf.distribute.InputContext(2, index, 1))
     assert seeds[-2:] == [5, 5 + data_module.WORKER_SEED_STRIDE]  # after the one-pipeline train split's
 
 

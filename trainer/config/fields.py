@@ -1,6 +1,6 @@
 """The config's own choices (the dataset formats' live beside them, in `trainer.data.formats`).
 
-    python run.py trainer.precision=float64   # -> refused when Hydra composes: expected one of [float32, ...]
+python run.py trainer.precision=float64   # -> refused when Hydra composes: expected one of [float32, ...]
 """
 
 from __future__ import annotations

@@ -30,13 +30,14 @@ import numpy as np
 from trainer.config.reuse import run_folder_of
 from trainer.config.schema import Config
 from trainer.data.decode import check_decode
+from trainer.data.module import DataModule
 from trainer.errors import DataError
 from trainer.evaluation import calibration
 from trainer.evaluation.predictions import predict_split
 from trainer.runs import checkpoints, storage
 from trainer.serving import embeddings, model_card, portable
 from trainer.serving.bundle import FORMATS, INFO_FILE, CheckImages, ExportOptions, write_export
-from trainer.tasks.data import Data, load_data
+from trainer.tasks.data import load_data
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ def _first(dataset, count: int) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(images)[:count], np.concatenate(labels)[:count]
 
 
-def _fitting_data(settings: Config, info: checkpoints.ModelInfo) -> Data | str:
+def _fitting_data(settings: Config, info: checkpoints.ModelInfo) -> DataModule | str:
     """The dataset of the run (or of the command line), when it can be read and fits the model; else why not."""
     try:
         check_val = settings.export.temperature == "auto"  # fitted on the validation split
@@ -70,10 +71,10 @@ def _fitting_data(settings: Config, info: checkpoints.ModelInfo) -> Data | str:
     return data
 
 
-def _check_images(settings: Config, info: checkpoints.ModelInfo, data: Data | str) -> CheckImages:
+def _check_images(settings: Config, info: checkpoints.ModelInfo, data: DataModule | str) -> CheckImages:
     count = settings.export.check_images
-    if isinstance(data, Data):  # as a client sends them: the stored images, which `serve` resizes and crops
-        images, labels = _first(data.test_stored, count)
+    if isinstance(data, DataModule):  # as a client sends them: the stored images, which `serve` resizes and crops
+        images, labels = _first(data.split("test", stored=True), count)
         return CheckImages(images, labels, f"{len(images)} images of the test split of dataset={settings.dataset.name}")
     log.warning("The export is checked on random pixels, not on test images: %s", data)
     size = info.resize_to
@@ -81,22 +82,22 @@ def _check_images(settings: Config, info: checkpoints.ModelInfo, data: Data | st
     return CheckImages(pixels, None, f"{count} images of random pixels")
 
 
-def _calibration(settings: Config, data: Data | str) -> np.ndarray | None:
+def _calibration(settings: Config, data: DataModule | str) -> np.ndarray | None:
     if settings.export.quantize != "int8":
         return None
-    if not isinstance(data, Data):
+    if not isinstance(data, DataModule):
         raise DataError(f"export.quantize=int8 calibrates on the training split of the run's dataset: {data}")
-    images, _ = _first(data.train_plain, settings.export.calibration_images)
+    images, _ = _first(data.split("train"), settings.export.calibration_images)
     log.info("Calibrating int8 on %d training images <export.calibration_images>", len(images))
     return images
 
 
-def _temperature(settings: Config, model, data: Data | str) -> float | None:
+def _temperature(settings: Config, model, data: DataModule | str) -> float | None:
     """export.temperature: a number, or `auto`: the one of lowest NLL on the run's validation split."""
     chosen = settings.export.temperature
     if chosen != "auto":
         return None if chosen is None else float(chosen)
-    if not isinstance(data, Data):
+    if not isinstance(data, DataModule):
         raise DataError(f"export.temperature=auto fits on the validation split of the run's dataset: {data}")
     if not data.num_examples.get("val"):
         raise DataError("export.temperature=auto fits on the validation split: the run's dataset has none")
@@ -105,7 +106,7 @@ def _temperature(settings: Config, model, data: Data | str) -> float | None:
             "export.temperature=auto fits on the validation split, and the run's reads the test records "
             "(dataset.val_source=test): give the temperature by hand, export.temperature=T"
         )
-    held_out = predict_split(model, data.val, 0)
+    held_out = predict_split(model, data.split("val"), 0)
     fit = calibration.fit_checked(held_out.probabilities, held_out.labels)
     if fit.temperature is None:  # never bake in a temperature the split cannot tell
         raise DataError(

@@ -90,7 +90,7 @@ def inspect(settings: Config) -> None:
 
 def _check(settings: Config, data) -> None:
     """Decodes every example of every split; writes data_check.json; one line when something is wrong."""
-    splits = {"train": data.train_plain, "val": data.val, "test": data.test}
+    splits = {split: data.split(split) for split in ("train", "val", "test")}
     if data.fingerprint.get("test") == data.fingerprint.get("val"):
         del splits["test"]  # the test split is the validation split: checked once
     listed = {split: part.get("files", []) for split, part in data.fingerprint.items()}
@@ -124,9 +124,8 @@ def _inspect(settings: Config, data) -> None:
     options = settings.inspect
     if options.augmented and options.split != "train":
         log.warning("inspect.augmented=true applies to the train split only; showing %s unaugmented", options.split)
-    dataset = {"train": data.train if options.augmented else data.train_plain, "val": data.val, "test": data.test}[
-        options.split
-    ]
+    augmented = options.augmented and options.split == "train"
+    dataset = data.train() if augmented else data.split(options.split)
     images, labels = _first_images(dataset, options.num_images)
     if options.augmented and options.split == "train":
         images = _with_model_augmentation(images, data.augment, settings.seed)
@@ -135,7 +134,7 @@ def _inspect(settings: Config, data) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     sheet = save_png(contact_sheet(images, captions), run_dir / "contact_sheet.png")
 
-    plain = {"train": data.train_plain, "val": data.val, "test": data.test}[options.split]
+    plain = data.split(options.split)
     counts = (data.class_counts or {}).get(options.split) or _count(
         plain, data.num_examples[options.split], data.class_names
     )
@@ -150,13 +149,13 @@ def _inspect(settings: Config, data) -> None:
         "max": float(images.max()),
         "mean": float(images.mean()),
         "contact_sheet": str(sheet),
-        "cache": data.cache,
+        "cache": data.cache_entries,
     }
     write_json(run_dir / "inspect.json", stats)
     print(f"{options.split}: {stats['num_examples']} examples; per class: {counts}")
     print(f"images {tuple(images.shape[1:])} {images.dtype}, values in [{stats['min']:.3f}, {stats['max']:.3f}]")
     print(f"contact sheet of {len(images)} images: {sheet}")
-    for split, entry in data.cache.items():
+    for split, entry in data.cache_entries.items():
         print(f"{split} cache: {_cache_line(entry)} <dataset.cache={settings.dataset.cache}>")
 
 

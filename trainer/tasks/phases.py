@@ -155,7 +155,7 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
 
     # The first training batch, read in order (no shuffle buffer to fill at start-up): TensorBoard's sample
     # images, and what each phase's step state is built from.
-    first_batch = next(iter(plan.data.train_plain.take(1)))
+    first_batch = next(iter(plan.data.split("train").take(1)))
     loggers_ = _loggers(plan, folder, first_batch)
     class_weights = weights.class_weight(settings, plan.data)
     progress = plan.chief and settings.trainer.verbose == 1 and sys.stderr.isatty()
@@ -199,7 +199,7 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
                 initial_epoch=first,
                 epochs=phase.end,
                 steps_per_epoch=steps,
-                validation_data=plan.data.val if settings.trainer.validate else None,  # an evaluator may do it
+                validation_data=plan.data.split("val") if settings.trainer.validate else None,  # an evaluator may do it
                 verbose=0,  # EpochLog prints the one line per epoch (and ProgressBar the bar)
                 callbacks=listed if passed else callbacks,
                 shuffle=False,  # the pipeline shuffles, seeded

@@ -20,9 +20,9 @@ import keras
 import tensorflow as tf
 
 from trainer.config.schema import Config
+from trainer.data.module import DataModule
 from trainer.errors import ConfigError
 from trainer.runs.storage import OutputFolders
-from trainer.tasks.data import Data
 from trainer.tracking import loggers
 from trainer.training.optimizers import fitted_warmup
 
@@ -68,7 +68,7 @@ class Plan:
     output_dir: str  # the run folder: Hydra's new one, or the resumed run's
     trackers: list[loggers.Tracker]  # MLflow, W&B (the chief's), connected
     tensorboard: list[keras.callbacks.Callback]  # logger=tensorboard (the chief's)
-    data: Data
+    data: DataModule
     steps_per_epoch: int
     lr: float  # the peak rate, after linear scaling
     phases: list[Phase]

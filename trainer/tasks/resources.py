@@ -31,9 +31,8 @@ def _pipeline_bytes(settings: Config, plan: Plan) -> float:
     stored = data.resize_to**2 * 3  # uint8
     shuffled = min(settings.dataset.shuffle_buffer, data.num_examples["train"]) * stored
     prefetched = PREFETCH_BATCHES * batch * stored * (4 if data.augment.mixing else 1)  # MixUp/CutMix: float32
-    cached = sum(
-        data.num_examples.get(split, 0) * stored for split, entry in data.cache.items() if entry.get("mode") == "memory"
-    )
+    in_memory = [split for split, entry in data.cache_entries.items() if entry.get("mode") == "memory"]
+    cached = sum(data.num_examples.get(split, 0) * stored for split in in_memory)
     return float(shuffled + prefetched + cached)
 
 

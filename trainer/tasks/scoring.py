@@ -16,11 +16,11 @@ import numpy as np
 import tensorflow as tf
 
 from trainer.config.schema import Config
+from trainer.data.module import DataModule
 from trainer.distribute.watchdog import step_watchdog
 from trainer.evaluation.report import ReportOptions, check_classes, write_report
 from trainer.models.tta import with_tta
 from trainer.runs import checkpoints
-from trainer.tasks.data import Data
 from trainer.tracking.reports import plot_confusion_png, write_confusion_csv
 from trainer.training import metrics
 from trainer.training.tracing import build_step_state
@@ -44,7 +44,7 @@ class Evaluation:
         return cls(chosen.tta, chosen.top_k, options)
 
 
-def check_report_split(data: Data, split: str, how: Evaluation) -> None:
+def check_report_split(data: DataModule, split: str, how: Evaluation) -> None:
     """Before training's first step: the report `how` asks for at its end has two classes in `split` to draw.
     The part's class counts where it knows them, else the split's labels (no image decoded where it can).
 
@@ -66,7 +66,7 @@ def check_report_split(data: Data, split: str, how: Evaluation) -> None:
 def evaluate_checkpoint(
     strategy: tf.distribute.Strategy,
     checkpoint: str | Path,
-    data: Data,
+    data: DataModule,
     split: str,
     run_dir: Path,
     how: Evaluation = Evaluation(),
@@ -89,8 +89,9 @@ def evaluate_checkpoint(
         tta = how.tta
         plain, model = model, with_tta(model, tta)
         metrics.compile_for_evaluation(model, len(class_names), how.top_k)
-    build_step_state(model, next(iter(data.test.take(1))))  # never a cached split: its cache would be cut short
-    results, matrix = metrics.evaluate(model, getattr(data, split), class_names, step_watchdog(strategy))
+    # never a cached split: its cache would be cut short
+    build_step_state(model, next(iter(data.split("test").take(1))))
+    results, matrix = metrics.evaluate(model, data.split(split), class_names, step_watchdog(strategy))
     write_confusion_csv(run_dir / f"confusion_matrix_{split}.csv", matrix, class_names)
     plot_confusion_png(
         run_dir / f"confusion_matrix_{split}.png",
@@ -100,8 +101,8 @@ def evaluate_checkpoint(
     )
     if how.report is not None:
         held_out = split != "val" and data.num_examples.get("val") and not data.val_is_test  # never fit on test
-        calibrate_on = data.val if held_out else None
-        dataset = getattr(data, split)
+        calibrate_on = data.split("val") if held_out else None
+        dataset = data.split(split)
         results.update(write_report(run_dir, model, plain, dataset, class_names, split, how.report, calibrate_on))
     results["checkpoint"] = str(checkpoints.resolve(checkpoint))
     results["tta"] = tta

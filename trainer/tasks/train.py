@@ -26,6 +26,7 @@ from hydra.utils import get_method
 
 from trainer.config.schema import Config, LoggerConfig, TensorBoardConfig
 from trainer.data.decode import DECODE
+from trainer.data.module import DataModule
 from trainer.distribute import topology
 from trainer.distribute.agreement import chief_numbers
 from trainer.distribute.failures import collective_errors, errors_told_to_peers
@@ -44,7 +45,7 @@ from trainer.serving import latency
 from trainer.tasks import init_from as starting
 from trainer.tasks import parts
 from trainer.tasks import phases as fitting
-from trainer.tasks.data import Data, load_data
+from trainer.tasks.data import load_data
 from trainer.tasks.export import export_to_model_dir
 from trainer.tasks.plan import Folder, Plan, check_updates, log_training_options, phases
 from trainer.tasks.resources import check_memory
@@ -207,7 +208,7 @@ def _takes(target: str, argument: str) -> bool:
         return False
 
 
-def build_network(settings: Config, data: Data, replicas: int) -> keras.Model:
+def build_network(settings: Config, data: DataModule, replicas: int) -> keras.Model:
     """The configured network (float input of `data.input_shape`), uncompiled; call inside `strategy.scope()`.
 
     On more than one replica, a builder that takes `synchronized_batch_norm` (VGG19's, or your own) gets True:

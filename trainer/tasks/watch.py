@@ -28,12 +28,13 @@ from pathlib import Path
 import tensorflow as tf
 
 from trainer.config.schema import Config
+from trainer.data.module import DataModule
 from trainer.distribute import cluster
 from trainer.distribute.failures import collective_errors
 from trainer.errors import ConfigError
 from trainer.runs import checkpoints, history
 from trainer.runs.backup import read_state
-from trainer.tasks.data import Data, load_data
+from trainer.tasks.data import load_data
 from trainer.tasks.parts import build_trackers
 from trainer.tasks.runtime import setup_strategy
 from trainer.tasks.scoring import Evaluation, evaluate_checkpoint
@@ -154,7 +155,7 @@ class EvalLog:
             tracker.log(epoch, figures)
 
 
-def _evaluate(settings: Config, strategy, data: Data, file: Path, split: str, out: Path) -> dict:
+def _evaluate(settings: Config, strategy, data: DataModule, file: Path, split: str, out: Path) -> dict:
     with collective_errors(strategy), data.named_bad_records():
         return evaluate_checkpoint(strategy, file, data, split, out, Evaluation.of(settings, report=False))
 
