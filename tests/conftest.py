@@ -485,7 +485,7 @@ def decoded(monkeypatch, tmp_path):
 # `--dist loadfile` runs a file whole on one worker and hands files out in collection order
 # (`--no-loadscope-reorder` in addopts: its own reorder puts files with many tests first, which left files of a
 # few long trainings for last, one worker busy with them while the other sat idle). Handing out the longest first
-# leaves short files for the end, where they even out the workers. Files not listed follow in the usual order.
+# leaves short files for the end, where they even out the workers. Files not listed (each a few seconds) follow.
 HEAVY_FILES_FIRST = (
     "test_serving.py",
     "test_cats_dogs.py",
@@ -517,6 +517,19 @@ HEAVY_FILES_FIRST = (
     "test_vertex_outputs.py",
     "test_configs.py",
     "test_convert.py",
+    "test_preprocessing.py",
+    "test_callbacks_and_losses.py",
+    "test_worker_shares.py",
+    "test_folds.py",
+    "test_init_from.py",
+    "test_data.py",
+    "test_sync_batch_norm.py",
+    "test_custom_model.py",
+    "test_parts.py",
+    "test_parquet.py",
+    "test_run_folder_resume.py",
+    "test_config_reuse.py",
+    "test_cheap_checks.py",
 )
 
 
