@@ -130,6 +130,9 @@ def demo(folder: Path, quick: bool) -> list[Row]:
         gaps.append(end_gap(run_dir / "run.log"))
     spread = f"min {min(accuracies):.2f}, median {statistics.median(accuracies):.2f}, max {max(accuracies):.2f}"
     print(f"# demo test accuracy over seeds {list(seeds)}: {spread}", file=sys.stderr)
+    runs = zip(seeds, accuracies, seconds, strict=True)
+    per_seed = ", ".join(f"{seed}: {accuracy:.2f}% in {time:.1f} s" for seed, accuracy, time in runs)
+    print(f"# demo per seed, test accuracy in seconds of training: {per_seed}", file=sys.stderr)
     return [
         Row(
             f"Digits demo `python run.py`: lowest test accuracy of seeds {seeds[0]}-{seeds[-1]} ({spread}) vs 99%",
