@@ -82,6 +82,10 @@ def run_cli(arguments: list[str], cwd: Path | None = None) -> CliResult:
 
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
+    # A logging config with disable_existing_loggers (hydra/job_logging=disabled) disables every logger made so
+    # far: re-enabled afterwards, or a later test's caplog on this worker sees nothing of them.
+    enabled = [one for one in logging.Logger.manager.loggerDict.values() if isinstance(one, logging.Logger)]
+    enabled = [one for one in enabled if not one.disabled]
     out, err = io.StringIO(), io.StringIO()
     previous = os.getcwd()
     # Hydra's logging set-up (dictConfig) closes every handler made so far. absl's handler closes its stream
@@ -110,6 +114,8 @@ def run_cli(arguments: list[str], cwd: Path | None = None) -> CliResult:
                 handler.close()
         root.handlers[:] = handlers
         root.setLevel(level)
+        for one in enabled:
+            one.disabled = False
     result.stdout, result.stderr = out.getvalue(), err.getvalue()
     return result
 
