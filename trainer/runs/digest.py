@@ -3,7 +3,7 @@
     python run.py resume=RUN     # refused before its first epoch commits if any byte of the data changed
 
 A run's `data.json` records each split's files by name, size and a sampled checksum
-(`trainer.tasks.data.fingerprint`): cheap enough to check at once, but blind to a change
+(`trainer.data.module.fingerprint`): cheap enough to check at once, but blind to a change
 between the samples. So the run also hashes every byte of its files, in a thread that
 shares the first epoch with training, and the first epoch-end waits for it
 (`DigestGate`): a new run records the digests in `data.json`; a resumed run compares them

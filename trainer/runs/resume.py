@@ -85,7 +85,7 @@ def prepare_resume(run_dir: Path, backup_dir: Path, resume: str | None) -> Progr
 
 CHIEF_RUN = "RUN (the chief's run folder, named in its log)"  # what another worker of a multi-worker run resumes
 
-DATA_FILE = "data.json"  # in the run folder: what the run trains on (`trainer.tasks.data.fingerprint`)
+DATA_FILE = "data.json"  # in the run folder: what the run trains on (`trainer.data.module.fingerprint`)
 
 
 def _difference(recorded: dict, current: dict) -> str:
