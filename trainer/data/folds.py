@@ -71,7 +71,7 @@ def pooled(splits: Splits) -> FoldSource:
 def read_labels(source: FoldSource, decoder) -> np.ndarray:
     """Every record's label, in order: the decoder's `labels` where it has one (no image decoded)."""
     labels = getattr(decoder, "labels", None) or (lambda records: decoder(records)[1])
-    labels_of = lambda files, numbers, records: labels(records)  # noqa: E731
+    labels_of = tf.autograph.experimental.do_not_convert(lambda files, numbers, records: labels(records))
     batches = source.in_order().batch(1024).map(labels_of, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     found = [batch.numpy() for batch in batches]
     return np.concatenate(found) if found else np.zeros([0], np.int32)

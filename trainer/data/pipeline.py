@@ -54,6 +54,7 @@ def _cached(source: Source, decoder: Decoder, preprocess: Preprocess, cache: Cac
     """(image at image_size, label) per record, decoded and resized once, then kept as `cache` says (in memory,
     on disk): every later epoch, run or trial only reads and augments them."""
 
+    @tf.autograph.experimental.do_not_convert  # plain TF ops: autograph's conversion only costs tracing time (start-up)
     def decode(files, numbers, records):
         images, labels = decode_batch(decoder, files, numbers, records)
         return to_model_size(images, preprocess.image_size), labels
@@ -73,7 +74,7 @@ def replayed_per_iterator(make: Callable[[], tf.data.Dataset]) -> tf.data.Datase
     order, so one seed trained on other batches under another strategy. Built inside a one-element
     `flat_map`, the shuffles belong to the iterator; its passes still get a new order one after another.
     """
-    endless = tf.data.Dataset.range(1).flat_map(lambda _: make())
+    endless = tf.data.Dataset.range(1).flat_map(tf.autograph.experimental.do_not_convert(lambda _: make()))
     return endless.apply(tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY))
 
 
@@ -138,6 +139,7 @@ def train_dataset(
 
     mix = batch_mixer(mixing) if mixing else None
 
+    @tf.autograph.experimental.do_not_convert  # plain TF ops: autograph's conversion only costs tracing time (start-up)
     def prepare(batch, batch_seed):
         images, labels = batch if cache else decode_batch(decoder, *batch)
         images = prepare_images(images, preprocess, batch_seed)
@@ -155,7 +157,10 @@ def refuse_bad(source: Source, reasons_of: Callable[[tf.Tensor], tf.Tensor]) -> 
         DataError: `FILE: record N REASON` for the first record with a reason.
     """
     batches = source.in_order().batch(CACHE_DECODE_BATCH)
-    batches = batches.map(lambda files, numbers, records: (files, numbers, reasons_of(records)))
+    check = tf.autograph.experimental.do_not_convert(
+        lambda files, numbers, records: (files, numbers, reasons_of(records))
+    )
+    batches = batches.map(check)
     for files, numbers, reasons in batches.prefetch(1).with_options(_options(False)):
         bad = reasons.numpy().nonzero()[0]
         if len(bad):
@@ -169,6 +174,7 @@ def eval_dataset(
     """Every record once, in file order, with the evaluation preprocessing (resize, centre crop)."""
     records = _cached(source, decoder, preprocess, cache) if cache else source.in_order()
 
+    @tf.autograph.experimental.do_not_convert  # plain TF ops: autograph's conversion only costs tracing time (start-up)
     def prepare(*batch):  # (images, labels) from the cache, else (files, numbers, records)
         images, labels = batch if cache else decode_batch(decoder, *batch)
         return prepare_images(images, preprocess), labels
