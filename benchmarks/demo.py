@@ -44,7 +44,9 @@ def _time_until(command: list[str], marker: str | None, cwd: Path) -> float:
     return elapsed if marker else time.perf_counter() - started
 
 
-STARTUP_TARGET = 1.3  # run.py debug=smoke to its first step, at most 1.3x `import tensorflow, keras` (issue 38)
+# run.py debug=smoke to its first step, at most 1.15x Keras alone fitting the same network to its first step (issue
+# 52: what Keras itself needs is the floor; against `import tensorflow, keras` alone, issue 38's 1.3, it is reported)
+STARTUP_TARGET = 1.15
 
 
 def startup(folder: Path, quick: bool) -> list[Row]:
@@ -67,7 +69,7 @@ def startup(folder: Path, quick: bool) -> list[Row]:
             ours,
             imports,
             "s",
-            STARTUP_TARGET,
+            None,
             higher_is_better=False,
         ),
         Row(
@@ -83,7 +85,7 @@ def startup(folder: Path, quick: bool) -> list[Row]:
             ours,
             keras_alone,
             "s",
-            None,
+            STARTUP_TARGET,
             higher_is_better=False,
         ),
     ]
