@@ -27,6 +27,24 @@ import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+
+def _own_cache_home() -> None:
+    """The suite's caches (the folder check's verdicts, decoded images) in a temporary folder, not the user's
+    `~/.cache/vggtrain`: a test must not find what another run kept, nor leave anything behind. Matplotlib keeps
+    its own font cache where it was (rebuilding it costs seconds per process)."""
+    import atexit
+    import shutil
+    import tempfile
+
+    real = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    os.environ.setdefault("MPLCONFIGDIR", os.path.join(real, "matplotlib"))
+    home = tempfile.mkdtemp(prefix="vggtrain-tests-cache-")
+    atexit.register(shutil.rmtree, home, ignore_errors=True)
+    os.environ["XDG_CACHE_HOME"] = home
+
+
+_own_cache_home()
+
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 CIFAR_TRAIN = [f"data_batch_{index}.bin" for index in range(1, 6)]
