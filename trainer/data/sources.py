@@ -76,9 +76,12 @@ class Source:
 
     @tf.autograph.experimental.do_not_convert  # plain TF ops: autograph's conversion only costs tracing time (start-up)
     def _numbered(self, path: tf.Tensor, start: tf.Tensor, length: tf.Tensor) -> tf.data.Dataset:
-        """One range's records, each with its provenance: (its file, its number in that file, the record)."""
+        """One range's records, each with its provenance: (its file, its number in that file, the record); a reader
+        that picks records out of a file (Parquet's held-out rows) numbers them itself (`numbered`)."""
         with_file = tf.autograph.experimental.do_not_convert(lambda number, record: (path, number, record))
-        return self.reader.read(path, start, length).enumerate(start).map(with_file)
+        numbered = getattr(self.reader, "numbered", None)
+        records = numbered(path, start, length) if numbered else self.reader.read(path, start, length).enumerate(start)
+        return records.map(with_file)
 
     def _read(self, order: tf.data.Dataset, parallel_reads: int | None) -> tf.data.Dataset:
         """The numbered records of `order`'s ranges: one after another, or `parallel_reads` files interleaved."""
