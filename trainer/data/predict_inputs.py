@@ -57,6 +57,8 @@ def _kind(names: list[str]) -> str:
         return "records"
     if all(is_tfrecord_name(name) for name in names):
         return "tfrecords"
+    if all(name.endswith((".parquet", ".arrow")) for name in names):
+        return "parquet"
     return "images"
 
 
@@ -70,8 +72,8 @@ def _refuse_record_folder(spec: str, path: Path, files: list[Path]) -> None:
     if not names or _kind(names) == "images" or is_tfrecord_name(path.name):
         return
     test, root = next((name for name in names if name.startswith("test")), None), spec.rstrip("/")
-    if _kind(names) == "records":
-        pattern = f"{root}/{test or '*.bin'}"
+    if _kind(names) in ("records", "parquet"):
+        pattern = f"{root}/{test or ('*.bin' if _kind(names) == 'records' else '*.parquet')}"
     else:
         pattern = f"{root}/{test.split('.')[0] if test else '*'}.tfrecord*"
     raise DataError(
@@ -143,6 +145,13 @@ def record_chunks(
         Records.whole_files([str(file) for file in files], sum(counts)), FixedLengthReader(layout.record_bytes)
     )
     decoder = BinaryDecoder(layout, num_classes, classes="the model's classes")
+    return checked_chunks(source, decoder, preprocess, batch_size)
+
+
+def checked_chunks(source: Source, decoder, preprocess: Preprocess, batch_size: int) -> Iterator[Chunk]:
+    """The records of `source` in order, decoded by `decoder.checked`: one item per record, its id its index
+    over all files; a record with a reason gets it, as `FILE: record N REASON`, and is not predicted (a label
+    of -1: unlabeled)."""
     batches = source.in_order().batch(batch_size)
     batches = batches.map(lambda paths, numbers, records: (paths, numbers, *decoder.checked(records)))
     index = 0
@@ -153,7 +162,7 @@ def record_chunks(
         ):
             path = os.fsdecode(path)
             error = f"{path}: record {number} {reason.decode()}" if reason else None
-            items.append(Item(str(index), Path(path).name, None if reason else int(label), error))
+            items.append(Item(str(index), Path(path).name, None if reason or label < 0 else int(label), error))
             index += 1
         good = reasons == ""
         yield items, prepare_images(tf.boolean_mask(images, good), preprocess) if bool(tf.reduce_any(good)) else None
