@@ -191,6 +191,12 @@ class DataModule:
             raise ValueError(f"name must be one of {SPLITS}. Received: name={name}")
         return self._once(("stored" if stored else "split", name), lambda: self._evaluated(name, stored))
 
+    def checked(self, name: str) -> tf.data.Dataset:
+        """Split `name` once, in order, as (images, labels, reasons, files, numbers) batches with the evaluation
+        preprocessing: every record's reason ("" for a good one), none raised (`pipeline.checked_dataset`)."""
+        source = self.splits.sources[name]
+        return pipeline.checked_dataset(source, self.splits.decoder, self.preprocess, self.batches.batch_size)
+
     def _evaluated(self, name: str, stored: bool) -> tf.data.Dataset:
         # val is read every epoch: cached. On disk the test split is kept too (each trial of a sweep, and each
         # later run, evaluates from it); in memory a pass cut short (the step state's first batch) would throw its

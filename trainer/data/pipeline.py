@@ -168,6 +168,21 @@ def refuse_bad(source: Source, reasons_of: Callable[[tf.Tensor], tf.Tensor]) -> 
             raise DataError(f"{files[at].numpy().decode()}: record {int(numbers[at])} {reasons[at].numpy().decode()}")
 
 
+def checked_dataset(source: Source, decoder: Decoder, preprocess: Preprocess, batch_size: int) -> tf.data.Dataset:
+    """Every record once, in file order, as (images, labels, reasons, files, numbers) batches with the evaluation
+    preprocessing: each record's reason ("" for a good one) from the decoder's `checked`, none raised, for the
+    caller's policy (`inspect.check` counts and lists them). A decoder without `checked` raises its own error."""
+    checked = getattr(decoder, "checked", None)
+
+    @tf.autograph.experimental.do_not_convert  # plain TF ops: autograph's conversion only costs tracing time (start-up)
+    def prepare(files, numbers, records):
+        images, labels, reasons = checked(records) if checked else (*decoder(records), tf.fill(tf.shape(files), ""))
+        return prepare_images(images, preprocess), labels, reasons, files, numbers
+
+    batches = source.in_order().batch(batch_size).map(prepare, num_parallel_calls=AUTOTUNE, deterministic=True)
+    return batches.prefetch(AUTOTUNE).with_options(_options(False))
+
+
 def eval_dataset(
     source: Source, decoder: Decoder, preprocess: Preprocess, batch_size: int, cache: Cache | None = None
 ) -> tf.data.Dataset:
