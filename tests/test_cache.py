@@ -11,10 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
+from test_decode import _awkward_files
 from test_folder import make_folder
 
 from conftest import compose, write_cifar
 from trainer.config.store import to_settings
+from trainer.data import cache as data_cache
 from trainer.data.cache import MANIFEST, Cache, key_name
 from trainer.tasks.data import load_data
 
@@ -44,8 +46,8 @@ def test_a_second_load_reads_the_disk_cache_and_another_size_or_mode_is_another_
     caplog.set_level(logging.INFO, "trainer.data.cache")
     batches = [[(images.numpy(), labels.numpy()) for images, labels in load_data(
         _folder_settings(root, *first), 4, 0).train().take(6)] for _ in range(2)]  # fmt: skip
-    assert [record.message.split(" ")[0] for record in caplog.records].count("Decoding") == 1, "decoded once"
-    assert sum("read from the cache" in record.message for record in caplog.records) == 1, "then read"
+    assert not any(record.message.startswith("Decoding") for record in caplog.records), "the check's pixels kept"
+    assert sum("read from the cache" in record.message for record in caplog.records) == 2, "read by both runs"
     for (images_a, labels_a), (images_b, labels_b) in zip(*batches, strict=True):
         np.testing.assert_array_equal(labels_a, labels_b)
         np.testing.assert_array_equal(images_a, images_b)
@@ -62,6 +64,49 @@ def test_a_second_load_reads_the_disk_cache_and_another_size_or_mode_is_another_
     (root / "cat" / "0.png").write_bytes((root / "dog" / "0.png").read_bytes())  # a changed file
     data = load_data(_folder_settings(root, *first), 4, 0)
     assert {entry["key"] for entry in data.cache_entries.values()} != keys
+
+
+def _awkward_folder(root: Path) -> Path:
+    """`make_folder`'s splits, and in train/cat/ and val/dog/ the kinds a photo folder holds: an EXIF-rotated, a
+    CMYK, a grayscale JPEG, a PNG with alpha, a PNG named .jpg and a truncated JPEG."""
+    root = make_folder(root, "splits", per_class=2)
+    for folder in (root / "train" / "cat", root / "val" / "dog"):
+        for name, data in _awkward_files().items():
+            (folder / name).write_bytes(data)
+        (folder / "png_named.jpg").write_bytes((root / "test" / "cat" / "0.png").read_bytes())
+        (folder / "truncated.jpg").write_bytes((root / "test" / "cat" / "1.jpg").read_bytes()[:300])
+    return root
+
+
+def test_the_checks_pixels_are_the_cache_and_equal_the_pipelines_decode_byte_for_byte(tmp_path):
+    root = _awkward_folder(tmp_path / "photos")
+    settings = [f"dataset.cache_dir={tmp_path / 'decoded'}", "dataset.image_size=32"]
+    cached = load_data(_folder_settings(root, "dataset.cache=disk", *settings), 4, 0)
+    assert sorted(entry["file"] for entry in cached.skipped) == ["train/cat/truncated.jpg", "val/dog/truncated.jpg"]
+    entries = cached.cache_entries
+    assert all(entry["written"] for entry in entries.values()), "written by the start-up check, before any pass"
+    plain = load_data(_folder_settings(root, "dataset.cache=off", *settings), 4, 0)
+    for split in ("train", "val"):  # the entry as the check saved it, against the pipeline's decode of each file
+        kept = list(tf.data.Dataset.load(entries[split]["place"]).as_numpy_iterator())
+        decoded = [pair for images, labels in plain.split(split, stored=True) for pair in zip(*(images.numpy(),
+                   labels.numpy()), strict=True)]  # fmt: skip
+        assert len(kept) == len(decoded) == plain.num_examples[split] == 9
+        for (kept_image, kept_label), (image, label) in zip(kept, decoded, strict=True):
+            assert kept_label == label and kept_image.dtype == image.dtype == np.uint8
+            np.testing.assert_array_equal(kept_image, image)
+    for images, plain_images in zip(cached.split("val"), plain.split("val"), strict=True):  # and read back as such
+        np.testing.assert_array_equal(images[0].numpy(), plain_images[0].numpy())
+
+
+def test_of_two_checks_saving_one_key_at_once_one_entry_is_kept(tmp_path):
+    cache = Cache("disk", str(tmp_path))
+    batch = (np.arange(2 * 4 * 4 * 3, dtype=np.uint8).reshape(2, 4, 4, 3), np.array([0, 1], np.int32))
+    partials = [data_cache.save_decoded(iter([batch]), 4, str(tmp_path)) for _ in range(2)]
+    for partial in partials:
+        cache.publish(partial, [("x", 0, -1)], 2)
+    (entry,) = tmp_path.iterdir()
+    assert entry.name == key_name(cache.key([("x", 0, -1)])) and (entry / MANIFEST).is_file(), "no partial left"
+    assert _labels(tf.data.Dataset.load(str(entry))) == [0, 1]
 
 
 def test_auto_keeps_photos_in_memory_or_on_disk_by_their_size_and_leaves_raw_pixels_alone(tmp_path):

@@ -97,15 +97,17 @@ def decodes(monkeypatch, tmp_path):
 
 
 @pytest.mark.integration
-def test_a_second_run_decodes_no_photo_with_a_disk_cache_its_test_evaluation_included(tmp_path, decodes):
-    """Each trial of a search evaluated the test split by decoding it again: on disk it is kept as train and val
-    are (`python -m benchmarks --only folder_search_decodes` counts a whole search)."""
+def test_two_runs_with_a_disk_cache_decode_each_photo_once_the_check_filling_the_cache(tmp_path, decodes):
+    """The start-up check's decode is the cache's: its pixels are saved as the entries the pipeline keys, so the
+    first epoch, the validation pass and the test evaluation read them, and a second run decodes nothing. Before,
+    the check decoded every photo and the first pass decoded each again (`python -m benchmarks --only
+    folder_search_decodes` counts a whole search)."""
     from trainer.tasks.data import load_data
 
-    root = make_folder(tmp_path / "photos", "splits", per_class=2)
+    root = make_folder(tmp_path / "photos", "splits", per_class=2)  # 4 photos in each of train, val and test
     cache = [f"dataset.cache_dir={tmp_path / 'decoded'}", "dataset.cache=disk"]
-    for run, expected in ((1, 12 + 4), (2, 0)):  # the first: the check of 12 photos, the test split's cache of 4
-        decodes[0] = 0
+    for run in (1, 2):
         data = load_data(_settings(root, *cache).dataset, batch_size=4, seed=0)
-        assert sum(len(labels) for _, labels in data.split("test")) == 4
-        assert decodes[0] == expected, f"run {run}"
+        passes = (data.train().take(data.train_steps), data.split("val"), data.split("test"))
+        assert [sum(len(labels) for _, labels in split) for split in passes] == [4, 4, 4], f"run {run}"
+    assert decodes[0] == 12, "each of the 12 photos decoded once over both runs"

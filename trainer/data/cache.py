@@ -16,7 +16,9 @@ share), the image size, the resize mode and the decode's version (`trainer.data.
 trial of a sweep, reads it from its first epoch; another file, size or mode is another
 key. It is written under a temporary name and renamed, so a killed writer leaves nothing
 a later run trusts, and of two runs writing one key at once the second keeps the first's.
-A full disk is one warning, and training goes on uncached.
+A full disk is one warning, and training goes on uncached. `dataset=folder` decodes every
+photo at start-up to find those that give no image; on disk those pixels are saved as the
+entries themselves (`save_decoded`, `Cache.publish`), so the first epoch decodes none again.
 """
 
 from __future__ import annotations
@@ -30,10 +32,12 @@ import os
 import shutil
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import numpy as np
     import tensorflow as tf
 
 log = logging.getLogger(__name__)
@@ -79,6 +83,11 @@ class Cache:
         size = sum(path.stat().st_size for path in place.rglob("*") if path.is_file()) if _complete(place) else 0
         return {"mode": "disk", "key": name, "place": str(place), "written": _complete(place), "bytes": size}
 
+    def publish(self, partial: Path | None, ranges: list, count: int) -> None:
+        """Names `partial` (`save_decoded`: the `count` images of `ranges`, decoded already) as the disk entry of
+        `ranges`, which later runs and this one's first epoch read."""
+        _publish(partial, Path(self.folder or default_folder()) / key_name(self.key(ranges)), self.key(ranges), count)
+
     def keep(self, decoded: tf.data.Dataset, ranges: list, count: int) -> tf.data.Dataset:
         """`decoded`, the (image, label) of each of the `count` records of `ranges`, kept as this cache says."""
         if self.mode == "memory":
@@ -94,21 +103,27 @@ def identity_of(fingerprint: dict, image_size: int, resize_mode: str) -> dict:
     return {"data": fingerprint, "image_size": image_size, "resize_mode": resize_mode}
 
 
-def choose(mode: str, photos: bool, image_bytes: int, memory_mb: float, folder: str | None, identity: dict) -> Cache:
+def resolved(mode: str, photos: bool, image_bytes: int, memory_mb: float) -> str:
     """The cache `dataset.cache=mode` means for data of `image_bytes` decoded (`photos`: compressed records, whose
-    decode is the cost); `auto` picks memory under `memory_mb`, else disk, and nothing for raw pixels."""
-    if mode == "auto":
-        if not photos:
-            mode = "off"
-        else:
-            mode = "memory" if image_bytes <= memory_mb * 2**20 else "disk"
-            log.info(
-                "Decoded images kept in %s: %.0f MB of them, dataset.cache_memory_mb=%g <dataset.cache=auto>",
-                "memory" if mode == "memory" else f"a disk cache under {folder or default_folder()}",
-                image_bytes / 2**20,
-                memory_mb,
-            )
-    return Cache(mode, folder, identity)
+    decode is the cost): `auto` is memory under `memory_mb`, else disk, and nothing for raw pixels."""
+    if mode != "auto":
+        return mode
+    if not photos:
+        return "off"
+    return "memory" if image_bytes <= memory_mb * 2**20 else "disk"
+
+
+def choose(mode: str, photos: bool, image_bytes: int, memory_mb: float, folder: str | None, identity: dict) -> Cache:
+    """The `Cache` of `resolved(mode, ...)`, keyed by `identity`; `auto`'s choice is logged."""
+    chosen = resolved(mode, photos, image_bytes, memory_mb)
+    if mode == "auto" and photos:
+        log.info(
+            "Decoded images kept in %s: %.0f MB of them, dataset.cache_memory_mb=%g <dataset.cache=auto>",
+            "memory" if chosen == "memory" else f"a disk cache under {folder or default_folder()}",
+            image_bytes / 2**20,
+            memory_mb,
+        )
+    return Cache(chosen, folder, identity)
 
 
 def key_name(key: dict) -> str:
@@ -131,10 +146,10 @@ def _remove_leftovers(root: Path) -> None:
 def _on_disk(decoded: tf.data.Dataset, root: Path, key: dict, count: int) -> tf.data.Dataset:
     import tensorflow as tf
 
-    name = key_name(key)
-    final = root / name
+    final = root / key_name(key)
     if not _complete(final):
-        if not _write(decoded, root, name, key, count):
+        log.info("Decoding %d images once into the cache %s <dataset.cache=disk>", count, final)
+        if not _publish(_save(decoded, root), final, key, count):
             return decoded  # the disk refused: decoded every epoch, as without a cache
     else:
         log.info("Decoded images read from the cache %s (%d images) <dataset.cache=disk>", final, count)
@@ -142,40 +157,86 @@ def _on_disk(decoded: tf.data.Dataset, root: Path, key: dict, count: int) -> tf.
     return loaded.apply(tf.data.experimental.assert_cardinality(count))
 
 
-def _write(decoded: tf.data.Dataset, root: Path, name: str, key: dict, count: int) -> bool:
-    """Decodes every image once into `root/name`, through a partial folder renamed when whole; False (and one
-    warning) when the disk refuses. Another run that finished the same key first wins: ours is dropped."""
+def save_decoded(batches: Iterator[tuple[np.ndarray, np.ndarray]], size: int, folder: str | None) -> Path | None:
+    """Pixels decoded before their key is known, kept as a cache entry will hold them: `batches` of (uint8 images
+    [n, size, size, 3], int32 labels [n]) saved under a partial name in `folder` (the default: `default_folder`),
+    then named by `Cache.publish`. `dataset=folder`'s start-up check decodes every photo before the data's
+    fingerprint, part of the key, is whole. Every batch is drawn, also when the disk refuses (None, one warning).
+    """
     import tensorflow as tf
 
-    partial = root / f".{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}{_PARTIAL}"
-    started = time.monotonic()
+    failure = []
+
+    def drawn():  # an error of `batches` is theirs, raised as it is, not the disk's
+        try:
+            yield from batches
+        except BaseException as error:
+            failure.append(error)
+            raise
+
+    spec = (tf.TensorSpec([None, size, size, 3], tf.uint8), tf.TensorSpec([None], tf.int32))
+    each = drawn()
+    partial = _save(tf.data.Dataset.from_generator(lambda: each, output_signature=spec).unbatch(),
+                    Path(folder or default_folder()))  # fmt: skip
+    if failure:
+        raise failure[0]
+    for _ in each:  # the disk refused part way: the rest is drawn uncached
+        pass
+    return partial
+
+
+def _partial(root: Path) -> Path:
+    """A writer's own folder until its entry is whole: its process id tells `_remove_leftovers` when it is gone."""
+    return root / f".pending.{os.getpid()}.{uuid.uuid4().hex[:8]}{_PARTIAL}"
+
+
+def _save(decoded: tf.data.Dataset, root: Path) -> Path | None:
+    """`decoded` saved under a partial name in `root`; None (one warning) when the disk refuses."""
+    import tensorflow as tf
+
+    partial = _partial(root)
     try:
         root.mkdir(parents=True, exist_ok=True)
         _remove_leftovers(root)
-        if (root / name).exists():  # no manifest: not one of ours (every cache gets its manifest before its name)
-            shutil.rmtree(root / name, ignore_errors=True)
-        log.info("Decoding %d images once into the cache %s <dataset.cache=disk>", count, root / name)
         # One shard: the cache reads back in the order it was written (an evaluation's order, a seed's shuffle).
         decoded.save(str(partial), shard_func=lambda *_: tf.constant(0, tf.int64))
-        manifest = {**key, "images": count, "written": time.strftime("%Y-%m-%dT%H:%M:%S")}
-        (partial / MANIFEST).write_text(json.dumps(manifest, indent=1))
-        try:
-            partial.rename(root / name)
-        except OSError as error:
-            if error.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not _complete(root / name):
-                raise
-            log.info("Another run wrote the cache %s first: using it", root / name)
-            shutil.rmtree(partial, ignore_errors=True)
     except (tf.errors.InvalidArgumentError, tf.errors.DataLossError):
         shutil.rmtree(partial, ignore_errors=True)
         raise  # a bad record: the data's error, not the disk's
     except (OSError, tf.errors.OpError) as error:
-        shutil.rmtree(partial, ignore_errors=True)
-        reason = os.strerror(error.errno) if getattr(error, "errno", None) else str(error).splitlines()[0][:200]
-        log.warning(
-            "dataset.cache: could not write the cache under %s (%s); training goes on without it, decoding every "
-            "epoch <dataset.cache_dir=%s>", root, reason, root,
-        )  # fmt: skip
+        _refused(partial, root, error)
+        return None
+    return partial
+
+
+def _publish(partial: Path | None, final: Path, key: dict, count: int) -> bool:
+    """Names the whole entry `partial` as `final`: its manifest last inside it, then the rename. Another run that
+    finished the same key first wins: ours is dropped. False (one warning) when the disk refuses."""
+    if partial is None:
         return False
-    log.info("Cached %d images in %.1f s: %s", count, time.monotonic() - started, root / name)
+    try:
+        if final.exists() and not _complete(final):  # not one of ours (every cache gets its manifest before its name)
+            shutil.rmtree(final, ignore_errors=True)
+        manifest = {**key, "images": count, "written": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        (partial / MANIFEST).write_text(json.dumps(manifest, indent=1))
+        try:
+            partial.rename(final)
+        except OSError as error:
+            if error.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not _complete(final):
+                raise
+            log.info("Another run wrote the cache %s first: using it", final)
+            shutil.rmtree(partial, ignore_errors=True)
+    except OSError as error:
+        _refused(partial, final.parent, error)
+        return False
+    log.info("Cached %d images: %s", count, final)
     return True
+
+
+def _refused(partial: Path, root: Path, error: Exception) -> None:
+    shutil.rmtree(partial, ignore_errors=True)
+    reason = os.strerror(error.errno) if getattr(error, "errno", None) else str(error).splitlines()[0][:200]
+    log.warning(
+        "dataset.cache: could not write the cache under %s (%s); training goes on without it, decoding every "
+        "epoch <dataset.cache_dir=%s>", root, reason, root,
+    )  # fmt: skip

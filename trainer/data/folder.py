@@ -8,8 +8,10 @@ Either `DIR/train/<class>/`, `DIR/val/<class>/` (and `DIR/test/<class>/`), or on
 with `dataset.split_seed` (the converter's split). The file list is made once at start-up,
 and every file is decoded once there, in tf.data, by the one decode (`trainer.data.decode`):
 a file that gives no image is left out, named in the log and counted in `metrics.json`,
-so no epoch ever meets it. The list (relative path, size, label per file) is the run's
-record of what it trained on and the fingerprint a resume checks (`RUN/data.json`).
+so no epoch ever meets it. With a disk cache (`trainer.data.cache`) the pixels of that
+decode are the cache's entries: the first epoch reads them, no photo is decoded twice. The
+list (relative path, size, label per file) is the run's record of what it trained on and
+the fingerprint a resume checks (`RUN/data.json`).
 
 A folder's record is its label, as `LABEL_DIGITS` digits, followed by the file's bytes:
 image and label travel as one element from the read to the decode, and each worker's share
@@ -18,16 +20,20 @@ is whole files.
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import random
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import tensorflow as tf
 
 from trainer import quiet
+from trainer.data import cache as data_cache
 from trainer.data.decode import decode_images
 from trainer.data.images import decode_files
 from trainer.data.parts import Splits, val_split_name
@@ -129,6 +135,7 @@ class FolderLoader:
         self.class_names = list(keys.class_names) if keys.class_names else None
         self.fractions, self.split_seed = (keys.val_fraction, keys.test_fraction), keys.split_seed
         self.resize_mode = str(keys.resize_mode)
+        self.cache, self.folds = (str(keys.cache), keys.cache_memory_mb, keys.cache_dir), keys.folds
 
     # --- which files -------------------------------------------------------------------------------------------
 
@@ -199,8 +206,9 @@ class FolderLoader:
 
     # --- checked once ------------------------------------------------------------------------------------------
 
-    def _checked(self, members: list[tuple[Path, int]], skipped: list[dict]) -> list[tuple[Path, int]]:
-        """The members whose file decodes; the others go to `skipped` with their reason. A file whose verdict an
+    def _checked(self, members: list[tuple[Path, int]], skipped: list[dict], stage: bool) -> tuple[list, Path | None]:
+        """(the members whose file decodes, their pixels saved as a cache entry (`stage`, all of them decoded now:
+        `cache.save_decoded`) or None); the others go to `skipped` with their reason. A file whose verdict an
         earlier run kept, unchanged since (size, modification time), is not decoded again (`verdicts`)."""
         store = Verdicts(self.root, self.size, self.resize_mode)
         kept, reasons, unknown = store.read(), {}, []
@@ -210,11 +218,22 @@ class FolderLoader:
                 reasons[index] = reason
             else:
                 unknown.append(index)
-        paths = [str(members[index][0]) for index in unknown]
-        with quiet.image_library_messages():  # each bad file is one skip line, not libjpeg's raw ones too
+
+        def decoded():  # (images, labels) of the files that decode, each run's reasons noted on the way
+            paths = [str(members[index][0]) for index in unknown]
             for run in decode_files(paths, self.size, self.resize_mode, batch_size=256):
                 for offset, error in enumerate(run.errors, start=run.start):
                     reasons[unknown[offset]] = error
+                labels = [members[unknown[at]][1] for at, error in enumerate(run.errors, run.start) if error is None]
+                if run.images is not None:
+                    yield run.images, np.array(labels, np.int32)
+
+        partial = None
+        with quiet.image_library_messages():  # each bad file is one skip line, not libjpeg's raw ones too
+            if stage and len(unknown) == len(members):  # every photo decoded now: their pixels are the cache
+                partial = data_cache.save_decoded(decoded(), self.size, self.cache[2])
+            else:
+                collections.deque(decoded(), maxlen=0)
         if unknown:
             store.write(kept, {members[index][0]: reasons[index] for index in unknown})
         good = []
@@ -223,17 +242,18 @@ class FolderLoader:
                 good.append(member)
             else:
                 skipped.append({"file": self._shown(member[0]), "reason": reasons[index]})
-        return good
+        return good, partial
 
     def load(self, check_val: bool = True, reads: tuple[str, ...] = SPLITS) -> Splits:
         """The splits, each file of those in `reads` decoded once (the caller reads no other split: `mode=evaluate
         evaluate.split=test` decodes no training image; the others are listed, unchecked)."""
         names, splits = self._listing()
-        started, skipped, checked, done = time.monotonic(), [], {}, {}
+        started, skipped, checked, done, staged = time.monotonic(), [], {}, {}, {}
         read = {split for split, members in splits.items() if any(splits.get(other) is members for other in reads)}
+        stage = self._disk_cached(splits)
         for split, members in splits.items():  # the test split standing in for val is the same list: checked once
             if split in read and id(members) not in done:
-                done[id(members)] = self._checked(members, skipped)
+                done[id(members)], staged[split] = self._checked(members, skipped, stage)
             checked[split] = done.get(id(members), members)
         for entry in skipped:
             log.warning("Skipped %s: %s <dataset.data_dir=%s>", entry["file"], entry["reason"], self.root)
@@ -256,6 +276,8 @@ class FolderLoader:
             self.name,
         )
         records = {split: self._records(members) for split, members in checked.items()}
+        fingerprint = {split: self._listed(members) for split, members in sorted(checked.items())}
+        self._publish(staged, records, fingerprint, self._disk_cached(checked))
         reader = LabeledFileReader()
         return Splits(
             {split: Source(part, reader) for split, part in records.items()},
@@ -266,12 +288,31 @@ class FolderLoader:
                 split: {name: sum(label == index for _, label in members) for index, name in enumerate(names)}
                 for split, members in checked.items()
             },
-            fingerprint={split: self._listed(members) for split, members in sorted(checked.items())},
+            fingerprint=fingerprint,
             skipped=skipped,
             resize_mode=self.resize_mode,
             files=[str(path) for members in checked.values() for path, _ in members],
             photos=True,
         )
+
+    # --- the check's pixels, the first epoch's cache --------------------------------------------------------
+
+    def _disk_cached(self, splits: dict[str, list]) -> bool:
+        """Whether the pipeline keeps these splits' decoded images on disk (`trainer.data.module.DataModule.build`
+        decides alike; k-fold's splits are others)."""
+        image_bytes = (len(splits["train"]) + len(splits["val"])) * self.size * self.size * 3
+        return not self.folds and data_cache.resolved(self.cache[0], True, image_bytes, self.cache[1]) == "disk"
+
+    def _publish(self, staged: dict[str, Path | None], records: dict[str, Records], fingerprint: dict, keep: bool):
+        """Names each split's pixels the check saved as the cache entry the pipeline keys them by (the data's
+        fingerprint, the image size and resize mode, the decode's version): its first epoch reads them."""
+        identity = data_cache.identity_of(fingerprint, self.size, self.resize_mode)
+        cache = data_cache.Cache("disk", self.cache[2], identity)
+        for split, partial in staged.items():
+            if partial is not None and keep:
+                cache.publish(partial, records[split].ranges, records[split].count)
+            elif partial is not None:  # fewer photos decode than were listed: they fit in memory after all
+                shutil.rmtree(partial, ignore_errors=True)
 
     def _every_class_trains(
         self, names: list[str], listed: list[tuple[Path, int]], good: list[tuple[Path, int]], skipped: list[dict]
