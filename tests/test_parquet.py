@@ -305,36 +305,49 @@ def _truncated_jpeg() -> bytes:
     return whole[: len(whole) // 2]
 
 
-BAD_IMAGES = {  # case: (row, the image there, what the line says)
-    "null": (3, None, r"no image \(a null in column 'image'\)"),
-    "garbage": (5, b"these bytes are no image at all", "not a JPEG, PNG, GIF, BMP or WebP image"),
-    "truncated_jpeg": (4, _truncated_jpeg(), "corrupt or truncated image"),
+BAD_IMAGES = {  # case: (row, the image there, what the line says after the file)
+    "null": (3, None, r"row 3: no image \(a null in column 'image'\)"),
+    "garbage": (5, b"these bytes are no image at all", "record 5 cannot be decoded: not a JPEG, PNG, GIF, BMP or WebP"),
+    "truncated_jpeg": (4, _truncated_jpeg(), "record 4 cannot be decoded: corrupt or truncated image"),
+    "truncated_held_out": (7, _truncated_jpeg(), "record 7 cannot be decoded: corrupt or truncated image"),
 }
 
 
 @pytest.mark.integration
 @pytest.mark.parametrize("case", list(BAD_IMAGES))
-def test_a_bad_image_stops_training_with_one_line_naming_its_file_and_row(tmp_path, case):
+def test_a_bad_image_stops_training_with_one_line_naming_its_file_and_row(tmp_path, case, monkeypatch):
     """A null or undecodable image stopped training with 'bad input data: not a JPEG, ...', naming no file or
-    row. Parquet files are records, not a photo folder: the pipeline stops, and the line names both."""
+    row; then the image column was read again in Python to name it. The pipeline names it now, from the row's
+    provenance and the decoder's reason (Parquet files are records: training stops), and nothing is read again:
+    every read of the files is the pipeline's (image and label columns), none of the image column alone. Held
+    out by dataset.val_fraction, the row is still its row in the file, not its place among the split's rows."""
+    from trainer.data import parquet
+
     row, image, reason = BAD_IMAGES[case]
     root = make_plain(tmp_path / case, per_class=3)  # train.parquet: 9 rows, test.parquet: 6
-    pq.write_table(_table(_per_class(2), False, False), root / "validation.parquet")
+    if case != "truncated_held_out":
+        pq.write_table(_table(_per_class(2), False, False), root / "validation.parquet")
     table = pq.read_table(root / "train.parquet")
     images = table.column("image").to_pylist()
     images[row] = image
     table = table.set_column(0, "image", pa.array(images, pa.binary()))
     pq.write_table(table, root / "train.parquet", row_group_size=4)  # the bad row in the second row group
-    line = rf"^{re.escape(str(root / 'train.parquet'))}: row {row}: {reason}"
+    line = rf"^{re.escape(str(root / 'train.parquet'))}: {reason}"
+    extra = ["dataset.val_fraction=0.34"] if case == "truncated_held_out" else []
     if case == "null":  # found at start-up (tests/test_parquet.py::test_a_null_image_in_the_test_split_...)
         with pytest.raises(DataError, match=line) as caught:
             load_data(_settings(root).dataset, batch_size=4, seed=0)
     else:
-        data = load_data(_settings(root).dataset, batch_size=4, seed=0)
-        with pytest.raises(DataError, match=line) as caught:
+        data = load_data(_settings(root, *extra).dataset, batch_size=4, seed=0)
+        reads, batches = [], parquet._batches
+        monkeypatch.setattr(parquet, "_batches", lambda path, kind, columns, *rest: reads.append(columns) or
+                            batches(path, kind, columns, *rest))  # fmt: skip
+        with pytest.raises(DataError, match=line.replace("^", "^bad input data: ")) as caught:
             with data.named_bad_records():
-                for _ in data.train().take(4):
-                    pass
+                for split in ("val", "train"):
+                    for _ in data.split(split) if split == "val" else data.train().take(6):
+                        pass
+        assert reads and all(columns == ["image", "label"] for columns in reads), "no Python re-read"
     assert "\n" not in str(caught.value)
     if case == "null":  # training itself: one line, exit 1, no traceback
         result = run_cli(["dataset=parquet", f"dataset.data_dir={root}", "dataset.image_size=32", "debug=smoke",
@@ -364,3 +377,62 @@ def test_a_null_image_in_the_test_split_is_one_line_at_start_up_before_training(
     with pytest.raises(DataError) as caught:
         load_data(_settings(root).dataset, batch_size=4, seed=0)
     assert str(caught.value) == f"{root / 'test.parquet'}: row 4: no image (a null in column 'image')"
+
+
+@pytest.mark.integration
+def test_predict_on_parquet_gives_a_bad_row_its_reason_and_predicts_the_rest(tmp_path, trained_run):
+    """Parquet rows could not be predicted (`.parquet` was read as an image). Now each row travels with its
+    file and row through the one pipeline: the corrupt one gets the decoder's reason in its `error` column, the
+    rest their predictions, and a label outside the model's classes is a reason too."""
+    from conftest import csv_rows
+
+    data, run_dir = trained_run  # a CIFAR model: 10 classes
+    labels = [3, 1, 4, 1, 5, 9]
+    table = _table(labels, struct=True, class_label=False)
+    images = table.column("image").combine_chunks().field("bytes").to_pylist()
+    images[2] = _truncated_jpeg()
+    column = pa.StructArray.from_arrays(
+        [pa.array(images, pa.binary()), table.column("image").combine_chunks().field("path")], ["bytes", "path"]
+    )
+    labels[4] = 12  # the model has 10 classes
+    table = table.set_column(0, "image", column).set_column(1, "label", pa.array(labels, pa.int64()))
+    pq.write_table(table, tmp_path / "photos.parquet", row_group_size=4)
+    output = tmp_path / "predictions.csv"
+    overrides = ["mode=predict", f"checkpoint={run_dir}", "dataset=parquet", f"dataset.data_dir={tmp_path}",
+                 f"predict.input={tmp_path / 'photos.parquet'}", f"predict.output={output}"]  # fmt: skip
+    run_task(compose(overrides, tmp_path / "run"), overrides=overrides)
+    rows = csv_rows(output)
+    file = tmp_path / "photos.parquet"
+    assert [row["id"] for row in rows] == ["0", "1", "2", "3", "4", "5"]
+    assert [row["error"] for row in rows] == [
+        "", "", f"{file}: record 2 cannot be decoded: corrupt or truncated image: its header does not read", "",
+        f"{file}: record 4 has label 12, expected 0 to 9 (the model's classes)", "",
+    ]  # fmt: skip
+    for row, label in zip(rows, labels, strict=True):
+        assert bool(row["predicted_class"]) == (not row["error"])
+        assert row["true_index"] == ("" if row["error"] else str(label))
+
+
+@pytest.mark.integration
+def test_the_data_check_lists_each_bad_row_with_its_reason_from_the_pipeline(tmp_path, capsys):
+    """`inspect.check=true` stopped at the first bad image (and read the files again to name it). It reads each
+    split once through the pipeline now and lists every bad row by its file, row and reason, and counts them."""
+    from trainer.tasks.inspect import _check
+
+    root = make_plain(tmp_path / "data", per_class=3)
+    pq.write_table(_table(_per_class(2), False, False), root / "validation.parquet")
+    table = pq.read_table(root / "train.parquet")
+    images = table.column("image").to_pylist()
+    images[1], images[6] = b"no image", _truncated_jpeg()
+    pq.write_table(table.set_column(0, "image", pa.array(images, pa.binary())), root / "train.parquet")
+    settings = _settings(root, "mode=inspect", "inspect.check=true", f"hydra.run.dir={tmp_path / 'check'}")
+    settings.output_dir = str(tmp_path / "check")
+    with pytest.raises(DataError) as caught:
+        _check(settings, load_data(settings.dataset, batch_size=4, seed=0))
+    file = root / "train.parquet"
+    assert str(caught.value).startswith(f"data check: 2 bad file(s) or record(s), e.g. {file}: record 1: cannot be")
+    assert "2 bad" in capsys.readouterr().out
+    report = json.loads((tmp_path / "check" / "data_check.json").read_text())
+    assert [entry["file"] for entry in report["bad"]] == [f"{file}: record 1", f"{file}: record 6"]
+    assert report["bad"][1]["reason"].startswith("cannot be decoded: corrupt or truncated image")
+    assert report["num_examples"]["train"] == 7, "the good rows are checked"

@@ -16,14 +16,19 @@ The label column of every file is read once at start-up: the counts, a label out
 the classes (one line naming the file and row) and, without a validation split, the
 per-class hold-out of `dataset.val_fraction`. Training reads the files a batch at a
 time (pyarrow, in Python), and each row becomes the folder's record (the label's
-`LABEL_DIGITS` digits, then the image bytes) in the graph, decoded by the folder's
-`FileDecoder`: the one decode. Each worker's share is whole files or row ranges.
+`LABEL_DIGITS` digits, then the image bytes) in the graph, numbered by its row in its file
+and decoded by `RowDecoder`: the one decode, which never raises but gives each row its
+reason. Each worker's share is whole files or row ranges.
 
 A null image is found at start-up, in every split, before any training (a Parquet file's
-statistics count its nulls: only a file that has some, or has no statistics, is read). An
-undecodable image stops the pipeline (Parquet files are records, not a photo folder:
-nothing is skipped), and the image column of the files is then read again to name it.
-Both are one line: `FILE: row N: reason` (`find_null_images`, `_bad_image_finder`).
+statistics count its nulls: only a file that has some, or has no statistics, is read):
+`FILE: row N: no image`. An undecodable image is named by the pipeline itself, from the
+row's provenance and its reason, and each caller applies its policy (Parquet files are
+records, not a photo folder): training stops, `FILE: record N cannot be decoded: REASON`
+(the record is the row); `mode=predict predict.input=FILE.parquet` writes the reason in
+that row's `error` column and predicts the rest; `inspect.check` counts and lists them.
+
+    python run.py mode=predict checkpoint=RUN predict.input='beans/data/test-*.parquet' dataset=parquet
 """
 
 from __future__ import annotations
@@ -32,17 +37,18 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
 
-from trainer.data.decode import NOT_AN_IMAGE, image_format
+from trainer.data.decode import decode_checked
+from trainer.data.decoders import assert_good, first_reason, label_reason
 from trainer.data.folder import LABEL_DIGITS, FileDecoder
-from trainer.data.images import decode_reason
 from trainer.data.parts import VAL_NAMES, Splits, val_split_name
+from trainer.data.predict_inputs import checked_chunks
 from trainer.data.shares import Records
 from trainer.data.sources import Source
 from trainer.errors import ConfigError, DataError
@@ -51,6 +57,7 @@ log = logging.getLogger(__name__)
 
 SPLITS = ("train", "val", "test")
 READ_BATCH = 256  # rows pyarrow hands over at once: one Python step per batch, never per image
+TO_END = 2**31 - 1  # a substring length past any record's end
 SPLIT_SEED = 0  # fixes the val_fraction hold-out: the same rows in val for every run and seed
 LAYOUTS = (  # where a split's files are looked for, in this order
     "{dir}/{split}.parquet, {dir}/{split}-*.parquet, {dir}/data/{split}-*.parquet, {dir}/{split}/*.parquet or "
@@ -66,7 +73,7 @@ def _parquet_files(folder: Path, split: str) -> list[Path]:
 
 def _image_bytes(column):
     """The encoded bytes of an image column: binary, or the `Image` feature's struct; a null is empty bytes
-    (the decode then refuses it, and `_bad_image_finder` names its file and row)."""
+    (`RowDecoder` gives it its reason)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -146,106 +153,85 @@ def _batches(path: str, kind: str, columns: list[str], low: int, high: int) -> I
 @dataclass(frozen=True, eq=False)
 class ArrowReader:
     """Reads Parquet or Arrow stream files as the folder's records (`trainer.data.sources.Reader`): a batch of
-    rows at a time in Python, joined into records (label digits, then the image bytes) in the graph.
+    rows at a time in Python, joined into records (label digits, then the image bytes) in the graph, each
+    numbered by its row in its file.
 
     A range (path, start, length) counts the split's rows of that file: all of them, or those `rows` picks
     (a validation share held out of the train files)."""
 
     kind: str  # parquet | arrow (an IPC stream)
-    columns: tuple[str, str]  # (image, label)
+    columns: tuple[str, str | None]  # (image, label); no label column: every label -1 (unlabeled rows)
     rows: dict[str, np.ndarray] | None = field(default=None, repr=False)  # per file, the split's rows, sorted
     parallel: bool = True  # several files: read a few at once in training
-    classes: tuple[str, ...] | None = None  # string labels: their class names, in label order
+    classes: tuple[str, ...] | None = None  # string labels: their class names, in label order (-1: none of them)
 
-    def _rows(self, path: bytes, start: int, length: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    def _rows(self, path: bytes, start: int, length: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """(image bytes, labels, rows in the file) of each batch of the range."""
         path = os.fsdecode(path)
         end = start + length if length >= 0 else sys.maxsize
         picked = None if self.rows is None else self.rows[path][start : None if length < 0 else end]
         low, high = start, end
         if picked is not None:  # the rows between the first and the last picked one
             low, high = (int(picked[0]), int(picked[-1]) + 1) if len(picked) else (0, 0)
-        for offset, batch in _batches(path, self.kind, list(self.columns), low, high):
+        columns = [column for column in self.columns if column]
+        for offset, batch in _batches(path, self.kind, columns, low, high):
             if picked is None:
                 first = max(low - offset, 0)
-                batch = batch.slice(first, min(high - offset, batch.num_rows) - first)
+                rows = np.arange(offset + first, offset + min(high - offset, batch.num_rows))
             else:
-                inside = picked[np.searchsorted(picked, offset) : np.searchsorted(picked, offset + batch.num_rows)]
-                batch = batch.take(inside - offset)
-            images, labels = (batch.column(name) for name in self.columns)
-            if self.classes is not None:  # every string was checked at start-up to be one of them
-                labels = _indices(labels, self.classes)
-            yield _image_bytes(images), labels.to_numpy(zero_copy_only=False).astype(np.int32)
+                rows = picked[np.searchsorted(picked, offset) : np.searchsorted(picked, offset + batch.num_rows)]
+            batch = batch.take(rows - offset)
+            yield _image_bytes(batch.column(self.columns[0])), self._labels(batch), rows
 
-    def read(self, path, start, length):
+    def _labels(self, batch) -> np.ndarray:
+        import pyarrow.compute as pc
+
+        if self.columns[1] is None:
+            return np.full(batch.num_rows, -1, np.int32)
+        labels = batch.column(self.columns[1])
+        if self.classes is not None:
+            labels = pc.fill_null(_indices(labels, self.classes), -1)
+        return labels.to_numpy(zero_copy_only=False).astype(np.int32)
+
+    def numbered(self, path, start, length) -> tf.data.Dataset:
+        """(row in the file, record) of the range's rows (`trainer.data.sources.Source` numbers by it)."""
         batches = tf.data.Dataset.from_generator(
             self._rows,
-            output_signature=(tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.int32)),
+            output_signature=(
+                tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.int32), tf.TensorSpec([None], tf.int64)
+            ),
             args=(path, start, length),
-        )
+        )  # fmt: skip
         # The folder's record, so its decoder reads it: image and label stay one element from here on.
         records = batches.map(
-            lambda images, labels: tf.strings.join([tf.strings.as_string(labels, width=LABEL_DIGITS, fill="0"), images])
-        )
+            lambda images, labels, rows: (
+                rows, tf.strings.join([tf.strings.as_string(labels, width=LABEL_DIGITS, fill="0"), images])
+            )
+        )  # fmt: skip
         return records.unbatch()
 
-
-def _first_bad_header(column, name: str) -> tuple[int, str] | None:
-    """(row in the batch, reason) of the first image of a batch's column that is null, empty or has no known
-    image header (the cheap checks: no pixel decoded); None when every one passes."""
-    nulls, data = _null_images(column), _image_bytes(column)
-    formats = image_format(tf.constant(data)).numpy()
-    bad = np.flatnonzero(nulls | (formats < 0))
-    if not len(bad):
-        return None
-    row = int(bad[0])
-    if nulls[row]:
-        return row, f"no image (a null in column {name!r})"
-    return row, "empty image bytes" if not len(data[row]) else NOT_AN_IMAGE
+    def read(self, path, start, length):
+        return self.numbered(path, start, length).map(lambda row, record: record)
 
 
-def _first_undecodable(data: np.ndarray, decoder) -> tuple[int, str] | None:
-    """(row in the batch, reason) of the first image the pipeline's `decoder` refuses: the batch at once, then
-    image by image once it fails; None when every one decodes."""
-    records = tf.strings.join([b"0" * LABEL_DIGITS, tf.constant(data)])  # the reader's record, label 0
-    try:
-        decoder(records)
-        return None
-    except tf.errors.InvalidArgumentError:
-        pass
-    for row in range(len(data)):
-        try:
-            decoder(records[row : row + 1])
-        except tf.errors.InvalidArgumentError as error:
-            return row, decode_reason(error)
-    return None
+@dataclass(frozen=True)
+class RowDecoder(FileDecoder):
+    """`ArrowReader`'s records -> (uint8 images, int32 labels, reasons): the folder's record, its image through
+    the one decode (`decode_checked`, which never raises); a bad row's image is black, and its reason says why."""
 
+    num_classes: int | None = None  # the labels' rule (predict: the model's classes); None: checked at start-up
+    classes: str = ""  # where the number of classes comes from, for the reasons
 
-def _bad_image_finder(files: list[tuple[str, str]], column: str, decoder) -> Callable[[], None]:
-    """`Splits.find_bad_record`: a bad image stopped the input pipeline, whose error names no file or row.
-    Each file (path, kind) is read again, its image column only: first every file's nulls and headers (cheap),
-    then each batch decoded by the pipeline's own `decoder`, until one image fails.
+    def checked(self, records: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        labels = self.labels(records)
+        data = tf.strings.substr(records, LABEL_DIGITS, TO_END)
+        images, refused = decode_checked(data, self.size, self.resize_mode)
+        empty = tf.where(tf.strings.length(data) == 0, "no image (a null or empty bytes in the image column)", "")
+        refused = tf.where(refused == "", "", tf.strings.join(["cannot be decoded: ", refused]))
+        return images, labels, first_reason(label_reason(labels, self.num_classes, self.classes), empty, refused)
 
-    Parquet files are records, not a photo folder: a bad image stops training, named (no file is skipped).
-
-    Raises:
-        DataError: `FILE: row N: reason`, the row counted from 0 within its file.
-    """
-
-    def scan(check) -> None:
-        for path, kind in files:
-            for offset, batch in _batches(path, kind, [column], 0, sys.maxsize):
-                found = check(batch.column(0)) if batch.num_rows else None
-                if found is not None:
-                    raise DataError(f"{path}: row {offset + found[0]}: {found[1]}")
-
-    def find(error: Exception) -> None:
-        log.warning(
-            "A bad image stopped the input pipeline; reading the image column of %d files to name it", len(files)
-        )
-        scan(lambda images: _first_bad_header(images, column))
-        scan(lambda images: _first_undecodable(_image_bytes(images), decoder))
-
-    return find
+    def __call__(self, records: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        return assert_good(*self.checked(records))
 
 
 def _may_hold_null_images(path: str, kind: str, column: str) -> bool:
@@ -268,7 +254,7 @@ def _may_hold_null_images(path: str, kind: str, column: str) -> bool:
 def find_null_images(files: list[tuple[str, str]], column: str) -> None:
     """Refuses the first null image of the files (path, kind) at start-up, before any training: a Parquet file
     whose statistics count no null is not read; the others' image columns are read for their nulls only (no
-    pixel decoded). A bad image's bytes are found by the pipeline (`_bad_image_finder`).
+    pixel decoded). A bad image's bytes are named by the pipeline (`RowDecoder`).
 
     Raises:
         DataError: `FILE: row N: no image (a null in column 'image')`, the row counted from 0 within its file.
@@ -280,6 +266,108 @@ def find_null_images(files: list[tuple[str, str]], column: str) -> None:
             nulls = np.flatnonzero(_null_images(batch.column(0))) if batch.num_rows else []
             if len(nulls):
                 raise DataError(f"{path}: row {offset + int(nulls[0])}: no image (a null in column {column!r})")
+
+
+def _check_columns(path, schema, image: str, label: str | None) -> None:
+    """Refuses a file whose schema lacks the image column or the label column (None: not read), or holds
+    anything but encoded images and integer or string labels in them.
+
+    Raises:
+        DataError: one line naming the file, the column and its key.
+    """
+    import pyarrow as pa
+
+    for column, key in ((image, "image_column"), (label, "label_column")):
+        if column and column not in schema.names:
+            raise DataError(f"{path}: no column {column!r} (dataset.{key}); its columns are {schema.names}")
+    kind_of_label = schema.field(label).type if label else pa.int64()
+    if not (pa.types.is_integer(kind_of_label) or _is_string_type(kind_of_label)):
+        raise DataError(
+            f"{path}: column {label!r} holds {kind_of_label}; expected integer or string labels (dataset.label_column)"
+        )
+    if not _is_image_type(schema.field(image).type):
+        raise DataError(
+            f"{path}: column {image!r} holds {schema.field(image).type}; expected encoded image bytes, or "
+            f"the Image feature's struct with a bytes field (dataset.image_column)"
+        )
+
+
+def _opened(path: str, kind: str):
+    """(schema, rows) of one Parquet file (from its footer) or Arrow stream (its batches counted).
+
+    Raises:
+        DataError: the file is no readable Parquet or Arrow stream file.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        if kind == "parquet":
+            opened = pq.ParquetFile(path)
+            return opened.schema_arrow, opened.metadata.num_rows
+        stream = pa.ipc.open_stream(pa.memory_map(path))
+        return stream.schema, sum(batch.num_rows for batch in stream)
+    except (pa.ArrowInvalid, OSError) as error:
+        what = "Parquet" if kind == "parquet" else "Arrow stream"
+        raise DataError(f"{path}: not a readable {what} file ({error})") from None
+
+
+def class_label_names(first: Path, kind: str, label: str) -> list[str] | None:
+    """The names of the label column's `ClassLabel` feature: in `dataset_info.json` beside a `save_to_disk`
+    split, else in the `huggingface` schema metadata of the `first` file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    info = first.parent / "dataset_info.json"
+    if kind == "arrow" and info.is_file():
+        features = json.loads(info.read_text()).get("features") or {}
+    else:
+        schema = pq.read_schema(first) if kind == "parquet" else pa.ipc.open_stream(pa.memory_map(str(first))).schema
+        metadata = (schema.metadata or {}).get(b"huggingface")
+        features = json.loads(metadata).get("info", {}).get("features") or {} if metadata else {}
+    feature = features.get(label) if isinstance(features, dict) else None
+    if isinstance(feature, dict) and feature.get("_type") == "ClassLabel" and feature.get("names"):
+        return list(feature["names"])
+    return None
+
+
+def file_kind(paths: list[str]) -> str:
+    """`parquet` or `arrow` (an IPC stream, `*.arrow`) for files all of one kind.
+
+    Raises:
+        DataError: the files mix both.
+    """
+    kinds = {"arrow" if path.endswith(".arrow") else "parquet" for path in paths}
+    if len(kinds) > 1:
+        raise DataError(f"{paths[0]} and the others mix Parquet and Arrow stream files; give files of one kind")
+    return kinds.pop()
+
+
+def predict_chunks(
+    files: list, columns: tuple[str, str], class_names, preprocess, num_classes: int, batch_size: int, mode: str
+) -> Iterator:
+    """`mode=predict` on Parquet or Arrow stream files (`trainer.data.predict_inputs.checked_chunks`): one item
+    per row, in order, its id its index over all files. A row whose image does not decode, or whose label is
+    not one of the model's `num_classes`, has its reason (`FILE: record ROW REASON`) and is not predicted.
+    Labels are read where every file has the label column and it holds integers, or strings that
+    `class_names` (`dataset.class_names`) names; else the rows are unlabeled.
+
+    Raises:
+        DataError: a file is unreadable, or lacks the image column.
+    """
+    paths = [str(file) for file in files]
+    kind, image, label = file_kind(paths), *columns
+    opened = [_opened(path, kind) for path in paths]
+    labeled = all(label in schema.names for schema, _ in opened)
+    for path, (schema, _) in zip(paths, opened, strict=True):
+        _check_columns(path, schema, image, label if labeled else None)
+    strings = labeled and _is_string_type(opened[0][0].field(label).type)
+    labeled = labeled and (not strings or bool(class_names))
+    classes = "the model's classes" + ("; a label none of dataset.class_names reads -1" if strings else "")
+    reader = ArrowReader(kind, (image, label if labeled else None), classes=tuple(class_names) if strings else None)
+    source = Source(Records.whole_files(paths, sum(rows for _, rows in opened)), reader)
+    decoder = RowDecoder(preprocess.image_size, mode, num_classes if labeled else None, classes)
+    return checked_chunks(source, decoder, preprocess, batch_size)
 
 
 @dataclass
@@ -340,24 +428,11 @@ class ArrowLoader:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        image, label = self.columns
+        label = self.columns[1]
         try:
             opened = pq.ParquetFile(path) if kind == "parquet" else pa.ipc.open_stream(pa.memory_map(str(path)))
             schema = opened.schema_arrow if kind == "parquet" else opened.schema
-            for column, key in ((image, "image_column"), (label, "label_column")):
-                if column not in schema.names:
-                    raise DataError(f"{path}: no column {column!r} (dataset.{key}); its columns are {schema.names}")
-            kind_of_label = schema.field(label).type
-            if not (pa.types.is_integer(kind_of_label) or _is_string_type(kind_of_label)):
-                raise DataError(
-                    f"{path}: column {label!r} holds {kind_of_label}; expected integer or string labels "
-                    f"(dataset.label_column)"
-                )
-            if not _is_image_type(schema.field(image).type):
-                raise DataError(
-                    f"{path}: column {image!r} holds {schema.field(image).type}; expected encoded image bytes, or "
-                    f"the Image feature's struct with a bytes field (dataset.image_column)"
-                )
+            _check_columns(path, schema, *self.columns)
             if kind == "parquet":
                 labels = opened.read(columns=[label]).column(0)
             else:  # a stream has no index: its batches are read once, for their labels
@@ -408,31 +483,8 @@ class ArrowLoader:
             part.labels = converted
         return names
 
-    def _class_label(self, split: _Split) -> list[str] | None:
-        """The names of the label column's `ClassLabel` feature: in `dataset_info.json` beside a `save_to_disk`
-        split, else in the first file's `huggingface` schema metadata."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        info = split.files[0].parent / "dataset_info.json"
-        if split.kind == "arrow" and info.is_file():
-            features = json.loads(info.read_text()).get("features") or {}
-        else:
-            first = split.files[0]
-            schema = (
-                pq.read_schema(first)
-                if split.kind == "parquet"
-                else pa.ipc.open_stream(pa.memory_map(str(first))).schema
-            )
-            metadata = (schema.metadata or {}).get(b"huggingface")
-            features = json.loads(metadata).get("info", {}).get("features") or {} if metadata else {}
-        feature = features.get(self.columns[1]) if isinstance(features, dict) else None
-        if isinstance(feature, dict) and feature.get("_type") == "ClassLabel" and feature.get("names"):
-            return list(feature["names"])
-        return None
-
     def _names(self, train: _Split, labels: dict[str, np.ndarray], strings: list[str] | None) -> list[str]:
-        found = None if strings else self._class_label(train)
+        found = None if strings else class_label_names(train.files[0], train.kind, self.columns[1])
         if found and self.class_names and self.class_names != found:
             log.warning(
                 "dataset.class_names=%s differ from the ClassLabel names %s of %s: the data's names win",
@@ -544,7 +596,7 @@ class ArrowLoader:
             classes = tuple(names) if self.string_classes else None
             reader = ArrowReader(part.kind, self.columns, part.rows, classes=classes)
             sources[split] = Source(Records.whole_files(files, sum(part.counts)), reader)
-        train, decoder = splits["train"], FileDecoder(self.size, self.resize_mode)
+        train, decoder = splits["train"], RowDecoder(self.size, self.resize_mode)
         files = {str(path): part.kind for part in splits.values() for path in part.files}  # each once, in order
         find_null_images(list(files.items()), self.columns[0])  # before training, not after it
         return Splits(
@@ -556,7 +608,6 @@ class ArrowLoader:
                 split: dict(zip(names, np.bincount(values, minlength=len(names)).tolist(), strict=True))
                 for split, values in labels.items()
             },
-            find_bad_record=_bad_image_finder(list(files.items()), self.columns[0], decoder),
             resize_mode=self.resize_mode,
             photos=True,
         )

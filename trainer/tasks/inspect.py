@@ -10,16 +10,21 @@ also get MixUp/CutMix (captioned with both classes and their shares) and the mod
 training-time flip, colour jitter, policy and erasing, as the network sees them before its
 normalization layer. `inspect.check=true` also decodes every example of every split and writes
 data_check.json (`trainer.data.check`): bad files, class counts, image sizes, duplicates and leakage
-across splits; it exits 1 on bad files or leakage unless `inspect.allow` accepts them.
+across splits; it exits 1 on bad files or leakage unless `inspect.allow` accepts them. A bad record is
+named by the pipeline itself (`DataModule.checked`: its file, its number and the decoder's reason), one
+line each, and counted; the contact sheet shows the good ones.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import tensorflow as tf
 from tqdm import tqdm
 
 from trainer.config.schema import Config
@@ -44,6 +49,19 @@ def _first_images(dataset, count: int) -> tuple[np.ndarray, np.ndarray]:
         if total >= count:
             break
     return np.concatenate(images)[:count], np.concatenate(labels)[:count]
+
+
+def _good(batches: tf.data.Dataset, bad: list[dict]) -> Iterator[tuple[tf.Tensor, tf.Tensor]]:
+    """The (images, labels) of the good records of `DataModule.checked` batches; each bad one goes to `bad` as
+    {"file": "FILE: record N", "reason"}, logged as one line."""
+    for images, labels, reasons, files, numbers in batches:
+        reasons = reasons.numpy()
+        for at in np.flatnonzero(reasons != b""):
+            entry = {"file": f"{os.fsdecode(files[at].numpy())}: record {int(numbers[at])}"}
+            bad.append({**entry, "reason": reasons[at].decode()})
+            log.warning("Bad record %s: %s", entry["file"], bad[-1]["reason"])
+        good = reasons == b""
+        yield tf.boolean_mask(images, good), tf.boolean_mask(labels, good)
 
 
 def _with_model_augmentation(images: np.ndarray, augment: Augmentation, seed: int) -> np.ndarray:
@@ -90,7 +108,8 @@ def inspect(settings: Config) -> None:
 
 def _check(settings: Config, data) -> None:
     """Decodes every example of every split; writes data_check.json; one line when something is wrong."""
-    splits = {split: data.split(split) for split in ("train", "val", "test")}
+    bad = []
+    splits = {split: _good(data.checked(split), bad) for split in ("train", "val", "test")}
     if data.fingerprint.get("test") == data.fingerprint.get("val"):
         del splits["test"]  # the test split is the validation split: checked once
     listed = {split: part.get("files", []) for split, part in data.fingerprint.items()}
@@ -104,6 +123,7 @@ def _check(settings: Config, data) -> None:
         root = Path(settings.dataset.data_dir)
         sizes = stored_sizes([str(root / entry[0]) for entries in listed.values() for entry in entries])
     report = check_splits(splits, data.class_names, name_of, data.skipped, sizes)
+    report["bad"] += bad  # the records the pipeline gave a reason, as each split was read
     run_dir = Path(settings.output_dir)
     write_json(run_dir / "data_check.json", report)
     duplicates = sum(len(groups) for groups in report["duplicates"].values())
@@ -125,7 +145,7 @@ def _inspect(settings: Config, data) -> None:
     if options.augmented and options.split != "train":
         log.warning("inspect.augmented=true applies to the train split only; showing %s unaugmented", options.split)
     augmented = options.augmented and options.split == "train"
-    dataset = data.train() if augmented else data.split(options.split)
+    dataset = data.train() if augmented else _good(data.checked(options.split), [])
     images, labels = _first_images(dataset, options.num_images)
     if options.augmented and options.split == "train":
         images = _with_model_augmentation(images, data.augment, settings.seed)

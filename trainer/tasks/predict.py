@@ -41,9 +41,16 @@ def _text(name: object) -> str:
     return str(name).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
-def _record_class_names(settings: Config, files: list[Path], model_classes: list[str]) -> list[str]:
+def _record_class_names(settings: Config, kind: str, files: list[Path], model_classes: list[str]) -> list[str]:
     """The class names that the labels of record files index: the converter's manifest's; the model's for a
-    converted folder without labels (nothing to check); else the dataset's, else the classic files' two."""
+    converted folder without labels (nothing to check); Parquet's ClassLabel, else the dataset's, else the
+    model's; else the dataset's, else the classic files' two."""
+    if kind == "parquet":
+        from trainer.data.parquet import class_label_names, file_kind
+
+        label = settings.dataset.label_column
+        found = class_label_names(Path(files[0]), file_kind([str(file) for file in files]), label)
+        return found or list(settings.dataset.class_names or model_classes)
     _, manifest = tfrecords.read_manifest([str(file) for file in files])
     if manifest is not None:
         return list(manifest.get("class_names") or model_classes)
@@ -65,7 +72,7 @@ def _chunks(settings: Config, info: checkpoints.ModelInfo, kind: str, files: lis
         checkpoints.check_data(
             checkpoints.resolve(settings.checkpoint),
             info,
-            _record_class_names(settings, files, list(info.class_names)),
+            _record_class_names(settings, kind, files, list(info.class_names)),
             info.image_size,
             f"predict.input ({kind} of dataset={dataset.name})",
         )

@@ -38,3 +38,13 @@ class ArrowFiles(PhotoConfig):
         from trainer.data.parquet import ArrowLoader
 
         return ArrowLoader(self).load(check_val)
+
+    def predict_chunks(self, kind: str, files: list, preprocess, num_classes: int, batch_size: int):
+        """`mode=predict` on Parquet or Arrow stream files with these columns: each bad row gets its reason."""
+        from trainer.data.parquet import predict_chunks
+
+        if kind != "parquet":
+            return None
+        columns = (self.image_column, self.label_column)
+        mode = str(self.resize_mode)
+        return predict_chunks(files, columns, self.class_names, preprocess, num_classes, batch_size, mode)
