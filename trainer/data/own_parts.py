@@ -11,7 +11,10 @@ the report) or, worse, training on something else than it meant:
   never ends (or ends early) is named, not met at the report's `assert_cardinality`
   (every record is read once, none decoded);
 - its decoder gives uint8 images [n, height, width, 3] and integer labels in range: float
-  images in [0, 1] would be cast to near-black pixels and trained on silently.
+  images in [0, 1] would be cast to near-black pixels and trained on silently. A decoder that
+  offers `checked(records)` is checked through it: (images, labels, a string reason per record),
+  and the records it gives a reason are left to each caller's policy (training names the first
+  as `FILE: record N REASON`), not refused here.
 """
 
 from __future__ import annotations
@@ -82,15 +85,24 @@ def _check_counts(splits: Splits, target: str) -> None:
 
 
 def _check_first_batch(splits: Splits, target: str) -> None:
-    """The decoder gives uint8 images [n, height, width, 3] of 0-255 and integer labels of the classes."""
-    train = splits.sources["train"]
+    """The decoder gives uint8 images [n, height, width, 3] of 0-255 and integer labels of the classes (those of
+    the records its `checked` gives no reason)."""
+    train, checked = splits.sources["train"], getattr(splits.decoder, "checked", None)
     try:
         records = train.for_training(0).map(lambda file, number, record: record)
-        batch = records.take(FIRST_BATCH).batch(FIRST_BATCH).map(splits.decoder)
-        images, labels = next(iter(batch))
+        batch = records.take(FIRST_BATCH).batch(FIRST_BATCH).map(checked or splits.decoder)
+        images, labels, *reasons = next(iter(batch))
     except Exception as error:
         reason = one_line(error)
         raise DataError(f"dataset._target_={target}: its decoder failed on the first batch: {reason}") from None
+    if checked and (len(reasons) != 1 or reasons[0].dtype != tf.string or reasons[0].shape != labels.shape):
+        raise DataError(
+            f"dataset._target_={target}: its decoder's checked() gives {len(reasons) + 2} values; expected "
+            f"(images, labels, reasons): a string per record, '' for a good one (docs/extending.md)"
+        )
+    if checked:
+        good = reasons[0].numpy() == b""
+        images, labels = tf.boolean_mask(images, good), tf.boolean_mask(labels, good)
     pixels = images.numpy()
     low, high = (float(pixels.min()), float(pixels.max())) if pixels.size else (0.0, 0.0)
     if images.dtype != tf.uint8:
