@@ -78,7 +78,8 @@ def _awkward_folder(root: Path) -> Path:
     return root
 
 
-def test_the_checks_pixels_are_the_cache_and_equal_the_pipelines_decode_byte_for_byte(tmp_path):
+def test_the_checks_pixels_are_the_cache_and_equal_the_pipelines_decode_byte_for_byte(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     root = _awkward_folder(tmp_path / "photos")
     settings = [f"dataset.cache_dir={tmp_path / 'decoded'}", "dataset.image_size=32"]
     cached = load_data(_folder_settings(root, "dataset.cache=disk", *settings), 4, 0)
@@ -94,8 +95,15 @@ def test_the_checks_pixels_are_the_cache_and_equal_the_pipelines_decode_byte_for
         for (kept_image, kept_label), (image, label) in zip(kept, decoded, strict=True):
             assert kept_label == label and kept_image.dtype == image.dtype == np.uint8
             np.testing.assert_array_equal(kept_image, image)
-    for images, plain_images in zip(cached.split("val"), plain.split("val"), strict=True):  # and read back as such
-        np.testing.assert_array_equal(images[0].numpy(), plain_images[0].numpy())
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "another"))  # no verdicts kept: the check decodes again
+    held = load_data(_folder_settings(root, "dataset.cache=memory", *settings[1:]), 4, 0)  # its pixels in memory
+    vals = (data.split("val", stored=True) for data in (cached, held, plain))
+    for *kept, decoded in zip(*vals, strict=True):
+        for images, labels in kept:  # read back as such, from disk and from memory
+            np.testing.assert_array_equal(images.numpy(), decoded[0].numpy())
+            np.testing.assert_array_equal(labels.numpy(), decoded[1].numpy())
+    for from_disk, from_memory in zip(cached.train().take(3), held.train().take(3), strict=True):  # one stream
+        np.testing.assert_array_equal(from_disk[0].numpy(), from_memory[0].numpy())
 
 
 def test_of_two_checks_saving_one_key_at_once_one_entry_is_kept(tmp_path):
@@ -165,10 +173,20 @@ def test_a_full_disk_is_one_warning_and_the_data_goes_on_uncached(tmp_path, capl
     disk.mkdir()
     if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)], capture_output=True).returncode:
         pytest.skip("cannot mount a tmpfs here")
+    drawn = []
+
+    def checked():  # the folder check's batches: every one drawn, the disk full or not
+        for start in range(0, 200, 50):
+            drawn.append(start)
+            yield np.zeros([50, 32, 32, 3], np.uint8), np.arange(start, start + 50, dtype=np.int32)
+
     try:
         data = Cache("disk", str(disk)).keep(_numbers(200), [("x", 0, -1)], 200)  # 600 KB of pixels
         assert _labels(data) == list(range(200))
+        assert data_cache.save_decoded(checked(), 32, str(disk)) is None and drawn == [0, 50, 100, 150]
+        assert list(disk.iterdir()) == [], "no partial folder left"
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
     warnings = [record.message for record in caplog.records if record.levelno == logging.WARNING]
-    assert len(warnings) == 1 and warnings[0].startswith(f"dataset.cache: could not write the cache under {disk}")
+    assert len(warnings) == 2, "one for the pipeline's cache, one for the check's"
+    assert all(warning.startswith(f"dataset.cache: could not write the cache under {disk}") for warning in warnings)

@@ -111,3 +111,18 @@ def test_two_runs_with_a_disk_cache_decode_each_photo_once_the_check_filling_the
         passes = (data.train().take(data.train_steps), data.split("val"), data.split("test"))
         assert [sum(len(labels) for _, labels in split) for split in passes] == [4, 4, 4], f"run {run}"
     assert decodes[0] == 12, "each of the 12 photos decoded once over both runs"
+
+
+@pytest.mark.integration
+def test_in_memory_the_first_epoch_reads_the_checks_pixels(tmp_path, decodes):
+    """`dataset.cache=memory` (auto's choice for a small folder): within one run the check's pixels are the
+    memory cache's, so the first epoch and the validation pass decode no photo again (the test split, not kept in
+    memory, is decoded when evaluated)."""
+    from trainer.tasks.data import load_data
+
+    root = make_folder(tmp_path / "photos", "splits", per_class=2)  # 4 photos in each of train, val and test
+    data = load_data(_settings(root, "dataset.cache=memory").dataset, batch_size=4, seed=0)
+    for _ in range(2):
+        passes = (data.train().take(data.train_steps), data.split("val"))
+        assert [sum(len(labels) for _, labels in split) for split in passes] == [4, 4]
+    assert decodes[0] == 12, "each photo decoded once, by the check"

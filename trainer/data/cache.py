@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 MODES = ("auto", "memory", "disk", "off")
 MANIFEST = "vggtrain-cache.json"  # written last inside the folder, before the rename: a folder without it is no cache
 _PARTIAL = ".partial"
+_HELD: dict[str, tuple] = {}  # memory: (images, labels) decoded already, by key name (`hold`)
 
 
 def default_folder() -> str:
@@ -91,10 +92,25 @@ class Cache:
     def keep(self, decoded: tf.data.Dataset, ranges: list, count: int) -> tf.data.Dataset:
         """`decoded`, the (image, label) of each of the `count` records of `ranges`, kept as this cache says."""
         if self.mode == "memory":
-            return decoded.cache()
+            import tensorflow as tf
+
+            held = _HELD.get(key_name(self.key(ranges)))
+            return tf.data.Dataset.from_tensor_slices(held) if held else decoded.cache()
         if self.mode == "disk":
             return _on_disk(decoded, Path(self.folder or default_folder()), self.key(ranges), count)
         return decoded
+
+
+def hold(decoded: dict[str, list[tuple[np.ndarray, np.ndarray]]]) -> None:
+    """Hands images decoded already (`dataset=folder`'s start-up check: batches of uint8 images and int32 labels,
+    by key name) to the memory caches of their keys, in place of what the last call held: within one run, the
+    first epoch reads them instead of decoding each photo again."""
+    import tensorflow as tf
+
+    _HELD.clear()
+    for name, batches in decoded.items():
+        if batches:
+            _HELD[name] = tuple(tf.concat([batch[part] for batch in batches], 0) for part in (0, 1))
 
 
 def identity_of(fingerprint: dict, image_size: int, resize_mode: str) -> dict:

@@ -206,10 +206,11 @@ class FolderLoader:
 
     # --- checked once ------------------------------------------------------------------------------------------
 
-    def _checked(self, members: list[tuple[Path, int]], skipped: list[dict], stage: bool) -> tuple[list, Path | None]:
-        """(the members whose file decodes, their pixels saved as a cache entry (`stage`, all of them decoded now:
-        `cache.save_decoded`) or None); the others go to `skipped` with their reason. A file whose verdict an
-        earlier run kept, unchanged since (size, modification time), is not decoded again (`verdicts`)."""
+    def _checked(self, members: list[tuple[Path, int]], skipped: list[dict], keep: str) -> tuple[list, object]:
+        """(the members whose file decodes, their pixels as the cache `keep` (disk, memory) holds them when all were
+        decoded now, else None): on disk saved (`cache.save_decoded`), in memory a list of batches. The others go
+        to `skipped` with their reason. A file whose verdict an earlier run kept, unchanged since (size,
+        modification time), is not decoded again (`verdicts`)."""
         store = Verdicts(self.root, self.size, self.resize_mode)
         kept, reasons, unknown = store.read(), {}, []
         for index, (path, _) in enumerate(members):
@@ -228,10 +229,12 @@ class FolderLoader:
                 if run.images is not None:
                     yield run.images, np.array(labels, np.int32)
 
-        partial = None
+        pixels = None
         with quiet.image_library_messages():  # each bad file is one skip line, not libjpeg's raw ones too
-            if stage and len(unknown) == len(members):  # every photo decoded now: their pixels are the cache
-                partial = data_cache.save_decoded(decoded(), self.size, self.cache[2])
+            if keep == "disk" and len(unknown) == len(members):  # every photo decoded now: the cache's pixels
+                pixels = data_cache.save_decoded(decoded(), self.size, self.cache[2])
+            elif keep == "memory" and len(unknown) == len(members):
+                pixels = list(decoded())
             else:
                 collections.deque(decoded(), maxlen=0)
         if unknown:
@@ -242,7 +245,7 @@ class FolderLoader:
                 good.append(member)
             else:
                 skipped.append({"file": self._shown(member[0]), "reason": reasons[index]})
-        return good, partial
+        return good, pixels
 
     def load(self, check_val: bool = True, reads: tuple[str, ...] = SPLITS) -> Splits:
         """The splits, each file of those in `reads` decoded once (the caller reads no other split: `mode=evaluate
@@ -250,10 +253,11 @@ class FolderLoader:
         names, splits = self._listing()
         started, skipped, checked, done, staged = time.monotonic(), [], {}, {}, {}
         read = {split for split, members in splits.items() if any(splits.get(other) is members for other in reads)}
-        stage = self._disk_cached(splits)
+        keep = self._cached(splits)
         for split, members in splits.items():  # the test split standing in for val is the same list: checked once
-            if split in read and id(members) not in done:
-                done[id(members)], staged[split] = self._checked(members, skipped, stage)
+            if split in read and id(members) not in done:  # in memory train and val are kept, on disk test too
+                cached = keep == "disk" or (keep == "memory" and split != "test")
+                done[id(members)], staged[split] = self._checked(members, skipped, keep if cached else "off")
             checked[split] = done.get(id(members), members)
         for entry in skipped:
             log.warning("Skipped %s: %s <dataset.data_dir=%s>", entry["file"], entry["reason"], self.root)
@@ -277,7 +281,7 @@ class FolderLoader:
         )
         records = {split: self._records(members) for split, members in checked.items()}
         fingerprint = {split: self._listed(members) for split, members in sorted(checked.items())}
-        self._publish(staged, records, fingerprint, self._disk_cached(checked))
+        self._publish(staged, records, fingerprint, self._cached(checked))
         reader = LabeledFileReader()
         return Splits(
             {split: Source(part, reader) for split, part in records.items()},
@@ -297,22 +301,26 @@ class FolderLoader:
 
     # --- the check's pixels, the first epoch's cache --------------------------------------------------------
 
-    def _disk_cached(self, splits: dict[str, list]) -> bool:
-        """Whether the pipeline keeps these splits' decoded images on disk (`trainer.data.module.DataModule.build`
-        decides alike; k-fold's splits are others)."""
+    def _cached(self, splits: dict[str, list]) -> str:
+        """Where the pipeline keeps these splits' decoded images: disk, memory or off (`DataModule.build` decides
+        alike; k-fold's splits are others)."""
         image_bytes = (len(splits["train"]) + len(splits["val"])) * self.size * self.size * 3
-        return not self.folds and data_cache.resolved(self.cache[0], True, image_bytes, self.cache[1]) == "disk"
+        return "off" if self.folds else data_cache.resolved(self.cache[0], True, image_bytes, self.cache[1])
 
-    def _publish(self, staged: dict[str, Path | None], records: dict[str, Records], fingerprint: dict, keep: bool):
-        """Names each split's pixels the check saved as the cache entry the pipeline keys them by (the data's
-        fingerprint, the image size and resize mode, the decode's version): its first epoch reads them."""
+    def _publish(self, staged: dict[str, object], records: dict[str, Records], fingerprint: dict, keep: str) -> None:
+        """Hands each split's pixels the check kept to the cache that keys them so (the data's fingerprint, the
+        image size and resize mode, the decode's version): the first epoch reads them. Fewer photos decode than
+        were listed: they may fit in memory after all, and what was saved on disk is dropped."""
         identity = data_cache.identity_of(fingerprint, self.size, self.resize_mode)
-        cache = data_cache.Cache("disk", self.cache[2], identity)
-        for split, partial in staged.items():
-            if partial is not None and keep:
-                cache.publish(partial, records[split].ranges, records[split].count)
-            elif partial is not None:  # fewer photos decode than were listed: they fit in memory after all
-                shutil.rmtree(partial, ignore_errors=True)
+        cache, held = data_cache.Cache(keep, self.cache[2], identity), {}
+        for split, pixels in staged.items():
+            if isinstance(pixels, Path) and keep == "disk":
+                cache.publish(pixels, records[split].ranges, records[split].count)
+            elif isinstance(pixels, Path):
+                shutil.rmtree(pixels, ignore_errors=True)
+            elif pixels is not None and keep == "memory":
+                held[data_cache.key_name(cache.key(records[split].ranges))] = pixels
+        data_cache.hold(held)  # what an earlier load held goes
 
     def _every_class_trains(
         self, names: list[str], listed: list[tuple[Path, int]], good: list[tuple[Path, int]], skipped: list[dict]
