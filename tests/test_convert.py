@@ -175,26 +175,3 @@ def test_the_converter_checks_what_it_wrote_for_duplicates_and_leakage(tmp_path,
     assert manifest["check"]["duplicates"] + manifest["check"]["leakage"] == 8
     assert "The same image is written" in caplog.text
     assert report["per_class"]["train"]["Dog"] == 6
-
-
-@pytest.mark.integration
-def test_a_corrupt_or_empty_file_is_skipped_with_the_pipeline_s_reason_and_never_read_twice(
-    tmp_path, monkeypatch, caplog
-):
-    """A file that failed in the decode pipeline was read and decoded once more, eagerly, for its reason
-    (`images.reason_for`). The pipeline gives each file its reason now: one line per skipped file, and a count."""
-    from trainer.data import images
-
-    monkeypatch.setattr(images, "reason_for", lambda *_, **__: pytest.fail("a file was read again for its reason"))
-    folder = tmp_path / "in"
-    make_pets(folder, per_class=3)
-    whole = (folder / "Cat" / "0.png").read_bytes()
-    (folder / "Cat" / "cut.png").write_bytes(whole[: len(whole) // 2])
-    (folder / "Dog" / "empty.jpg").write_bytes(b"")
-    with caplog.at_level("INFO", "trainer.convert"):
-        manifest = convert(folder, tmp_path / "out", ConvertOptions(image_size=SIZE, workers=2))
-    reasons = {entry["file"]: entry["reason"] for entry in manifest["skipped"]}
-    assert set(reasons) == {"Cat/cut.png", "Dog/empty.jpg"} and reasons["Dog/empty.jpg"] == "empty file"
-    assert reasons["Cat/cut.png"].startswith("corrupt or truncated image")
-    assert f"Skipped Cat/cut.png: {reasons['Cat/cut.png']}" in caplog.text and "skipped 2 file(s)" in caplog.text
-    assert sum(split["count"] for split in manifest["splits"].values()) == 6

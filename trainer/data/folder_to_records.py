@@ -9,9 +9,8 @@ any is decoded, and the images are decoded by the one decode that training, pred
 and serving use (`trainer.data.decode`), `--workers` at once in an order-keeping
 `tf.data` map, so the bytes are the same whatever `--workers` is. Unreadable files (corrupt, empty,
 Thumbs.db, decompression bombs, ...), stray top-level files, broken symlinks and
-FIFOs are skipped and listed with the reason in the log (one line each, and their count) and
-in OUTPUT_DIR/manifest.json, which the reader (`dataset=cats_dogs`) uses. Each file's reason
-comes from the decode pipeline itself (`trainer.data.decode.decode_checked`): no file is read twice.
+FIFOs are skipped and listed with the reason in the log and in OUTPUT_DIR/manifest.json,
+which the reader (`dataset=cats_dogs`) uses.
 
 A rerun over a killed conversion is safe: shards are written into OUTPUT_DIR/.staging
 and moved into place, manifest.json last; an OUTPUT_DIR without manifest.json that holds
@@ -39,10 +38,10 @@ from tqdm import tqdm
 from trainer import quiet
 from trainer.data import pipeline, record_writer, tfrecords
 from trainer.data.check import check_splits
-from trainer.data.decode import DECODE, RESIZE_MODES, decode_checked
+from trainer.data.decode import DECODE, RESIZE_MODES
 from trainer.data.decoders import TFRecordDecoder
 from trainer.data.folder import stratified_split
-from trainer.data.images import special_file_reason
+from trainer.data.images import Decoded, decode_files, special_file_reason
 from trainer.data.preprocess import Preprocess
 from trainer.data.shares import Records
 from trainer.data.sources import Source, TFRecordReader
@@ -52,7 +51,6 @@ log = logging.getLogger("trainer.convert")
 SPLITS = ("train", "val", "test")
 MANIFEST = "manifest.json"
 STAGING = ".staging"  # shards being written; moved into OUTPUT_DIR when every one is done
-DECODE_BATCH = 16  # files decoded together; --workers batches at once
 OWN_FILE = re.compile(r"(train|val|test)\.tfrecords_\d{3,}|manifest\.json|data_check\.json|\..*\.tmp|\.staging")
 
 
@@ -151,28 +149,12 @@ class ShardTask:
     shown: tuple[str, ...]  # the same names as text, for the manifest
 
 
-def _per_file(paths: list[str], size: int, mode: str, workers: int) -> Iterator[tuple[str | None, np.ndarray | None]]:
-    """(why the file gives no image, or None; its pixels) per file of `paths`, in order, from one tf.data
-    pipeline: each file read (one that cannot be read is dropped there, and named so), then decoded a batch at
-    a time by `decode_checked`, which gives each image its reason instead of raising."""
-    files = tf.data.Dataset.from_tensor_slices((tf.range(len(paths), dtype=tf.int64), [os.fsencode(p) for p in paths]))
-    parallel = workers or tf.data.AUTOTUNE
-    read = files.map(
-        lambda index, path: (index, tf.io.read_file(path)), num_parallel_calls=parallel, deterministic=True
-    )
-
-    def decode(indices, data):
-        images, reasons = decode_checked(data, size, mode)
-        return indices, images, tf.where(tf.strings.length(data) == 0, "empty file", reasons)
-
-    batches = read.ignore_errors().batch(DECODE_BATCH).map(decode, num_parallel_calls=parallel, deterministic=True)
-    done = 0
-    for indices, images, reasons in batches.prefetch(1):
-        for index, image, reason in zip(indices.numpy(), images.numpy(), reasons.numpy(), strict=True):
-            yield from [("cannot be read", None)] * (int(index) - done)
-            yield (reason.decode(), None) if reason else (None, image)
-            done = int(index) + 1
-    yield from [("cannot be read", None)] * (len(paths) - done)
+def _per_file(runs: Iterator[Decoded]) -> Iterator[tuple[str | None, np.ndarray | None]]:
+    """`decode_files`' runs as one (reason it gives no image, or None; pixels) per file, in order."""
+    for run in runs:
+        pixels = iter(run.images if run.images is not None else [])
+        for error in run.errors:
+            yield (error, None) if error is not None else (None, next(pixels))
 
 
 def write_shard(task: ShardTask, options: ConvertOptions, decoded: Iterator[tuple]) -> tuple[Counter, list[dict]]:
@@ -300,7 +282,7 @@ def convert(input_dir: Path, output_dir: Path, options: ConvertOptions) -> dict:
         "skipped": skipped,
     }
     every_file = [path for _, task in tasks for path in task.files]
-    decoded = _per_file([str(path) for path in every_file], options.image_size, options.resize, options.workers)
+    decoded = _per_file(decode_files(every_file, options.image_size, options.resize, parallel=options.workers))
     with tqdm(total=len(items), unit="img", desc="convert", disable=None) as progress:
         outcomes = []
         for _, task in tasks:
