@@ -289,10 +289,10 @@ def test_the_report_renders_in_headless_chromium_with_every_image_and_no_console
 
 
 @pytest.mark.integration
-def test_a_test_split_of_one_class_stops_training_before_its_first_step(tmp_path):
+def test_a_test_split_of_one_class_stops_training_after_its_first_step_before_anything_is_saved(tmp_path):
     """The report at the end needs two classes in the test split: a test file whose labels are all `cat` was
-    found only after the whole training. Now it is one line before the first step (labels read, no image
-    decoded), and nothing is trained."""
+    found only after the whole training. Now it is one line right after the first step (checked in its shadow,
+    `trainer.tasks.plan.LateChecks`; labels read, no image decoded), before any epoch or checkpoint is saved."""
     run_dir = tmp_path / "run"
     arguments = [*train_arguments(tmp_path, run_dir, epochs=1), "evaluate.report=true"]
     (tmp_path / "cifar" / "test_batch.bin").write_bytes(pattern_records(np.full(16, 3), 80))  # class 3: cat
@@ -302,7 +302,9 @@ def test_a_test_split_of_one_class_stops_training_before_its_first_step(tmp_path
         "error: evaluate.report: the test split holds one class (cat); per-class figures and calibration need two "
         "or more (evaluate.report=false evaluates without the report)"
     )
-    assert not (run_dir / "history.csv").exists(), "refused before training"
+    assert "First training step done" in (run_dir / "run.log").read_text(), "checked after the first step"
+    assert not (run_dir / "history.csv").exists(), "no epoch was saved"
+    assert not list((run_dir / "checkpoints").glob("*.keras")), "no checkpoint was saved"
 
 
 @pytest.mark.unit

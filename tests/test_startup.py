@@ -1,5 +1,7 @@
 """What `python run.py` does before its first training step (issue 52 part 5): Hydra composes the config once after
-the command's own check, not twice (upstream hydra#3440: `get_mode` composes it only to read `hydra.mode`).
+the command's own check, not twice (upstream hydra#3440: `get_mode` composes it only to read `hydra.mode`); the
+checks that only the end needs (every record's label, the report's two classes) run after the first step, and
+still stop the run with their one line before anything is saved.
 
     python -m benchmarks --only startup
 """
@@ -47,3 +49,61 @@ def test_the_commands_check_gives_hydra_the_mode_its_compose_found(arguments, mo
 
     found = check_composes(arguments, CONFIG_DIR)
     assert ("unknown" if found is UNKNOWN else None if found is None else found.name) == mode
+
+
+@pytest.mark.unit
+def test_late_checks_run_once_after_the_first_step_not_before_it():
+    from trainer.tasks.plan import LateChecks
+    from trainer.training.callbacks import AfterFirstStep
+
+    ran = []
+    late = LateChecks([lambda: ran.append("labels"), lambda: ran.append("report split")])
+    callback = AfterFirstStep(late.run)
+    callback.on_train_begin()
+    callback.on_epoch_begin(0)
+    callback.on_train_batch_begin(0)
+    assert ran == [], "the first step waits for none of them"
+    callback.on_train_batch_end(0)
+    assert ran == ["labels", "report split"]
+    callback.on_train_batch_end(1)
+    late.run()  # the test evaluation's call: done already
+    assert ran == ["labels", "report split"], "each once"
+
+
+def _bad_label_run(tmp_path, file_name: str, labels: list[int]):
+    """A tiny training run whose CIFAR file `file_name` holds `labels` (12 is out of range for 10 classes)."""
+    import numpy as np
+
+    from conftest import pattern_records, train_arguments
+
+    run_dir = tmp_path / "run"
+    arguments = train_arguments(tmp_path, run_dir, epochs=1)
+    bad = tmp_path / "cifar" / file_name
+    bad.write_bytes(pattern_records(np.array(labels)))
+    return run_cli(arguments, cwd=tmp_path), run_dir, bad
+
+
+@pytest.mark.integration
+def test_a_test_label_out_of_range_stops_the_run_after_its_first_step_before_anything_is_saved(tmp_path):
+    """Every record's label is checked after the first step (`trainer.tasks.plan.LateChecks`), not before it: a
+    test record out of range still stops the run with the start-up check's one line, before the epoch's
+    history row or any checkpoint is written."""
+    result, run_dir, bad = _bad_label_run(tmp_path, "test_batch.bin", [1, 2, 3, 4, 5, 12, 6, 7])
+    assert result.returncode == 1
+    expected = f"error: {bad}: record 5 has label 12, expected 0 to 9 (dataset.num_classes=10)"
+    assert result.stderr.strip().splitlines()[-1] == expected
+    assert "First training step done" in (run_dir / "run.log").read_text(), "checked in the first step's shadow"
+    assert not (run_dir / "history.csv").exists(), "no epoch was saved"
+    assert not list((run_dir / "checkpoints").glob("*.keras")), "no checkpoint was saved"
+    assert not (run_dir / "metrics.json").exists()
+
+
+@pytest.mark.integration
+def test_a_bad_label_the_first_batch_meets_before_the_check_is_the_checks_own_line(tmp_path):
+    """A label out of range in the first training batch stops the pipeline before the late check runs: the line
+    is the same, naming the file and record (`Splits.find_bad_record` runs the check)."""
+    result, run_dir, bad = _bad_label_run(tmp_path, "data_batch_1.bin", [12, 1, 2, 3, 4, 5, 6, 7])
+    assert result.returncode == 1
+    expected = f"error: {bad}: record 0 has label 12, expected 0 to 9 (dataset.num_classes=10)"
+    assert result.stderr.strip().splitlines()[-1] == expected
+    assert "First training step done" not in (run_dir / "run.log").read_text()

@@ -95,6 +95,7 @@ class DataModule:
     augment: Augmentation  # its model view becomes the training wrapper's random layers
     fingerprint: dict = field(default_factory=dict)  # per split: records, and per file range its identity
     _built: dict = field(default_factory=dict, repr=False)  # (kind, split) -> its pipeline, built when first read
+    _checked: bool = field(default=False, repr=False)  # the part's check of every record has run
 
     @classmethod
     def build(
@@ -106,9 +107,12 @@ class DataModule:
         cache_place: tuple[float, str | None] = (1024.0, None),
         normalization: str = "standardize",
         augment: Augmentation | None = None,
+        check_records: bool = True,
     ) -> DataModule:
         """The module of `splits`; `cache_mode` (`dataset.cache`) and `cache_place` (`dataset.cache_memory_mb`,
-        `dataset.cache_dir`) choose the cache, keyed by the data's fingerprint, size and resize mode."""
+        `dataset.cache_dir`) choose the cache, keyed by the data's fingerprint, size and resize mode. The part's
+        check of every record runs here, unless `check_records` is False: the caller then runs `check_records`
+        before anything depends on the records (training: after its first step)."""
         augment = augment or preprocess.augment
         sources = splits.sources
         data_fingerprint = splits.fingerprint or fingerprint(sources)
@@ -121,7 +125,20 @@ class DataModule:
             data_cache.identity_of(data_fingerprint, preprocess.image_size, splits.resize_mode),
         )
         mixing = Mixing.of(augment, len(splits.class_names))
-        return cls(splits, preprocess, batches, cache, mixing, normalization, augment, data_fingerprint)
+        module = cls(splits, preprocess, batches, cache, mixing, normalization, augment, data_fingerprint)
+        if check_records:
+            module.check_records()
+        return module
+
+    def check_records(self) -> None:
+        """The part's check of every record (`Splits.check`: binary data's labels), once.
+
+        Raises:
+            DataError: `FILE: record N REASON` for the first bad record.
+        """
+        if self.splits.check is not None and not self._checked:
+            self._checked = True
+            self.splits.check()
 
     # --- what the model and the run need -------------------------------------------------------------------
 

@@ -60,6 +60,7 @@ class Splits:
     resize_mode: str = "resize"  # how encoded images are made square (`trainer.data.decode.RESIZE_MODES`)
     files: list[str] | None = None  # every file read, for the whole-file checksum ([]: none); None: the sources'
     photos: bool = False  # compressed images (JPEG, PNG): their decode is the cost `dataset.cache=auto` keeps
+    check: Callable[[], None] | None = None  # a check of every record the part leaves to `DataModule.check_records`
 
 
 class DatasetPart(Protocol):

@@ -11,6 +11,7 @@ task reads the dataset section twice.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 
@@ -68,6 +69,7 @@ def load_data(
     num_workers: int = 1,
     replicas: int = 1,
     reads: tuple[str, ...] | None = None,
+    check_records: bool = True,
 ) -> DataModule:
     """Every split of `dataset` as a pipeline, and what the model needs.
 
@@ -84,6 +86,9 @@ def load_data(
         reads: The splits the caller reads, where it reads fewer than all: a part that takes `reads` (a folder)
             checks only theirs; the others' pipelines are built but must not be read. With `dataset.folds` every
             split is checked (a fold of train and val validates).
+        check_records: False: the part's check of every record (`Splits.check`) is left to the caller's
+            `DataModule.check_records` (training runs it after its first step). With `dataset.folds` it runs
+            here, before the folds read the labels.
     """
     part = build_part(dataset)
     if own_parts.is_own(dataset._target_):  # held to the protocol once: one line, not a late crash
@@ -93,6 +98,9 @@ def load_data(
     else:
         splits = part.load(check_val)
     if dataset.folds:
+        if splits.check is not None:  # every label checked before the folds read them
+            splits.check()
+            splits = dataclasses.replace(splits, check=None)
         splits = _fold(splits, dataset, seed, num_workers)
     return DataModule.build(
         splits,
@@ -102,4 +110,5 @@ def load_data(
         (dataset.cache_memory_mb, dataset.cache_dir),
         normalization_for(dataset, model_preprocessing),
         dataset.augment,
+        check_records,
     )

@@ -33,7 +33,15 @@ from trainer.search.trial import StudyTrial, pruned, pruning_callbacks
 from trainer.tasks import parts, weights
 from trainer.tasks.plan import Folder, Phase, Plan, fine_tunes
 from trainer.tracking.tensorboard import RunLabel, SampleImages
-from trainer.training.callbacks import STOPPED_BY, TIME_BUDGET, Preempted, RunFiles, TimeBudget, training_callbacks
+from trainer.training.callbacks import (
+    STOPPED_BY,
+    TIME_BUDGET,
+    AfterFirstStep,
+    Preempted,
+    RunFiles,
+    TimeBudget,
+    training_callbacks,
+)
 from trainer.training.compiling import build_phase_optimizer, compile_model
 from trainer.training.cost import RunTime
 from trainer.training.optimizers import build_learning_rate
@@ -166,7 +174,9 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
             continue
         _start_phase(settings, plan, model, phase, first_batch)
         files = _run_files(settings, plan, folder, models, info, budget)
-        callbacks = training_callbacks(files, loggers_, [*extra, *plan.trackers], progress)
+        # After EpochLog's first-step line, before RunBackup: the checks the first step did not wait for
+        later = [AfterFirstStep(plan.late_checks.run), *extra, *plan.trackers]
+        callbacks = training_callbacks(files, loggers_, later, progress)
         callbacks += step_watchdog(strategy)  # multi-worker: a step waiting on a hung peer stops the cluster
         callbacks.append(RunTime(steps, settings.trainer.epochs, max(folder.done, phase.start)))  # the time it takes
         if folder.gate is not None:  # first: it checks the data before anything of the epoch is saved

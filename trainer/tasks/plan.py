@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,6 +61,20 @@ def phases(settings: Config) -> list[Phase]:
 
 
 @dataclass
+class LateChecks:
+    """Start-up checks that the first training step need not wait for, as they guard only what comes after it
+    (the report at the end). Each runs once: after the first training step, before anything of the run is saved
+    (`trainer.training.callbacks.AfterFirstStep`), else before the test evaluation (a resumed run with every
+    epoch done trains no step). A failed one stops the run with its one line, as it would before the step."""
+
+    checks: list[Callable[[], None]] = field(default_factory=list)
+
+    def run(self) -> None:
+        while self.checks:
+            self.checks.pop(0)()
+
+
+@dataclass
 class Plan:
     """What a run will do, decided before anything is built: its folder, trackers, data, steps, rate, phases."""
 
@@ -76,6 +91,7 @@ class Plan:
     tensorboard_dir: str = ""  # where logger=tensorboard writes (`trainer.tasks.train.tensorboard_dir`)
     outputs: OutputFolders = field(default_factory=OutputFolders)  # Vertex AI's folders (the chief's)
     started: float = field(default_factory=time.monotonic)  # trainer.time_budget counts from here
+    late_checks: LateChecks = field(default_factory=LateChecks)  # run after the first step (`LateChecks`)
 
 
 @dataclass

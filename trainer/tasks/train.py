@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import inspect
 import logging
 import sys
@@ -47,7 +48,7 @@ from trainer.tasks import parts
 from trainer.tasks import phases as fitting
 from trainer.tasks.data import load_data
 from trainer.tasks.export import export_to_model_dir
-from trainer.tasks.plan import Folder, Plan, check_updates, log_training_options, phases
+from trainer.tasks.plan import Folder, LateChecks, Plan, check_updates, log_training_options, phases
 from trainer.tasks.resources import check_memory
 from trainer.tasks.runtime import check_replica_batches, run_folder, setup_strategy
 from trainer.tasks.scoring import Evaluation, check_report_split, evaluate_checkpoint
@@ -85,7 +86,9 @@ def _objective_metric(settings: Config) -> str:
 
 def plan_run(settings: Config, strategy: tf.distribute.Strategy) -> Plan:
     """The run folder and its trackers, the data, the steps per epoch and the peak rate on `strategy`
-    (`setup_strategy`'s), each checked and logged.
+    (`setup_strategy`'s), each checked and logged; what only the end needs is checked after the first step
+    (`Plan.late_checks`: every record's label, the report's two classes in the test split; a multi-worker run
+    checks them here).
 
     Raises:
         ConfigError: an unknown objective, a tracking server that cannot be reached (before any data is
@@ -103,6 +106,7 @@ def plan_run(settings: Config, strategy: tf.distribute.Strategy) -> Plan:
     trackers, tensorboard = parts.build_trackers(logger, board) if chief else ([], [])
     keras.utils.set_random_seed(settings.seed)
     batch, replicas = settings.trainer.batch_size, strategy.num_replicas_in_sync
+    several = topology.in_multi_worker_mode(strategy)
     data = load_data(
         settings.dataset,
         batch,
@@ -110,6 +114,7 @@ def plan_run(settings: Config, strategy: tf.distribute.Strategy) -> Plan:
         model_preprocessing=settings.model.preprocessing,
         num_workers=topology.num_input_pipelines(strategy),
         replicas=replicas,
+        check_records=several,  # one process: in `late`, after the first step
     )
     if batch > data.num_examples["train"]:  # with trainer.steps_per_epoch too: each batch would repeat records
         raise ConfigError(
@@ -124,7 +129,12 @@ def plan_run(settings: Config, strategy: tf.distribute.Strategy) -> Plan:
         settings.dataset.image_size,
     )
     check_replica_batches(batch, replicas, {split: data.num_examples[split] for split in ("val", "test")})
-    check_report_split(data, "test", Evaluation.of(settings, report=chief))  # the report at the end needs 2 classes
+    # After the first step, in its shadow: every record's label (binary data), 2 classes in the test split for
+    # the report at the end. A bad training record met before is named by the pipeline.
+    report_split = functools.partial(check_report_split, data, "test", Evaluation.of(settings, report=chief))
+    late = LateChecks([data.check_records, report_split])
+    if several:  # a worker's own bad data: one line before any collective, its peers told to restart as they were
+        late.run()
     steps = settings.trainer.steps_per_epoch or data.train_steps
     count, left_out = data.num_examples["train"], data.train_left_out
     last = count - left_out - (data.train_steps - 1) * batch  # the last batch of an epoch: partial, or whole
@@ -139,7 +149,6 @@ def plan_run(settings: Config, strategy: tf.distribute.Strategy) -> Plan:
         f" trainer.steps_per_epoch={steps}" if settings.trainer.steps_per_epoch else "",
     )
     if left_out and not settings.trainer.steps_per_epoch:
-        several = topology.in_multi_worker_mode(strategy)
         log.info(
             "Each epoch leaves out %d of the %d training images (a new draw each epoch): %s <trainer.batch_size=%d%s>",
             left_out,
@@ -162,8 +171,9 @@ def plan_run(settings: Config, strategy: tf.distribute.Strategy) -> Plan:
             opt.lr_batch_size,
         )
     return Plan(
-        strategy, chief, output_dir, trackers, tensorboard, data, steps, lr, phases(settings), metric, board, outputs
-    )
+        strategy, chief, output_dir, trackers, tensorboard, data, steps, lr, phases(settings), metric, board, outputs,
+        late_checks=late,
+    )  # fmt: skip
 
 
 def output_folders(output_dir: str) -> OutputFolders:
@@ -408,6 +418,7 @@ def finish(
     `model.init_from` started the run from); then the backup goes, the trackers get the files and the summary
     is logged. Returns metrics.json's content."""
     run_dir = folder.run_dir
+    plan.late_checks.run()  # done after the first step; a resumed run with every epoch done trained none
     values = history.columns(history.read_rows(run_dir / history.FILE))
     best = history.best_index(values[plan.metric], settings.objective.mode, settings.objective.tolerance)
     log.info("Training done (%s): evaluating the best checkpoint on the test split", outcome.replace("_", " "))

@@ -41,13 +41,18 @@ def write_test_metrics(log_dir: str | os.PathLike, metrics: dict, step: int, she
 
 
 class RunLabel(keras.callbacks.Callback):
-    """Writes the run's name and tags to TensorBoard once, as text."""
+    """Writes the run's name and tags to TensorBoard once, as text, after the first training step: the text
+    summary's first use imports TensorBoard's text plugin, which the start-up need not wait for."""
 
     def __init__(self, log_dir: str | os.PathLike, name: str, tags: list[str]):
         super().__init__()
         self.log_dir, self.name, self.tags = log_dir, name, tags
+        self.written = False
 
-    def on_train_begin(self, logs=None):
+    def on_train_batch_end(self, batch, logs=None):
+        if self.written:
+            return
+        self.written = True
         import tensorflow as tf
 
         with tf.summary.create_file_writer(join(self.log_dir, "train")).as_default():
@@ -56,13 +61,18 @@ class RunLabel(keras.callbacks.Callback):
 
 
 class SampleImages(keras.callbacks.Callback):
-    """Writes a few input images (the model's uint8 inputs) to TensorBoard once at the start."""
+    """Writes a few input images (the model's uint8 inputs) to TensorBoard once, after the first training step
+    (as RunLabel: TensorBoard's summary writing starts in the first step's shadow)."""
 
     def __init__(self, log_dir: str | os.PathLike, images):
         super().__init__()
         self.log_dir, self.images = log_dir, images
+        self.written = False
 
-    def on_train_begin(self, logs=None):
+    def on_train_batch_end(self, batch, logs=None):
+        if self.written:
+            return
+        self.written = True
         import tensorflow as tf
 
         with tf.summary.create_file_writer(join(self.log_dir, "train")).as_default():

@@ -124,6 +124,21 @@ class EpochLog(keras.callbacks.Callback):
         log.info("Epoch %d/%d: %s (%.1f s)", epoch + 1, self.params.get("epochs", 0), metrics, seconds)
 
 
+class AfterFirstStep(keras.callbacks.Callback):
+    """Calls `work` once, after the first training step of `fit` (the start-up checks that the step need not wait
+    for): it must come after EpochLog, whose line marks the step, and before anything that saves within an
+    epoch (RunBackup), so that what `work` raises stops the run before anything of it is saved."""
+
+    def __init__(self, work: Callable[[], None]):
+        super().__init__()
+        self.work = work
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.work is not None:
+            work, self.work = self.work, None
+            work()
+
+
 class ProgressBar(keras.callbacks.Callback):
     """A progress bar within each epoch, for a terminal: it appears once an epoch has run `delay` seconds
     and is erased at the epoch end, where EpochLog's line takes its place."""

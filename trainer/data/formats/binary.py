@@ -5,6 +5,7 @@ python run.py dataset=cifar dataset.data_dir=/data/cifar10
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -90,7 +91,8 @@ class BinaryFiles(LabeledFilesConfig):
 
     def load(self, check_val: bool = True) -> Splits:
         """Finds (or downloads) and checks the record files and splits them; without `check_val` (the caller
-        never reads the validation split) an unfitting `dataset.val_size` is no error."""
+        never reads the validation split) an unfitting `dataset.val_size` is no error. Every record's label is
+        checked by `Splits.check` (`trainer.data.module.DataModule.check_records`)."""
         from trainer.data import binary
         from trainer.data.decoders import BinaryDecoder
         from trainer.data.parts import Splits
@@ -107,8 +109,8 @@ class BinaryFiles(LabeledFilesConfig):
         counts = {name: split.count for name, split in splits.items()}
         log.info("Dataset %s from %s: %s records <dataset=%s>", self.name, paths[0].parent, counts, self.name)
         decoder = BinaryDecoder(layout, self.num_classes)
-        check_labels(train_paths + test_paths, decoder)
         reader = FixedLengthReader(layout.record_bytes)
+        check = functools.partial(check_labels, train_paths + test_paths, decoder)
         return Splits(
             {name: Source(split, reader) for name, split in splits.items()},
             decoder,
@@ -117,6 +119,8 @@ class BinaryFiles(LabeledFilesConfig):
                 [str(path) for path in train_paths],
                 [binary.records_by_size(path, layout) for path in train_paths],
             ),
+            find_bad_record=lambda error: check(),  # a bad label met in a pipeline: the check's own line
+            check=check,  # DataModule.check_records runs it
         )
 
     def predict_chunks(self, kind: str, files: list, preprocess, num_classes: int, batch_size: int):
