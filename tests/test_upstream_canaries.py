@@ -467,3 +467,18 @@ def test_hydras_get_mode_still_composes_the_config_to_read_the_run_mode():
         "Hydra no longer composes the config in get_mode before run() (hydra#3440 fixed): remove "
         "trainer/cli/hydra_mode.py, the mode check_composes returns, the ledger's row 20 and this canary"
     )
+
+
+# --- TensorFlow: dropout in bfloat16 draws its uniform numbers in bfloat16, so it is biased ------------------------
+
+
+@pytest.mark.unit
+def test_tensorflow_dropout_in_bfloat16_still_keeps_fewer_units_than_its_rate_says():
+    units = tf.ones([1000, 1000], tf.bfloat16)
+    dropped = tf.cast(tf.nn.experimental.stateless_dropout(units, rate=0.3, seed=[1, 2]), tf.float64)
+    kept, mean = float(tf.reduce_mean(tf.cast(dropped != 0, tf.float64))), float(tf.reduce_mean(dropped))
+    assert abs(kept - 0.7) > 0.003 and abs(mean - 1.0) > 0.004, (  # 0.695 and 0.993 in TensorFlow 2.21
+        f"TensorFlow's dropout in bfloat16 now keeps {kept:.4f} of the units at rate 0.3 (mean {mean:.4f}): "
+        "unbiased, so trainer/models/vgg19.py::dropout_layer may compute in the policy's dtype again; drop ledger "
+        "row 21 and this canary"
+    )

@@ -45,6 +45,23 @@ def test_batch_norm_dropout_and_weight_decay_are_where_asked():
     assert len(model.losses) == 16 + 3  # one L2 term per conv and dense kernel
 
 
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16", "mixed_float16"])
+def test_dropout_keeps_activations_unbiased_in_every_precision(policy):
+    """Inverted dropout keeps the mean: in bfloat16 TensorFlow's dropout kept 69.5% of the units at rate 0.3 and
+    scaled them by 1.4297 (a mean of 0.993), unlike inference (issue 52's mixed_bfloat16 demo)."""
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        model = build_vgg19(10, (32, 32, 3), width_multiplier=0.125, fc_units=16, dropout=0.3)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    assert model.get_layer("fc1").compute_dtype == policy.removeprefix("mixed_")  # the layers around stay half
+    units = keras.ops.ones((1000, 1000), dtype=model.get_layer("fc1").compute_dtype)  # fc1's output, 10^6 units
+    for name in ("fc1_dropout", "fc2_dropout"):
+        dropped = keras.ops.convert_to_numpy(model.get_layer(name)(units, training=True)).astype(np.float64)
+        assert np.mean(dropped != 0) == pytest.approx(0.7, abs=0.003), name  # 6 standard deviations
+        assert np.mean(dropped) == pytest.approx(1.0, abs=0.004), name
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [

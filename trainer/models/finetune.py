@@ -19,6 +19,7 @@ import keras
 from keras import layers
 
 from trainer.errors import ConfigError, DataError
+from trainer.models.vgg19 import dropout_layer
 
 BASE_PREFIX = "block"  # every layer of the convolutional base
 
@@ -69,7 +70,7 @@ def build_vgg19_imagenet(
     x = layers.GlobalAveragePooling2D(name="avg_pool")(base.output)
     x = layers.Dense(fc_units, activation="relu", kernel_regularizer=regularizer, name="fc1")(x)
     if dropout:
-        x = layers.Dropout(dropout, name="fc1_dropout")(x)
+        x = dropout_layer(dropout, "fc1_dropout")(x)
     outputs = layers.Dense(
         num_classes, activation="softmax", kernel_regularizer=regularizer, dtype="float32", name="predictions"
     )(x)
