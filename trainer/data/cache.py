@@ -87,7 +87,8 @@ class Cache:
     def publish(self, partial: Path | None, ranges: list, count: int) -> None:
         """Names `partial` (`save_decoded`: the `count` images of `ranges`, decoded already) as the disk entry of
         `ranges`, which later runs and this one's first epoch read."""
-        _publish(partial, Path(self.folder or default_folder()) / key_name(self.key(ranges)), self.key(ranges), count)
+        key = self.key(ranges)
+        _publish(partial, Path(self.folder or default_folder()) / key_name(key), key, count)
 
     def keep(self, decoded: tf.data.Dataset, ranges: list, count: int) -> tf.data.Dataset:
         """`decoded`, the (image, label) of each of the `count` records of `ranges`, kept as this cache says."""
@@ -201,16 +202,11 @@ def save_decoded(batches: Iterator[tuple[np.ndarray, np.ndarray]], size: int, fo
     return partial
 
 
-def _partial(root: Path) -> Path:
-    """A writer's own folder until its entry is whole: its process id tells `_remove_leftovers` when it is gone."""
-    return root / f".pending.{os.getpid()}.{uuid.uuid4().hex[:8]}{_PARTIAL}"
-
-
 def _save(decoded: tf.data.Dataset, root: Path) -> Path | None:
     """`decoded` saved under a partial name in `root`; None (one warning) when the disk refuses."""
     import tensorflow as tf
 
-    partial = _partial(root)
+    partial = root / f".pending.{os.getpid()}.{uuid.uuid4().hex[:8]}{_PARTIAL}"  # the pid: `_remove_leftovers`
     try:
         root.mkdir(parents=True, exist_ok=True)
         _remove_leftovers(root)
