@@ -45,8 +45,10 @@ class Evaluation:
 
 
 def check_report_split(data: DataModule, split: str, how: Evaluation) -> None:
-    """Before training's first step: the report `how` asks for at its end has two classes in `split` to draw.
-    The part's class counts where it knows them, else the split's labels (no image decoded where it can).
+    """That the report `how` asks for at training's end has two classes in `split` to draw. Training runs it
+    right after its first step, before anything of the run is saved (`trainer.tasks.plan.LateChecks`; a
+    multi-worker run before its first step). The part's class counts where it knows them, else the split's
+    labels (no image decoded where it can).
 
     Raises:
         DataError: the split holds one class.
