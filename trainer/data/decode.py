@@ -395,17 +395,29 @@ def decode_checked(data: tf.Tensor, size: int, mode: str = "resize", max_pixels:
     decoded whole inside a one-element tf.data map that drops a failure (as fast as `decode_images`), and only a
     batch that failed is decoded again image by image (`_decode_one_by_one`) for each image's reason."""
     _check_mode(mode)
-    count = tf.shape(data)[0]
-    whole = tf.data.Dataset.from_tensors(data).map(
-        lambda batch: (_batch_decoder(size, mode, max_pixels, None)(batch), True)
-    )
-    failed = tf.data.Dataset.from_tensors((tf.zeros([0, size, size, 3], tf.uint8), False))
-    images, decoded = whole.ignore_errors().concatenate(failed).take(1).get_single_element()
-    return tf.cond(
-        decoded,
-        lambda: (tf.ensure_shape(images, [None, size, size, 3]), tf.fill([count], "")),
-        lambda: _decode_one_by_one(data, size, mode, max_pixels),
-    )
+    return _checked_decoder(size, mode, max_pixels)(data)
+
+
+@functools.cache
+def _checked_decoder(size: int, mode: str, max_pixels: int) -> tf.types.experimental.GenericFunction:
+    """`decode_checked` for one choice of its options, traced once per process (as `_batch_decoder`): its
+    image-by-image fallback is a large graph, which every pipeline that decodes would otherwise trace again."""
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
+    def decode(data: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        count = tf.shape(data)[0]
+        whole = tf.data.Dataset.from_tensors(data).map(
+            lambda batch: (_batch_decoder(size, mode, max_pixels, None)(batch), True)
+        )
+        failed = tf.data.Dataset.from_tensors((tf.zeros([0, size, size, 3], tf.uint8), False))
+        images, decoded = whole.ignore_errors().concatenate(failed).take(1).get_single_element()
+        return tf.cond(
+            decoded,
+            lambda: (tf.ensure_shape(images, [None, size, size, 3]), tf.fill([count], "")),
+            lambda: _decode_one_by_one(data, size, mode, max_pixels),
+        )
+
+    return decode
 
 
 def _decode_one_by_one(data: tf.Tensor, size: int, mode: str, max_pixels: int):
