@@ -107,7 +107,10 @@ def _demo_run(folder: Path, seed: int, policy: str, extra: list[str]) -> tuple[f
 
     run_dir = folder / f"precision_demo_{policy}_seed{seed}"
     command = [sys.executable, str(ROOT / "run.py"), f"seed={seed}", f"trainer.precision={policy}", *extra]
-    subprocess.run([*command, f"hydra.run.dir={run_dir}"], cwd=folder, capture_output=True, text=True, check=True)
+    done = subprocess.run([*command, f"hydra.run.dir={run_dir}"], cwd=folder, capture_output=True, text=True)
+    if done.returncode:  # the run's own last line says why (its output is captured)
+        last = (done.stderr.strip().splitlines() or ["no output"])[-3:]
+        raise RuntimeError(f"{' '.join(command[1:])} exited with {done.returncode}: " + " | ".join(last))
     metrics = json.loads((run_dir / "metrics.json").read_text())
     trained = read_info(run_dir / "checkpoints" / "best.keras").precision
     return 100 * metrics["test_accuracy"], metrics["train_seconds"], trained
