@@ -55,32 +55,21 @@ def list_images(folder: str | os.PathLike) -> list[Path]:
     return sorted(path for path in Path(folder).rglob("*") if not path.is_dir())
 
 
-def decode_reason(error: tf.errors.OpError) -> str:
-    """Why `decode_image` refused a file: our assertion's text, else TensorFlow's, said to be a corrupt image."""
-    message = getattr(error, "message", None) or str(error)
-    if "Summarized data: b'" in message or "assertion failed: [" in message:  # our own check, eager or in a graph
-        return one_line(error)
-    return f"corrupt or truncated image ({one_line(error)})"
-
-
 def reason_for(path: str, size: int, mode: str, max_pixels: int = MAX_PIXELS) -> str | None:
     """Why one file gives no image (decoded eagerly as the pipeline does), or None when it does."""
     special = special_file_reason(Path(path)) if "://" not in path else None
     if special is not None:
         return special
     try:
-        data = tf.io.read_file(_path_bytes(path))
+        data = tf.io.read_file(os.fsencode(path))  # a name that is not UTF-8 stays as it is
         if int(tf.strings.length(data)) == 0:
             return "empty file"
         decode_image(data, size, mode, max_pixels)
-    except tf.errors.OpError as error:
-        return decode_reason(error)
+    except tf.errors.OpError as error:  # our own check's text (eager or in a graph), else a corrupt image
+        message = getattr(error, "message", None) or str(error)
+        ours = "Summarized data: b'" in message or "assertion failed: [" in message
+        return one_line(error) if ours else f"corrupt or truncated image ({one_line(error)})"
     return None
-
-
-def _path_bytes(path: str) -> bytes:
-    """A path as TensorFlow takes it: its bytes as the OS gives them (a name that is not UTF-8 stays as it is)."""
-    return os.fsencode(path)
 
 
 @dataclass
@@ -124,7 +113,7 @@ def decode_files(
             yield Decoded(0, [special[index] for index in range(len(paths))], None)
         return
     files = tf.data.Dataset.from_tensor_slices(
-        (tf.constant(readable, tf.int64), tf.constant([_path_bytes(paths[index]) for index in readable]))
+        (tf.constant(readable, tf.int64), tf.constant([os.fsencode(paths[index]) for index in readable]))
     )
     images = files.map(
         lambda index, path: (index, decode_image(tf.io.read_file(path), size, mode, max_pixels)),
@@ -165,7 +154,7 @@ def stored_sizes(paths: list[str]) -> dict[str, int]:
         data = tf.io.read_file(path)
         return image_size(data, image_format(data))
 
-    paths = tf.data.Dataset.from_tensor_slices([_path_bytes(path) for path in paths])
+    paths = tf.data.Dataset.from_tensor_slices([os.fsencode(path) for path in paths])
     sizes = paths.map(size, num_parallel_calls=AUTOTUNE, deterministic=True).ignore_errors().batch(1024)
     counts: dict[str, int] = {}
     for batch in sizes.as_numpy_iterator():
