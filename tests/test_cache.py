@@ -117,6 +117,18 @@ def test_of_two_checks_saving_one_key_at_once_one_entry_is_kept(tmp_path):
     assert _labels(tf.data.Dataset.load(str(entry))) == [0, 1]
 
 
+def test_a_check_stopped_part_way_leaves_no_entry_and_stops_at_once(tmp_path):
+    """Ctrl-C reaches the check's own loop, not a save that runs to its end first; what was saved goes."""
+
+    def stopped():
+        yield np.zeros([2, 4, 4, 3], np.uint8), np.zeros([2], np.int32)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        data_cache.save_decoded(stopped(), 4, str(tmp_path))
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_auto_keeps_photos_in_memory_or_on_disk_by_their_size_and_leaves_raw_pixels_alone(tmp_path):
     root = make_folder(tmp_path / "photos", per_class=4)
     assert load_data(_folder_settings(root), 4, 0).cache_entries["train"] == {"mode": "memory"}

@@ -23,13 +23,16 @@ entries themselves (`save_decoded`, `Cache.publish`), so the first epoch decodes
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import hashlib
 import json
 import logging
 import os
+import queue
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -178,28 +181,49 @@ def save_decoded(batches: Iterator[tuple[np.ndarray, np.ndarray]], size: int, fo
     """Pixels decoded before their key is known, kept as a cache entry will hold them: `batches` of (uint8 images
     [n, size, size, 3], int32 labels [n]) saved under a partial name in `folder` (the default: `default_folder`),
     then named by `Cache.publish`. `dataset=folder`'s start-up check decodes every photo before the data's
-    fingerprint, part of the key, is whole. Every batch is drawn, also when the disk refuses (None, one warning).
+    fingerprint, part of the key, is whole. Every batch is drawn here, in the caller's thread (Ctrl-C stops it
+    at once), and handed to a writer thread; also when the disk refuses (None, one warning).
     """
     import tensorflow as tf
 
-    failure = []
+    handed, outcome = queue.Queue(maxsize=2), []  # a batch or two ahead of the writer; None: the last was handed
 
-    def drawn():  # an error of `batches` is theirs, raised as it is, not the disk's
+    def handed_over():
+        while (batch := handed.get()) is not None:
+            yield batch
+
+    def write():
         try:
-            yield from batches
-        except BaseException as error:
-            failure.append(error)
-            raise
+            outcome.append(_save(dataset, Path(folder or default_folder())))
+        except Exception as error:  # raised again in the caller's thread
+            outcome.append(error)
 
     spec = (tf.TensorSpec([None, size, size, 3], tf.uint8), tf.TensorSpec([None], tf.int32))
-    each = drawn()
-    partial = _save(tf.data.Dataset.from_generator(lambda: each, output_signature=spec).unbatch(),
-                    Path(folder or default_folder()))  # fmt: skip
-    if failure:
-        raise failure[0]
-    for _ in each:  # the disk refused part way: the rest is drawn uncached
-        pass
-    return partial
+    dataset = tf.data.Dataset.from_generator(handed_over, output_signature=spec).unbatch()
+    writer = threading.Thread(target=write, name="vggtrain-cache-writer")
+    writer.start()
+    drawn = False
+    try:
+        for batch in batches:
+            _hand(handed, writer, batch)
+        drawn = True
+    finally:
+        _hand(handed, writer, None)
+        writer.join()
+        saved = outcome[0] if outcome else None
+        if not drawn and isinstance(saved, Path):  # stopped part way: some photos' pixels only, never named
+            shutil.rmtree(saved, ignore_errors=True)
+    if isinstance(saved, Exception):
+        raise saved
+    return saved
+
+
+def _hand(handed: queue.Queue, writer: threading.Thread, item) -> None:
+    """Puts `item` in the writer's queue while the writer runs (a writer the disk stopped takes nothing more)."""
+    while writer.is_alive():
+        with contextlib.suppress(queue.Full):
+            handed.put(item, timeout=0.1)
+            return
 
 
 def _save(decoded: tf.data.Dataset, root: Path) -> Path | None:
