@@ -12,6 +12,7 @@ from test_folder import _settings, make_folder
 
 from trainer.data import verdicts
 from trainer.data.formats.folder import ImageFolder
+from trainer.errors import DataError
 
 
 def _load(root: Path, **options):
@@ -66,6 +67,16 @@ def test_without_a_test_split_the_validation_split_is_decoded_once(tmp_path, dec
     splits = _load(root)
     assert splits.sources["test"].count == splits.sources["val"].count == 4
     assert len(decoded) == 8 and len(set(decoded)) == 8, "train and val each decoded once, val not again as test"
+
+
+@pytest.mark.unit
+def test_a_refused_folder_leaves_no_pixels_in_the_cache(tmp_path, decoded):
+    root = make_folder(tmp_path / "photos", "tree", per_class=2)
+    for path in (root / "dog").iterdir():
+        path.write_bytes(b"not an image")
+    with pytest.raises(DataError, match="class 'dog' has no training image"):
+        _load(root, val_fraction=0.5, cache="disk", cache_dir=str(tmp_path / "decoded"))
+    assert list((tmp_path / "decoded").iterdir()) == [], "the check's saved pixels go with the refusal"
 
 
 @pytest.fixture

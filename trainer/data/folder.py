@@ -261,11 +261,15 @@ class FolderLoader:
             checked[split] = done.get(id(members), members)
         for entry in skipped:
             log.warning("Skipped %s: %s <dataset.data_dir=%s>", entry["file"], entry["reason"], self.root)
-        for split in ("train", "val"):
-            if split in read and not checked[split]:
-                raise DataError(f"dataset.data_dir={self.root}: no file of the {split} split gives an image")
-        if "train" in read:
-            self._every_class_trains(names, splits["train"], checked["train"], skipped)
+        try:
+            for split in ("train", "val"):
+                if split in read and not checked[split]:
+                    raise DataError(f"dataset.data_dir={self.root}: no file of the {split} split gives an image")
+            if "train" in read:
+                self._every_class_trains(names, splits["train"], checked["train"], skipped)
+        except DataError:
+            self._publish(staged, {}, {}, "off")  # a refused folder: none of its pixels kept
+            raise
         log.info(
             "Dataset %s from %s: %s images of %d classes %s, every file of %s decoded in %.1f s (%d left out) "
             "<dataset=%s>",
