@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import run_cli
+from conftest import CIFAR_TRAIN, run_cli
 
 
 @pytest.mark.integration
@@ -70,17 +70,17 @@ def test_late_checks_run_once_after_the_first_step_not_before_it():
     assert ran == ["labels", "report split"], "each once"
 
 
-def _bad_label_run(tmp_path, file_name: str, labels: list[int]):
-    """A tiny training run whose CIFAR file `file_name` holds `labels` (12 is out of range for 10 classes)."""
+def _bad_label_run(tmp_path, labels: dict[str, list[int]]):
+    """A tiny training run whose CIFAR files hold `labels` (file name -> its labels; 12 is out of range)."""
     import numpy as np
 
     from conftest import pattern_records, train_arguments
 
     run_dir = tmp_path / "run"
     arguments = train_arguments(tmp_path, run_dir, epochs=1)
-    bad = tmp_path / "cifar" / file_name
-    bad.write_bytes(pattern_records(np.array(labels)))
-    return run_cli(arguments, cwd=tmp_path), run_dir, bad
+    for name, values in labels.items():
+        (tmp_path / "cifar" / name).write_bytes(pattern_records(np.array(values)))
+    return run_cli(arguments, cwd=tmp_path), run_dir
 
 
 @pytest.mark.integration
@@ -88,8 +88,9 @@ def test_a_test_label_out_of_range_stops_the_run_after_its_first_step_before_any
     """Every record's label is checked after the first step (`trainer.tasks.plan.LateChecks`), not before it: a
     test record out of range still stops the run with the start-up check's one line, before the epoch's
     history row or any checkpoint is written."""
-    result, run_dir, bad = _bad_label_run(tmp_path, "test_batch.bin", [1, 2, 3, 4, 5, 12, 6, 7])
+    result, run_dir = _bad_label_run(tmp_path, {"test_batch.bin": [1, 2, 3, 4, 5, 12, 6, 7]})
     assert result.returncode == 1
+    bad = tmp_path / "cifar" / "test_batch.bin"
     expected = f"error: {bad}: record 5 has label 12, expected 0 to 9 (dataset.num_classes=10)"
     assert result.stderr.strip().splitlines()[-1] == expected
     assert "First training step done" in (run_dir / "run.log").read_text(), "checked in the first step's shadow"
@@ -101,9 +102,10 @@ def test_a_test_label_out_of_range_stops_the_run_after_its_first_step_before_any
 @pytest.mark.integration
 def test_a_bad_label_the_first_batch_meets_before_the_check_is_the_checks_own_line(tmp_path):
     """A label out of range in the first training batch stops the pipeline before the late check runs: the line
-    is the same, naming the file and record (`Splits.find_bad_record` runs the check)."""
-    result, run_dir, bad = _bad_label_run(tmp_path, "data_batch_1.bin", [12, 1, 2, 3, 4, 5, 6, 7])
+    is the same, naming the first bad file and record (`Splits.find_bad_record` runs the check)."""
+    result, run_dir = _bad_label_run(tmp_path, {name: [12] * 16 for name in CIFAR_TRAIN})  # every batch is bad
     assert result.returncode == 1
+    bad = tmp_path / "cifar" / CIFAR_TRAIN[0]
     expected = f"error: {bad}: record 0 has label 12, expected 0 to 9 (dataset.num_classes=10)"
     assert result.stderr.strip().splitlines()[-1] == expected
     assert "First training step done" not in (run_dir / "run.log").read_text()

@@ -18,6 +18,7 @@ import keras
 import tensorflow as tf
 
 from trainer.config.schema import Config
+from trainer.data.module import DataModule
 from trainer.distribute import strategies, topology
 from trainer.distribute.agreement import Workers
 from trainer.distribute.watchdog import step_watchdog
@@ -91,13 +92,24 @@ def _log_xla(model: keras.Model, jit_compile: str) -> None:
         )
 
 
-def _loggers(plan: Plan, folder: Folder, first_batch: tuple[tf.Tensor, tf.Tensor]) -> list[keras.callbacks.Callback]:
-    """TensorBoard (`logger=tensorboard`), with the run's name and tags and the first images of `first_batch`."""
+def _loggers(plan: Plan, folder: Folder) -> list[keras.callbacks.Callback]:
+    """TensorBoard (`logger=tensorboard`), with the run's name and tags and the first training images, read in
+    order (no shuffle buffer to fill) once the first step is done."""
     if not plan.tensorboard:
         return []
     log_dir = plan.tensorboard_dir
-    samples = first_batch[0][:8].numpy()
+
+    def samples():
+        return next(iter(plan.data.split("train").take(1)))[0][:8].numpy()
+
     return [*plan.tensorboard, RunLabel(log_dir, folder.run_name, folder.tags), SampleImages(log_dir, samples)]
+
+
+def _state_batch(data: DataModule) -> tuple[tf.Tensor, tf.Tensor]:
+    """What each phase's step state is built from (`build_step_state`): one black image of the model's input
+    and label 0, of the pipelines' types (uint8, int32). Only shapes and types count, so no pipeline is built
+    or read for it before the first step."""
+    return tf.zeros([1, *data.input_shape], tf.uint8), tf.zeros([1], tf.int32)
 
 
 def _run_files(
@@ -161,10 +173,8 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
     extra = parts.build_callbacks(settings.callbacks, settings.optimizer.schedule, settings.trainer.validate)
     extra += pruning_callbacks(StudyTrial(**vars(settings.trial)), plan.metric, plan.chief)  # a search's pruner
 
-    # The first training batch, read in order (no shuffle buffer to fill at start-up): TensorBoard's sample
-    # images, and what each phase's step state is built from.
-    first_batch = next(iter(plan.data.split("train").take(1)))
-    loggers_ = _loggers(plan, folder, first_batch)
+    state_batch = _state_batch(plan.data)
+    loggers_ = _loggers(plan, folder)
     class_weights = weights.class_weight(settings, plan.data)
     progress = plan.chief and settings.trainer.verbose == 1 and sys.stderr.isatty()
     switched_here = False  # a phase ended in this process and the next one starts here
@@ -172,7 +182,7 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
     for phase in plan.phases:
         if folder.done >= phase.end:
             continue
-        _start_phase(settings, plan, model, phase, first_batch)
+        _start_phase(settings, plan, model, phase, state_batch)
         files = _run_files(settings, plan, folder, models, info, budget)
         # After EpochLog's first-step line, before RunBackup: the checks the first step did not wait for
         later = [AfterFirstStep(plan.late_checks.run), *extra, *plan.trackers]
@@ -275,10 +285,10 @@ def _sync_mirror(callbacks: list[keras.callbacks.Callback]) -> None:
 
 
 def _start_phase(
-    settings: Config, plan: Plan, model: keras.Model, phase: Phase, first_batch: tuple[tf.Tensor, tf.Tensor]
+    settings: Config, plan: Plan, model: keras.Model, phase: Phase, state_batch: tuple[tf.Tensor, tf.Tensor]
 ) -> None:
     """Freezes what the phase freezes and compiles for its epochs (its step functions' state built from
-    `first_batch` before `fit`, so each is traced once), logging both."""
+    `state_batch` before `fit`, so each is traced once), logging both."""
     if fine_tunes(settings):
         trainable = set_trainable(model, phase.unfreeze_from)
         log.info(
@@ -291,7 +301,7 @@ def _start_phase(
         )
     with plan.strategy.scope():
         compile_phase(model, settings, plan.lr * phase.lr_scale, plan.steps_per_epoch, phase.end - phase.start)
-    build_step_state(model, first_batch)
+    build_step_state(model, state_batch)
     schedule = settings.optimizer.schedule.name
     if len(plan.phases) > 1 and settings.optimizer.schedule.steps_the_rate:
         log.info(

@@ -6,9 +6,11 @@ python run.py logger=tensorboard name=baseline tags=[digits]      # tensorboard 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import keras
+import numpy as np
 
 from trainer.runs.storage import join
 
@@ -61,10 +63,10 @@ class RunLabel(keras.callbacks.Callback):
 
 
 class SampleImages(keras.callbacks.Callback):
-    """Writes a few input images (the model's uint8 inputs) to TensorBoard once, after the first training step
-    (as RunLabel: TensorBoard's summary writing starts in the first step's shadow)."""
+    """Writes a few input images (the model's uint8 inputs, as `images()` reads them) to TensorBoard once, after
+    the first training step (as RunLabel: reading and writing them start in the first step's shadow)."""
 
-    def __init__(self, log_dir: str | os.PathLike, images):
+    def __init__(self, log_dir: str | os.PathLike, images: Callable[[], np.ndarray]):
         super().__init__()
         self.log_dir, self.images = log_dir, images
         self.written = False
@@ -76,4 +78,4 @@ class SampleImages(keras.callbacks.Callback):
         import tensorflow as tf
 
         with tf.summary.create_file_writer(join(self.log_dir, "train")).as_default():
-            tf.summary.image("input_images", self.images, step=0, max_outputs=8)
+            tf.summary.image("input_images", self.images(), step=0, max_outputs=8)
