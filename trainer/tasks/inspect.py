@@ -51,15 +51,16 @@ def _first_images(dataset, count: int) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(images)[:count], np.concatenate(labels)[:count]
 
 
-def _good(batches: tf.data.Dataset, bad: list[dict]) -> Iterator[tuple[tf.Tensor, tf.Tensor]]:
+def _good(batches: tf.data.Dataset, bad: list[dict], say: bool = True) -> Iterator[tuple[tf.Tensor, tf.Tensor]]:
     """The (images, labels) of the good records of `DataModule.checked` batches; each bad one goes to `bad` as
-    {"file": "FILE: record N", "reason"}, logged as one line."""
+    {"file": "FILE: record N", "reason"}, and with `say` to the log as one line."""
     for images, labels, reasons, files, numbers in batches:
         reasons = reasons.numpy()
         for at in np.flatnonzero(reasons != b""):
             entry = {"file": f"{os.fsdecode(files[at].numpy())}: record {int(numbers[at])}"}
             bad.append({**entry, "reason": reasons[at].decode()})
-            log.warning("Bad record %s: %s", entry["file"], bad[-1]["reason"])
+            if say:
+                log.warning("Bad record %s: %s", entry["file"], bad[-1]["reason"])
         good = reasons == b""
         yield tf.boolean_mask(images, good), tf.boolean_mask(labels, good)
 
@@ -145,7 +146,7 @@ def _inspect(settings: Config, data) -> None:
     if options.augmented and options.split != "train":
         log.warning("inspect.augmented=true applies to the train split only; showing %s unaugmented", options.split)
     augmented = options.augmented and options.split == "train"
-    dataset = data.train() if augmented else _good(data.checked(options.split), [])
+    dataset = data.train() if augmented else _good(data.checked(options.split), [], say=not options.check)
     images, labels = _first_images(dataset, options.num_images)
     if options.augmented and options.split == "train":
         images = _with_model_augmentation(images, data.augment, settings.seed)
