@@ -24,6 +24,9 @@ COMPRESSIONS = ("auto", "none", "gzip", "zlib")
 LABEL_MAX = 2**31 - 1  # labels are saturated to int32, so one past int32 still fails the range check
 
 
+Rule = tuple[tf.Tensor, Callable[[], tf.Tensor | str]]  # (per record: it breaks the rule; why: a string)
+
+
 def first_reason(*reasons: tf.Tensor) -> tf.Tensor:
     """Per record, the first non-empty of `reasons` (string tensors of one shape), else ""."""
     chosen = reasons[-1]
@@ -32,26 +35,53 @@ def first_reason(*reasons: tf.Tensor) -> tf.Tensor:
     return chosen
 
 
-def label_reason(labels: tf.Tensor, num_classes: int | None, classes: str) -> tf.Tensor:
+def first_broken(*rules: Rule) -> tf.Tensor:
+    """Per record, why it breaks the first of `rules` it breaks, else "". The strings are built only in a batch
+    that breaks one: a good batch costs one `reduce_any` (issue 53: building them made up most of the checks'
+    cost)."""
+    broken = tf.stack([bad for bad, _ in rules])
+
+    def reasons() -> tf.Tensor:
+        chosen = tf.fill(tf.shape(broken)[1:], "")
+        for bad, reason in reversed(rules):
+            chosen = tf.where(bad, reason(), chosen)
+        return chosen
+
+    return tf.cond(tf.reduce_any(broken), reasons, lambda: tf.fill(tf.shape(broken)[1:], ""))
+
+
+def label_rule(labels: tf.Tensor, num_classes: int | None, classes: str) -> Rule:
     """The one rule of a label: in [0, num_classes) (`classes` says where that number comes from); None: any."""
     if num_classes is None:
-        return tf.fill(tf.shape(labels), "")
+        return tf.zeros(tf.shape(labels), tf.bool), lambda: ""
     where = classes or f"dataset.num_classes={num_classes}"
-    outside = tf.strings.join(
+    outside = lambda: tf.strings.join(  # noqa: E731
         ["has label ", tf.strings.as_string(labels), f", expected 0 to {num_classes - 1} ({where})"]
     )
-    return tf.where((labels < 0) | (labels >= num_classes), outside, "")
+    return (labels < 0) | (labels >= num_classes), outside
+
+
+def label_reason(labels: tf.Tensor, num_classes: int | None, classes: str) -> tf.Tensor:
+    """Why each label breaks `label_rule` ("": it does not)."""
+    return first_broken(label_rule(labels, num_classes, classes))
 
 
 def assert_good(images, labels, reasons: tf.Tensor, files=None, numbers=None) -> tuple[tf.Tensor, tf.Tensor]:
     """(images, labels), asserted to hold no refused record: training's policy. The first reason stops it,
-    as `FILE: record N REASON` given the batch's provenance (`trainer.data.sources.Source`)."""
-    bad = tf.where(reasons != "")[:, 0]
-    at = tf.concat([bad, [0]], 0)[0]
-    message = [reasons[at]]
-    if files is not None:
-        message = [files[at], ": record ", tf.strings.as_string(numbers[at]), " ", reasons[at]]
-    with tf.control_dependencies([tf.debugging.Assert(tf.size(bad) == 0, [tf.strings.join(message)])]):
+    as `FILE: record N REASON` given the batch's provenance (`trainer.data.sources.Source`); the message is
+    built only then."""
+    bad = reasons != ""
+    any_bad = tf.reduce_any(bad)
+
+    def refuse() -> tf.Tensor:
+        at = tf.argmax(tf.cast(bad, tf.int32), output_type=tf.int32)  # the first bad record
+        message = [reasons[at]]
+        if files is not None:
+            message = [files[at], ": record ", tf.strings.as_string(numbers[at]), " ", reasons[at]]
+        with tf.control_dependencies([tf.debugging.Assert(~any_bad, [tf.strings.join(message)])]):
+            return tf.constant(False)
+
+    with tf.control_dependencies([tf.cond(any_bad, refuse, lambda: tf.constant(True))]):
         return tf.identity(images), tf.identity(labels)
 
 
@@ -191,50 +221,50 @@ class TFRecordDecoder:
             ok, lambda: (fast, tf.fill(tf.shape(records), True)), lambda: attempt_each(parse, records, empty)
         )
 
-    def _labeled(self, records: tf.Tensor) -> tuple[dict, tf.Tensor, tf.Tensor]:
-        """(the parse, int32 labels, reasons) of a batch: the rules of the record and its label, no image decoded."""
+    def _labeled(self, records: tf.Tensor) -> tuple[dict, tf.Tensor, list[Rule]]:
+        """(the parse, int32 labels, the rules of the record and its label) of a batch, no image decoded."""
         spec = self.spec
         parsed, parsed_ok = self._parse(records)
         kinds = f"bytes '{spec.image_key}'" + (f" and int64 '{spec.label_key}'" if self.labeled else "")
-        not_example = tf.where(parsed_ok, "", f"is not a tf.train.Example with {kinds}")
+        rules = [(~parsed_ok, lambda: f"is not a tf.train.Example with {kinds}")]
         if not self.labeled:
-            return parsed, -tf.ones(tf.shape(records), tf.int32), not_example
+            return parsed, -tf.ones(tf.shape(records), tf.int32), rules
         # Saturated, not wrapped: a label past int32 must still fail the range check.
         labels = tf.cast(tf.clip_by_value(parsed[spec.label_key], -1, LABEL_MAX), tf.int32)
-        one_label = tf.where(parsed[spec.label_key + "#"] == 1, "", f"'{spec.label_key}' must hold one int64 label")
-        in_range = label_reason(labels, self.num_classes, self.classes)
-        return parsed, labels, first_reason(not_example, one_label, in_range)
+        one_label = (parsed[spec.label_key + "#"] != 1, lambda: f"'{spec.label_key}' must hold one int64 label")
+        return parsed, labels, [*rules, one_label, label_rule(labels, self.num_classes, self.classes)]
 
     def label_reasons(self, records: tf.Tensor) -> tf.Tensor:
         """Why each record of a batch is bad as a record or by its label ("": good), no image decoded."""
-        return self._labeled(records)[2]
+        return first_broken(*self._labeled(records)[2])
 
     def checked(self, records: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """(uint8 images, int32 labels, reasons): "" for a good record, else why it is bad (its image black)."""
         spec = self.spec
-        parsed, labels, label = self._labeled(records)
+        parsed, labels, rules = self._labeled(records)
         encoded, counts = parsed[spec.image_key], parsed[spec.image_key + "#"]
         lengths = tf.strings.length(encoded)
         one_image = f"cannot be decoded: '{spec.image_key}' must hold one non-empty byte string"
-        image = tf.where((counts == 1) & (lengths > 0), "", one_image)
+        rules.append(((counts != 1) | (lengths == 0), lambda: one_image))
         if spec.format == "raw":
             side, key = spec.stored_size, spec.image_key
             expected = f" bytes, expected {side}x{side}x3 = {spec.raw_bytes} (dataset.stored_size)"
-            size = tf.strings.join([f"cannot be decoded: '{key}' holds ", tf.strings.as_string(lengths), expected])
-            image = first_reason(image, tf.where(lengths == spec.raw_bytes, "", size))
-            reasons = first_reason(label, image)
+            size = lambda: tf.strings.join(  # noqa: E731
+                [f"cannot be decoded: '{key}' holds ", tf.strings.as_string(lengths), expected]
+            )
+            reasons = first_broken(*rules, (lengths != spec.raw_bytes, size))
             black = lambda: tf.where(reasons == "", encoded, bytes(spec.raw_bytes))  # noqa: E731 (a bad record's image)
             good = tf.cond(tf.reduce_all(reasons == ""), lambda: encoded, black)
             images = tf.reshape(tf.io.decode_raw(good, tf.uint8), [-1, spec.stored_size, spec.stored_size, 3])
             return images, labels, reasons
         images, refused = decode_checked(encoded, spec.stored_size, self.resize_mode)  # the one decode
-        refused = tf.where(refused == "", "", tf.strings.join(["cannot be decoded: ", refused]))
-        return images, labels, first_reason(label, image, refused)
+        undecodable = (refused != "", lambda: tf.strings.join(["cannot be decoded: ", refused]))
+        return images, labels, first_broken(*rules, undecodable)
 
     def labels(self, records: tf.Tensor) -> tf.Tensor:
         """The labels of a batch of records alone, no image decoded (k-fold's stratification)."""
-        _, labels, reasons = self._labeled(records)
-        return assert_good(labels, labels, reasons)[1]
+        _, labels, rules = self._labeled(records)
+        return assert_good(labels, labels, first_broken(*rules))[1]
 
     def __call__(self, records: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         images, labels, reasons = self.checked(records)

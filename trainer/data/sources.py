@@ -19,6 +19,7 @@ import tensorflow as tf
 from trainer.data.shares import Records
 
 MAX_PARALLEL_READS = 8  # shards read at once in training
+READ_AHEAD = 2  # records each of them reads ahead
 
 
 class Reader(Protocol):
@@ -83,13 +84,19 @@ class Source:
         records = numbered(path, start, length) if numbered else self.reader.read(path, start, length).enumerate(start)
         return records.map(with_file)
 
+    @tf.autograph.experimental.do_not_convert  # plain TF ops: autograph's conversion only costs tracing time (start-up)
+    def _read_ahead(self, path: tf.Tensor, start: tf.Tensor, length: tf.Tensor) -> tf.data.Dataset:
+        """`_numbered`, read ahead by a thread of its own: the files of an interleave are read at once."""
+        return self._numbered(path, start, length).prefetch(READ_AHEAD)
+
     def _read(self, order: tf.data.Dataset, parallel_reads: int | None) -> tf.data.Dataset:
-        """The numbered records of `order`'s ranges: one after another, or `parallel_reads` files interleaved."""
+        """The numbered records of `order`'s ranges: one after another, or `parallel_reads` files interleaved in a
+        fixed order, each read ahead by a thread of its own. Not `interleave(num_parallel_calls=...)`: its worker
+        pool added about a quarter to the CPU time of reading a large record (page faults of its threads'
+        allocations), which TFRecordDataset's own parallel reads do not pay (issue 53's tfrecord_reader benchmark)."""
         if parallel_reads is None:
             return order.flat_map(self._numbered)
-        return order.interleave(
-            self._numbered, cycle_length=parallel_reads, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
-        )
+        return order.interleave(self._read_ahead, cycle_length=parallel_reads)
 
     def in_order(self) -> tf.data.Dataset:
         """Every record once, as (file, number in it, record), files in the given order; the count is stated, so
