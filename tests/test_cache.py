@@ -66,6 +66,29 @@ def test_a_second_load_reads_the_disk_cache_and_another_size_or_mode_is_another_
     assert {entry["key"] for entry in data.cache_entries.values()} != keys
 
 
+def test_a_photo_rewritten_at_the_same_size_is_decoded_again_not_read_from_the_disk_cache(tmp_path):
+    from PIL import Image
+
+    root, shades = tmp_path / "photos", {"cat": (0, 40, 80, 120), "dog": (140, 180, 220, 250)}
+    for name, values in shades.items():
+        (root / name).mkdir(parents=True)
+        for value in values:  # uncompressed BMPs: every file of one class the same size
+            Image.fromarray(np.full((20, 20, 3), value, np.uint8)).save(root / name / f"{value}.bmp")
+    overrides = ["dataset.cache=disk", f"dataset.cache_dir={tmp_path / 'cache'}", "dataset.image_size=32"]
+
+    def val_pixels() -> np.ndarray:
+        val = load_data(_folder_settings(root, *overrides), 4, 0).split("val")
+        return np.concatenate([images.numpy() for images, _ in val])
+
+    first = val_pixels()
+    for value in shades["cat"] + shades["dog"]:  # new contents, the same sizes and names: the fingerprint is blind
+        path = next(root.glob(f"*/{value}.bmp"))
+        Image.fromarray(np.full((20, 20, 3), 255 - value, np.uint8)).save(path)
+    second = val_pixels()
+    assert not np.array_equal(first, second), "the old pixels came back from the cache"
+    np.testing.assert_array_equal(second, 255 - first)
+
+
 def _awkward_folder(root: Path) -> Path:
     """`make_folder`'s splits, and in train/cat/ and val/dog/ the kinds a photo folder holds: an EXIF-rotated, a
     CMYK, a grayscale JPEG, a PNG with alpha, a PNG named .jpg and a truncated JPEG."""

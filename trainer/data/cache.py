@@ -117,10 +117,12 @@ def hold(decoded: dict[str, list[tuple[np.ndarray, np.ndarray]]]) -> None:
             _HELD[name] = tuple(tf.concat([batch[part] for batch in batches], 0) for part in (0, 1))
 
 
-def identity_of(fingerprint: dict, image_size: int, resize_mode: str) -> dict:
+def identity_of(fingerprint: dict, image_size: int, resize_mode: str, stamp: str | None = None) -> dict:
     """What determines a cache's pixels besides its records: the data's fingerprint (the one a resume checks), the
-    side the images are resized to and how they are made square."""
-    return {"data": fingerprint, "image_size": image_size, "resize_mode": resize_mode}
+    side the images are resized to and how they are made square, and the part's `stamp` of its files' contents
+    where the fingerprint cannot see them (a photo rewritten at the same size)."""
+    identity = {"data": fingerprint, "image_size": image_size, "resize_mode": resize_mode}
+    return identity if stamp is None else {**identity, "stamp": stamp}
 
 
 def resolved(mode: str, photos: bool, image_bytes: int, memory_mb: float) -> str:

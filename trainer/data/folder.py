@@ -21,6 +21,8 @@ is whole files.
 from __future__ import annotations
 
 import collections
+import hashlib
+import json
 import logging
 import os
 import random
@@ -284,8 +286,10 @@ class FolderLoader:
             self.name,
         )
         records = {split: self._records(members) for split, members in checked.items()}
-        fingerprint = {split: self._listed(members) for split, members in sorted(checked.items())}
-        self._publish(staged, records, fingerprint, self._cached(checked))
+        listed = {split: self._listed(members) for split, members in sorted(checked.items())}
+        fingerprint = {split: part for split, (part, _) in listed.items()}
+        stamp = hashlib.sha256(json.dumps({split: times for split, (_, times) in listed.items()}).encode()).hexdigest()
+        self._publish(staged, records, fingerprint, self._cached(checked), stamp)
         reader = LabeledFileReader()
         return Splits(
             {split: Source(part, reader) for split, part in records.items()},
@@ -301,6 +305,7 @@ class FolderLoader:
             resize_mode=self.resize_mode,
             files=[str(path) for members in checked.values() for path, _ in members],
             photos=True,
+            stamp=stamp,
         )
 
     # --- the check's pixels, the first epoch's cache --------------------------------------------------------
@@ -311,11 +316,13 @@ class FolderLoader:
         image_bytes = (len(splits["train"]) + len(splits["val"])) * self.size * self.size * 3
         return "off" if self.folds else data_cache.resolved(self.cache[0], True, image_bytes, self.cache[1])
 
-    def _publish(self, staged: dict[str, object], records: dict[str, Records], fingerprint: dict, keep: str) -> None:
+    def _publish(
+        self, staged: dict[str, object], records: dict[str, Records], fingerprint: dict, keep: str, stamp: str = ""
+    ) -> None:
         """Hands each split's pixels the check kept to the cache that keys them so (the data's fingerprint, the
         image size and resize mode, the decode's version): the first epoch reads them. Fewer photos decode than
         were listed: they may fit in memory after all, and what was saved on disk is dropped."""
-        identity = data_cache.identity_of(fingerprint, self.size, self.resize_mode)
+        identity = data_cache.identity_of(fingerprint, self.size, self.resize_mode, stamp)
         cache, held = data_cache.Cache(keep, self.cache[2], identity), {}
         for split, pixels in staged.items():
             if isinstance(pixels, Path) and keep == "disk":
@@ -357,10 +364,12 @@ class FolderLoader:
         """A file's path below the folder as text; bytes that are not UTF-8 become backslash escapes."""
         return os.fsencode(path.relative_to(self.root)).decode("utf-8", errors="backslashreplace")
 
-    def _listed(self, members: list[tuple[Path, int]]) -> dict:
-        """A split's fingerprint: its count and [relative path, size, label] per file."""
-        files = [[self._shown(path), path.stat().st_size, label] for path, label in members]
-        return {"records": len(members), "files": files}
+    def _listed(self, members: list[tuple[Path, int]]) -> tuple[dict, list[int]]:
+        """A split's fingerprint (its count and [relative path, size, label] per file: what a resume checks) and its
+        files' modification times (what else keys the decoded-image cache: a photo rewritten at the same size)."""
+        stats = [path.stat() for path, _ in members]
+        files = [[self._shown(path), status.st_size, label] for (path, label), status in zip(members, stats, strict=True)]
+        return {"records": len(members), "files": files}, [status.st_mtime_ns for status in stats]
 
     @staticmethod
     def _records(members: list[tuple[Path, int]]) -> Records:

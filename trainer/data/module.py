@@ -122,7 +122,7 @@ class DataModule:
             splits.photos,
             (sources["train"].count + sources["val"].count) * side * side * 3,  # the splits read every epoch
             *cache_place,
-            data_cache.identity_of(data_fingerprint, preprocess.image_size, splits.resize_mode),
+            data_cache.identity_of(data_fingerprint, preprocess.image_size, splits.resize_mode, splits.stamp),
         )
         mixing = Mixing.of(augment, len(splits.class_names))
         module = cls(splits, preprocess, batches, cache, mixing, normalization, augment, data_fingerprint)

@@ -61,6 +61,7 @@ class Splits:
     files: list[str] | None = None  # every file read, for the whole-file checksum ([]: none); None: the sources'
     photos: bool = False  # compressed images (JPEG, PNG): their decode is the cost `dataset.cache=auto` keeps
     check: Callable[[], None] | None = None  # a check of every record the part leaves to `DataModule.check_records`
+    stamp: str | None = None  # what else keys the decoded-image cache: the files' modification times (a folder's)
 
 
 class DatasetPart(Protocol):
