@@ -367,9 +367,9 @@ class FolderLoader:
     def _listed(self, members: list[tuple[Path, int]]) -> tuple[dict, list[int]]:
         """A split's fingerprint (its count and [relative path, size, label] per file: what a resume checks) and its
         files' modification times (what else keys the decoded-image cache: a photo rewritten at the same size)."""
-        stats = [path.stat() for path, _ in members]
-        files = [[self._shown(path), status.st_size, label] for (path, label), status in zip(members, stats, strict=True)]
-        return {"records": len(members), "files": files}, [status.st_mtime_ns for status in stats]
+        stats = [(path, label, path.stat()) for path, label in members]
+        files = [[self._shown(path), status.st_size, label] for path, label, status in stats]
+        return {"records": len(members), "files": files}, [status.st_mtime_ns for _, _, status in stats]
 
     @staticmethod
     def _records(members: list[tuple[Path, int]]) -> Records:
