@@ -175,12 +175,13 @@ class ArrowReader:
             low, high = (int(picked[0]), int(picked[-1]) + 1) if len(picked) else (0, 0)
         columns = [column for column in self.columns if column]
         for offset, batch in _batches(path, self.kind, columns, low, high):
-            if picked is None:
+            if picked is None:  # a slice: no copy
                 first = max(low - offset, 0)
                 rows = np.arange(offset + first, offset + min(high - offset, batch.num_rows))
+                batch = batch.slice(first, len(rows))
             else:
                 rows = picked[np.searchsorted(picked, offset) : np.searchsorted(picked, offset + batch.num_rows)]
-            batch = batch.take(rows - offset)
+                batch = batch.take(rows - offset)
             yield _image_bytes(batch.column(self.columns[0])), self._labels(batch), rows
 
     def _labels(self, batch) -> np.ndarray:
