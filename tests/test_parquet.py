@@ -404,10 +404,10 @@ def test_predict_on_parquet_gives_a_bad_row_its_reason_and_predicts_the_rest(tmp
     rows = csv_rows(output)
     file = tmp_path / "photos.parquet"
     assert [row["id"] for row in rows] == ["0", "1", "2", "3", "4", "5"]
-    assert [row["error"] for row in rows] == [
-        "", "", f"{file}: record 2 cannot be decoded: corrupt or truncated image: its header does not read", "",
-        f"{file}: record 4 has label 12, expected 0 to 9 (the model's classes)", "",
-    ]  # fmt: skip
+    errors = [row["error"] for row in rows]
+    assert errors[2].startswith(f"{file}: record 2 cannot be decoded: corrupt or truncated image")
+    label_line = f"{file}: record 4 has label 12, expected 0 to 9 (the model's classes)"
+    assert errors[:2] + errors[3:] == ["", "", "", label_line, ""]
     for row, label in zip(rows, labels, strict=True):
         assert bool(row["predicted_class"]) == (not row["error"])
         assert row["true_index"] == ("" if row["error"] else str(label))
