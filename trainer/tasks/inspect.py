@@ -12,7 +12,8 @@ normalization layer. `inspect.check=true` also decodes every example of every sp
 data_check.json (`trainer.data.check`): bad files, class counts, image sizes, duplicates and leakage
 across splits; it exits 1 on bad files or leakage unless `inspect.allow` accepts them. A bad record is
 named by the pipeline itself (`DataModule.checked`: its file, its number and the decoder's reason), one
-line each, and counted; the contact sheet shows the good ones.
+line each, and counted; the contact sheet shows the good ones. Without the check, a bad record among the
+sheet's stops the run (exit 1) once the sheet is written, as it would stop training.
 """
 
 from __future__ import annotations
@@ -146,7 +147,8 @@ def _inspect(settings: Config, data) -> None:
     if options.augmented and options.split != "train":
         log.warning("inspect.augmented=true applies to the train split only; showing %s unaugmented", options.split)
     augmented = options.augmented and options.split == "train"
-    dataset = data.train() if augmented else _good(data.checked(options.split), [], say=not options.check)
+    bad: list[dict] = []  # the sheet's bad records: inspect.check lists them all, else the first stops the run
+    dataset = data.train() if augmented else _good(data.checked(options.split), bad, say=False)
     images, labels = _first_images(dataset, options.num_images)
     if options.augmented and options.split == "train":
         images = _with_model_augmentation(images, data.augment, settings.seed)
@@ -178,6 +180,9 @@ def _inspect(settings: Config, data) -> None:
     print(f"contact sheet of {len(images)} images: {sheet}")
     for split, entry in data.cache_entries.items():
         print(f"{split} cache: {_cache_line(entry)} <dataset.cache={settings.dataset.cache}>")
+    if bad and not options.check:  # the sheet is written; the exit says the split holds a record training refuses
+        more = f" ({len(bad) - 1} more among the sheet's; inspect.check=true lists every one)" if len(bad) > 1 else ""
+        raise DataError(f"{bad[0]['file']} {bad[0]['reason']}{more}")
 
 
 def _cache_line(entry: dict) -> str:
