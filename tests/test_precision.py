@@ -81,7 +81,9 @@ def test_a_mixed_run_exports_in_every_format_and_as_an_mlflow_model(mixed_run, p
         export_dir = tmp_path / quantize
         formats = "all" if quantize == "int8" else "litert"
         typed = ["mode=export", f"checkpoint={run_dir}", f"export.dir={export_dir}", f"export.format={formats}"]
-        result = run_cli([*typed, f"export.quantize={quantize}", "export.check_images=24"])
+        floor = ["export.int8_min_agreement=0"]  # a model of noise labels: its top-1 is a near tie (the floor's own
+        # test: tests/test_export_targets.py); here each format's self-check is what is asserted
+        result = run_cli([*typed, f"export.quantize={quantize}", "export.check_images=24", *floor])
         assert result.returncode == 0, result.stderr[-3000:]
         info = json.loads((export_dir / bundle.INFO_FILE).read_text())
         assert info["trained_precision"] == policy
@@ -89,7 +91,7 @@ def test_a_mixed_run_exports_in_every_format_and_as_an_mlflow_model(mixed_run, p
             assert entry["max_difference"] <= bundle.FLOAT_TOLERANCE
             assert entry["quantized"]["quantize"] == quantize if "quantized" in entry else True
     assert set(json.loads((tmp_path / "int8" / bundle.INFO_FILE).read_text())["files"]) == {
-        "saved_model", "onnx", "litert"
+        "saved_model", "onnx", "litert", "openvino"
     }  # fmt: skip
     run_id = json.loads((run_dir / "tracking.json").read_text())["mlflow"]
     mlflow.set_tracking_uri(uri)
