@@ -394,7 +394,7 @@ def test_predict_on_parquet_gives_a_bad_row_its_reason_and_predicts_the_rest(tmp
     column = pa.StructArray.from_arrays(
         [pa.array(images, pa.binary()), table.column("image").combine_chunks().field("path")], ["bytes", "path"]
     )
-    labels[4] = 12  # the model has 10 classes
+    labels[4], labels[5] = 12, None  # the model has 10 classes; a null label: an unlabeled row, predicted
     table = table.set_column(0, "image", column).set_column(1, "label", pa.array(labels, pa.int64()))
     pq.write_table(table, tmp_path / "photos.parquet", row_group_size=4)
     output = tmp_path / "predictions.csv"
@@ -410,7 +410,11 @@ def test_predict_on_parquet_gives_a_bad_row_its_reason_and_predicts_the_rest(tmp
     assert errors[:2] + errors[3:] == ["", "", "", label_line, ""]
     for row, label in zip(rows, labels, strict=True):
         assert bool(row["predicted_class"]) == (not row["error"])
-        assert row["true_index"] == ("" if row["error"] else str(label))
+        assert row["true_index"] == ("" if row["error"] or label is None else str(label))
+    strings = table.set_column(1, "label", pa.array(["cat", "dog"] * 3))  # no dataset.class_names to read them
+    pq.write_table(strings, tmp_path / "photos.parquet")
+    run_task(compose(overrides, tmp_path / "run"), overrides=overrides)
+    assert [(row["true_index"], bool(row["predicted_class"])) for row in csv_rows(output)[3:]] == [("", True)] * 3
 
 
 @pytest.mark.integration

@@ -191,8 +191,8 @@ class ArrowReader:
             return np.full(batch.num_rows, -1, np.int32)
         labels = batch.column(self.columns[1])
         if self.classes is not None:
-            labels = pc.fill_null(_indices(labels, self.classes), -1)
-        return labels.to_numpy(zero_copy_only=False).astype(np.int32)
+            labels = _indices(labels, self.classes)
+        return pc.fill_null(labels, -1).to_numpy(zero_copy_only=False).astype(np.int32)  # null: unlabeled
 
     def numbered(self, path, start, length) -> tf.data.Dataset:
         """(row in the file, record) of the range's rows (`trainer.data.sources.Source` numbers by it)."""
@@ -220,7 +220,8 @@ class RowDecoder(FileDecoder):
     """`ArrowReader`'s records -> (uint8 images, int32 labels, reasons): the folder's record, its image through
     the one decode (`decode_checked`, which never raises); a bad row's image is black, and its reason says why."""
 
-    num_classes: int | None = None  # the labels' rule (predict: the model's classes); None: checked at start-up
+    num_classes: int | None = None  # the labels' rule (predict: the model's classes, -1 unlabeled); None: checked
+    # at start-up
     classes: str = ""  # where the number of classes comes from, for the reasons
 
     def checked(self, records: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
@@ -229,7 +230,8 @@ class RowDecoder(FileDecoder):
         images, refused = decode_checked(data, self.size, self.resize_mode)
         empty = tf.where(tf.strings.length(data) == 0, "no image (a null or empty bytes in the image column)", "")
         refused = tf.where(refused == "", "", tf.strings.join(["cannot be decoded: ", refused]))
-        return images, labels, first_reason(label_reason(labels, self.num_classes, self.classes), empty, refused)
+        labeled = tf.where(labels == -1, 0, labels)  # -1: no label (a null, or a name no class has): predicted
+        return images, labels, first_reason(label_reason(labeled, self.num_classes, self.classes), empty, refused)
 
     def __call__(self, records: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         return assert_good(*self.checked(records))
@@ -351,7 +353,8 @@ def predict_chunks(
     per row, in order, its id its index over all files. A row whose image does not decode, or whose label is
     not one of the model's `num_classes`, has its reason (`FILE: record ROW REASON`) and is not predicted.
     Labels are read where every file has the label column and it holds integers, or strings that
-    `class_names` (`dataset.class_names`) names; else the rows are unlabeled.
+    `class_names` (`dataset.class_names`) names; else the rows are unlabeled, and so is a row whose label is
+    null or a name none of `class_names` is (predicted, its true class left empty).
 
     Raises:
         DataError: a file is unreadable, or lacks the image column.
@@ -364,10 +367,11 @@ def predict_chunks(
         _check_columns(path, schema, image, label if labeled else None)
     strings = labeled and _is_string_type(opened[0][0].field(label).type)
     labeled = labeled and (not strings or bool(class_names))
-    classes = "the model's classes" + ("; a label none of dataset.class_names reads -1" if strings else "")
-    reader = ArrowReader(kind, (image, label if labeled else None), classes=tuple(class_names) if strings else None)
+    reader = ArrowReader(
+        kind, (image, label if labeled else None), classes=tuple(class_names) if labeled and strings else None
+    )
     source = Source(Records.whole_files(paths, sum(rows for _, rows in opened)), reader)
-    decoder = RowDecoder(preprocess.image_size, mode, num_classes if labeled else None, classes)
+    decoder = RowDecoder(preprocess.image_size, mode, num_classes if labeled else None, "the model's classes")
     return checked_chunks(source, decoder, preprocess, batch_size)
 
 
