@@ -371,6 +371,8 @@ def _take_over(settings: Config, plan: Plan, run_dir: Path) -> tuple[Progress, D
         log.info("The chief's backup holds %d finished epoch(s): training goes on from there", done)
     gate = None
     if plan.chief:
+        if settings.resume:  # a refused resume must leave data.json as the run trained it: check before binding
+            plan.late_checks.run()
         bind_data(run_dir, plan.data.fingerprint, settings.resume, settings.allow_data_change, done)
     if plan.chief and plan.data.files:  # a part of no files (records made in memory) has none to hash
         gate = DigestGate(
