@@ -308,6 +308,7 @@ def _truncated_jpeg() -> bytes:
 BAD_IMAGES = {  # case: (row, the image there, what the line says after the file)
     "null": (3, None, r"row 3: no image \(a null in column 'image'\)"),
     "garbage": (5, b"these bytes are no image at all", "record 5 cannot be decoded: not a JPEG, PNG, GIF, BMP or WebP"),
+    "empty": (2, b"", r"record 2 has no image \(a null or empty bytes in the image column\)"),
     "truncated_jpeg": (4, _truncated_jpeg(), "record 4 cannot be decoded: corrupt or truncated image"),
     "truncated_held_out": (7, _truncated_jpeg(), "record 7 cannot be decoded: corrupt or truncated image"),
 }

@@ -228,7 +228,7 @@ class RowDecoder(FileDecoder):
         labels = self.labels(records)
         data = tf.strings.substr(records, LABEL_DIGITS, TO_END)
         images, refused = decode_checked(data, self.size, self.resize_mode)
-        empty = tf.where(tf.strings.length(data) == 0, "no image (a null or empty bytes in the image column)", "")
+        empty = tf.where(tf.strings.length(data) == 0, "has no image (a null or empty bytes in the image column)", "")
         refused = tf.where(refused == "", "", tf.strings.join(["cannot be decoded: ", refused]))
         labeled = tf.where(labels == -1, 0, labels)  # -1: no label (a null, or a name no class has): predicted
         return images, labels, first_reason(label_reason(labeled, self.num_classes, self.classes), empty, refused)
