@@ -31,6 +31,7 @@ import json
 import logging
 import os
 import queue
+import re
 import shutil
 import threading
 import time
@@ -271,9 +272,16 @@ def _publish(partial: Path | None, final: Path, key: dict, count: int) -> bool:
     return True
 
 
+def _cause(message: str) -> str:
+    """The cause at the end of a TensorFlow error's first line ("No space left on device"), without the name of
+    the function that raised it (`{{function_node __wrapped__SaveDataset...}}`)."""
+    first = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", (message.splitlines() or [""])[0])
+    return first if len(first) <= 200 else "..." + first[-197:]
+
+
 def _refused(partial: Path, root: Path, error: Exception) -> None:
     shutil.rmtree(partial, ignore_errors=True)
-    reason = os.strerror(error.errno) if getattr(error, "errno", None) else str(error).splitlines()[0][:200]
+    reason = os.strerror(error.errno) if getattr(error, "errno", None) else _cause(str(error))
     log.warning(
         "dataset.cache: could not write the cache under %s (%s); training goes on without it, decoding every "
         "epoch <dataset.cache_dir=%s>", root, reason, root,
