@@ -94,8 +94,13 @@ def run_task(cfg: DictConfig, show_config: bool = False, overrides: Sequence[str
     quiet.import_tensorflow()
     cfg = with_run_config(cfg, overrides)
     settings = to_settings(cfg)
+    # A resume may still be refused (its data, a bad label): the run folder's tree is written once it is taken.
+    resumed = settings.mode == "train" and bool(settings.resume)
+    tree = None
     if show_config:
-        print_config_tree(cfg, Path(settings.output_dir) / "config_tree.txt")
+        tree = print_config_tree(cfg, None if resumed else Path(settings.output_dir) / "config_tree.txt")
     quiet.configure(settings.trainer.tf_logs)
     task = importlib.import_module(f"trainer.tasks.{settings.mode}")  # each mode: its module and function
+    if resumed:
+        return task.train(settings, config_tree=tree)
     return getattr(task, str(settings.mode))(settings)

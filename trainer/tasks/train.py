@@ -35,7 +35,7 @@ from trainer.errors import ConfigError, DiskError, Interrupted
 from trainer.models.preprocessing import Models, build_models
 from trainer.models.registry import build_model
 from trainer.runs import checkpoints, history, locks, storage
-from trainer.runs.atomic import remove_temporaries, write_json
+from trainer.runs.atomic import remove_temporaries, write_atomic, write_json
 from trainer.runs.backup import ENDINGS, read_state, remove_backup
 from trainer.runs.checkpoints import ModelInfo, weights_fingerprint
 from trainer.runs.digest import DigestGate, FileDigests
@@ -324,9 +324,10 @@ def _job_name() -> str | None:
 
 
 @contextlib.contextmanager
-def open_run_folder(settings: Config, plan: Plan) -> Iterator[Folder]:
+def open_run_folder(settings: Config, plan: Plan, config_tree: str | None = None) -> Iterator[Folder]:
     """Holds the run folder while the body trains: its lock (the chief's), the trackers' runs, the errors
-    of collectives and of bad records as one line; reads what the backup says is done already.
+    of collectives and of bad records as one line; reads what the backup says is done already. A resume's
+    `config_tree` (the printed config) is saved once the run is bound to this data, not by a refused resume.
 
     Raises:
         RunLocked: another process holds the folder.
@@ -345,6 +346,8 @@ def open_run_folder(settings: Config, plan: Plan) -> Iterator[Folder]:
     ):
         try:
             progress, gate = _take_over(settings, plan, run_dir)
+            if config_tree is not None and plan.chief:
+                write_atomic(run_dir / "config_tree.txt", lambda temporary: temporary.write_text(config_tree))
             done, steps, ended = progress
             yield Folder(run_dir, run_dir / "backup", done, ended, invocation, run_name, tags, gate, steps)
         except DiskError as error:  # set-up, training or the test evaluation: what is written is consistent
@@ -489,8 +492,12 @@ def _latency(checkpoint: Path) -> dict:
     return {latency.METRIC: round(milliseconds, 3), "latency": latency.SOURCE}
 
 
-def train(settings: Config) -> float | None:
+def train(settings: Config, config_tree: str | None = None) -> float | None:
     """Trains, evaluates the best checkpoint on the test split and writes metrics.json.
+
+    Args:
+        settings: The typed config.
+        config_tree: A resume's printed config, saved as RUN/config_tree.txt once the resume is accepted.
 
     Returns:
         The best value of `objective.metric` over the epochs, as a plain float (None if preempted).
@@ -513,7 +520,7 @@ def train(settings: Config) -> float | None:
         check_memory(settings, plan, models, info.precision)  # before anything trains: the one line that fits
         if init_from and not resumed:
             start = starting.start_from(init_from, models, plan.data.class_names, plan.strategy)
-        with open_run_folder(settings, plan) as folder:
+        with open_run_folder(settings, plan, config_tree) as folder:
             started = time.perf_counter()
             outcome = fitting.fit_phases(settings, plan, folder, models, info)
             if outcome not in ("preempted", "interrupted"):

@@ -1,0 +1,70 @@
+"""A command that is refused (bad data, a resume on other data) leaves the run folder it names as it was."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import pattern_records, run_cli, train_arguments
+
+JOURNALS = ("run.log", "invocations.jsonl")  # every invocation adds its lines, a refused one too; nothing is lost
+
+
+def _files(run_dir: Path) -> dict[str, tuple[bytes, int]]:
+    return {
+        str(path.relative_to(run_dir)): (path.read_bytes(), path.stat().st_mtime_ns)
+        for path in run_dir.rglob("*")
+        if path.is_file() and path.name != ".lock"  # the lock's holder is rewritten by whoever takes it
+    }
+
+
+def _assert_kept(before: dict, after: dict) -> None:
+    """Every file of `before` is there with its bytes and modification time, no other file was made; a journal
+    (run.log, invocations.jsonl) keeps every byte it had and may only grow."""
+    assert sorted(after) == sorted(before)
+    for name, (content, mtime) in before.items():
+        if name in JOURNALS:
+            assert after[name][0].startswith(content), name
+        else:
+            assert after[name] == (content, mtime), name
+
+
+def _stopped_run(tmp_path: Path, monkeypatch) -> Path:
+    """A tiny run of 2 epochs stopped by SIGTERM after its first step: a backup to resume from."""
+    from trainer.training import callbacks
+
+    run_dir, original = tmp_path / "run", callbacks.EpochLog.on_train_batch_end
+
+    def stop(self, batch, logs=None):
+        original(self, batch, logs)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(callbacks.EpochLog, "on_train_batch_end", stop)
+        stopped = run_cli(train_arguments(tmp_path, run_dir, epochs=2), cwd=tmp_path)
+    assert stopped.returncode == 0, stopped.stderr[-3000:]
+    assert (run_dir / "backup").is_dir()
+    return run_dir
+
+
+@pytest.mark.integration
+def test_a_refused_resume_leaves_every_file_of_the_run_folder_as_it_was(tmp_path, monkeypatch):
+    """Refused for a bad label (with allow_data_change=true), or for data that changed (without it): the run's
+    files keep their bytes and times. config_tree.txt was rewritten by both (found by the red team)."""
+    run_dir = _stopped_run(tmp_path, monkeypatch)
+    test_file = tmp_path / "cifar" / "test_batch.bin"
+    cases = [
+        (["allow_data_change=true"], [1, 2, 3, 4, 5, 12, 6, 7], "record 5 has label 12"),
+        ([], [1, 2, 3, 4, 5, 1, 6, 7], "the data differs from what"),
+    ]
+    for extra, labels, reason in cases:
+        test_file.write_bytes(pattern_records(np.array(labels)))
+        before = _files(run_dir)
+        refused = run_cli([f"resume={run_dir}", *extra], cwd=tmp_path)
+        assert refused.returncode == 1
+        assert reason in refused.stderr.strip().splitlines()[-1]
+        _assert_kept(before, _files(run_dir))
