@@ -68,3 +68,56 @@ def test_a_refused_resume_leaves_every_file_of_the_run_folder_as_it_was(tmp_path
         assert refused.returncode == 1
         assert reason in refused.stderr.strip().splitlines()[-1]
         _assert_kept(before, _files(run_dir))
+
+
+@pytest.mark.integration
+def test_evaluate_of_a_run_stopped_by_a_bad_label_before_its_first_checkpoint_names_the_record(tmp_path):
+    """The late label check stops a run after its first step, before any checkpoint: evaluate of that folder said
+    'is it a training run folder?' (red team); it says in one line that the run stopped and why."""
+    run_dir = tmp_path / "run"
+    arguments = train_arguments(tmp_path, run_dir, epochs=1)
+    bad = tmp_path / "cifar" / "test_batch.bin"
+    bad.write_bytes(pattern_records(np.array([1, 2, 3, 4, 5, 12, 6, 7])))
+    assert run_cli(arguments, cwd=tmp_path).returncode == 1
+    result = run_cli(["mode=evaluate", f"checkpoint={run_dir}"], cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: checkpoint={run_dir}: the run stopped before its first checkpoint: {bad}: record 5 has label 12, "
+        f"expected 0 to 9 (dataset.num_classes=10)"
+    )
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("lines", "expected"),
+    [
+        ([], "the folder holds no checkpoints/best.keras (is it a training run folder?)"),
+        (
+            ["start", {"event": "end", "outcome": "error: f.bin: record 3 has label 12"}],
+            "the run stopped before its first checkpoint: f.bin: record 3 has label 12",
+        ),
+        (
+            ["start", {"event": "end", "outcome": "preempted", "stopped": "SIGTERM"}],
+            "the run was preempted before its first checkpoint; continue it with: python run.py resume={run}",
+        ),
+        (["start"], "the run was killed before its first checkpoint; continue it with: python run.py resume={run}"),
+        (
+            ["start", '{"event": "end", "outc'],
+            "the run was killed before its first checkpoint; continue it with: python run.py resume={run}",
+        ),  # the end line cut short
+    ],
+    ids=["no-record", "bad-label", "preempted", "killed", "cut-line"],
+)
+def test_a_run_folder_without_a_checkpoint_says_why_from_its_invocations(tmp_path, lines, expected):
+    import json
+
+    from trainer.errors import DataError
+    from trainer.runs.checkpoints import resolve
+
+    start = json.dumps({"event": "start", "command": "run.py", "pid": 1})
+    text = [start if line == "start" else line if isinstance(line, str) else json.dumps(line) for line in lines]
+    if text:
+        (tmp_path / "invocations.jsonl").write_text("\n".join(text) + "\n")
+    with pytest.raises(DataError) as raised:
+        resolve(tmp_path)
+    assert str(raised.value) == f"checkpoint={tmp_path}: " + expected.format(run=tmp_path)

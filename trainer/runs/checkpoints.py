@@ -26,6 +26,7 @@ import keras
 import numpy as np
 
 from trainer.errors import DataError
+from trainer.runs import locks
 
 log = logging.getLogger(__name__)
 
@@ -131,13 +132,31 @@ def resolve(path: str | os.PathLike) -> Path:
     if path.is_dir():
         best = path / BEST
         if not best.is_file():
-            raise DataError(f"checkpoint={path}: the folder holds no {BEST} (is it a training run folder?)")
+            raise DataError(f"checkpoint={path}: {_why_no_checkpoint(path)}")
         return best
     if not path.is_file():
         raise DataError(f"checkpoint={path}: no such file or run folder")
     if path.suffix != ".keras":
         raise DataError(f"checkpoint={path}: expected a .keras file or a run folder")
     return path
+
+
+def _why_no_checkpoint(folder: Path) -> str:
+    """Why run folder `folder` holds no best checkpoint, as the last line of its invocations.jsonl tells."""
+    last = locks.last_invocation(folder)
+    if last is None:
+        return f"the folder holds no {BEST} (is it a training run folder?)"
+    again = f"; continue it with: python run.py resume={folder}"
+    if last.get("event") == "start":
+        if locks.is_held(folder):
+            return "the run has saved no checkpoint yet (it is training: its .lock is held)"
+        return "the run was killed before its first checkpoint" + again
+    outcome = str(last.get("outcome", ""))
+    if outcome.startswith("error: "):  # e.g. a bad label the first step's check found: name it
+        return f"the run stopped before its first checkpoint: {outcome.removeprefix('error: ')}"
+    if outcome in ("preempted", "interrupted"):
+        return f"the run was {outcome} before its first checkpoint" + again
+    return f"the folder holds no {BEST} (the run {outcome})"
 
 
 def _outdated(file: Path) -> DataError:

@@ -173,6 +173,19 @@ def release_claims() -> list[Path]:
     return released
 
 
+def last_invocation(folder: Path) -> dict | None:
+    """The last whole line of `folder`'s invocations.jsonl (a start line last: a process that runs, or was
+    killed), or None where it has none."""
+    try:
+        lines = (folder / INVOCATIONS).read_text().splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        with contextlib.suppress(json.JSONDecodeError):  # a line cut short by a kill or a full disk
+            return json.loads(line)
+    return None
+
+
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
