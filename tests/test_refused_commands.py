@@ -121,3 +121,32 @@ def test_a_run_folder_without_a_checkpoint_says_why_from_its_invocations(tmp_pat
     with pytest.raises(DataError) as raised:
         resolve(tmp_path)
     assert str(raised.value) == f"checkpoint={tmp_path}: " + expected.format(run=tmp_path)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("bad_file", "reads", "refused"),
+    [
+        ("data_batch_1.bin", ("test",), False),  # evaluate of test (no report): the training files are not read
+        ("data_batch_1.bin", ("test", "val"), False),  # with the report's calibration on val: the last 16 records
+        ("data_batch_5.bin", ("test", "val"), True),  # ... which data_batch_5.bin holds
+        ("test_batch.bin", ("test",), True),
+        ("data_batch_1.bin", ("train", "val", "test"), True),  # training reads every split
+    ],
+    ids=["train-file-test", "train-file-val", "val-records", "test-file", "training"],
+)
+def test_the_label_check_covers_only_the_splits_a_mode_reads(tmp_path, bad_file, reads, refused):
+    """mode=evaluate of the test split was refused for a bad label in a training file it never reads (red team)."""
+    from conftest import cifar_overrides, compose, write_cifar
+    from trainer.config import to_settings
+    from trainer.errors import DataError
+    from trainer.tasks.data import load_data
+
+    data = write_cifar(tmp_path / "cifar")
+    (data / bad_file).write_bytes(pattern_records(np.array([1, 2, 3, 4, 5, 12, 6, 7] * 2)))
+    dataset = to_settings(compose(cifar_overrides(data))).dataset
+    if not refused:
+        load_data(dataset, 8, 0, check_val="val" in reads, reads=reads)
+        return
+    with pytest.raises(DataError, match=f"{bad_file}: record 5 has label 12"):
+        load_data(dataset, 8, 0, check_val="val" in reads, reads=reads)

@@ -28,13 +28,25 @@ def check_labels(paths: list, decoder) -> None:
     Raises:
         DataError: a file is not a whole number of records, or `FILE: record N has label L, expected ...`.
     """
-    from trainer.data import binary, pipeline
+    from trainer.data import binary
     from trainer.data.shares import Records
     from trainer.data.sources import FixedLengthReader, Source
 
     counts = [binary.records_by_size(path, decoder.layout) for path in paths]
     records = Records.whole_files([str(path) for path in paths], sum(counts))
-    pipeline.refuse_bad(Source(records, FixedLengthReader(decoder.layout.record_bytes)), decoder.label_reasons)
+    check_sources([Source(records, FixedLengthReader(decoder.layout.record_bytes))], decoder)
+
+
+def check_sources(sources: list, decoder) -> None:
+    """Every record's label of each of `sources` (the splits a mode reads), in order.
+
+    Raises:
+        DataError: `FILE: record N has label L, expected ...` for the first bad one.
+    """
+    from trainer.data import pipeline
+
+    for source in sources:
+        pipeline.refuse_bad(source, decoder.label_reasons)
 
 
 @dataclass
@@ -89,10 +101,11 @@ class BinaryFiles(LabeledFilesConfig):
 
         return BinaryLayout(self.height, self.width, self.channels, self.label_bytes, self.label_index)
 
-    def load(self, check_val: bool = True) -> Splits:
+    def load(self, check_val: bool = True, reads: tuple[str, ...] = ("train", "val", "test")) -> Splits:
         """Finds (or downloads) and checks the record files and splits them; without `check_val` (the caller
-        never reads the validation split) an unfitting `dataset.val_size` is no error. Every record's label is
-        checked by `Splits.check` (`trainer.data.module.DataModule.check_records`)."""
+        never reads the validation split) an unfitting `dataset.val_size` is no error. Every record's label of
+        the splits in `reads` (the caller reads no other: `mode=evaluate` reads test) is checked by `Splits.check`
+        (`trainer.data.module.DataModule.check_records`)."""
         from trainer.data import binary
         from trainer.data.decoders import BinaryDecoder
         from trainer.data.parts import Splits
@@ -110,9 +123,11 @@ class BinaryFiles(LabeledFilesConfig):
         log.info("Dataset %s from %s: %s records <dataset=%s>", self.name, paths[0].parent, counts, self.name)
         decoder = BinaryDecoder(layout, self.num_classes)
         reader = FixedLengthReader(layout.record_bytes)
-        check = functools.partial(check_labels, train_paths + test_paths, decoder)
+        sources = {name: Source(split, reader) for name, split in splits.items()}
+        read = {id(splits[name]): sources[name] for name in reads}  # val_source=test: val is the test records
+        check = functools.partial(check_sources, list(read.values()), decoder)
         return Splits(
-            {name: Source(split, reader) for name, split in splits.items()},
+            sources,
             decoder,
             list(self.class_names),
             lambda: (
