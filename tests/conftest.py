@@ -14,6 +14,7 @@ import io
 import json
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -413,6 +414,22 @@ def signal_in_first_step(signum: int) -> str:
 import trainer.training.callbacks as target
 target.EpochLog.on_train_batch_end = lambda self, batch, logs=None: os.kill(os.getpid(), {int(signum)})
 """
+
+
+def stop_after_steps(monkeypatch, steps: int, signum: int = signal.SIGTERM) -> None:
+    """Sends this process `signum` at the end of its `steps`-th training step (StopOnSignal's handler takes it):
+    a preempted run in this process, for the cases that need no kill."""
+    from trainer.training import callbacks
+
+    done, original = [], callbacks.EpochLog.on_train_batch_end
+
+    def on_train_batch_end(self, batch, logs=None):
+        original(self, batch, logs)
+        done.append(batch)
+        if len(done) == steps:
+            os.kill(os.getpid(), signum)
+
+    monkeypatch.setattr(callbacks.EpochLog, "on_train_batch_end", on_train_batch_end)
 
 
 def run_patched(cwd: Path, arguments: list[str], patch: str = "", process: bool = False, timeout: float = 300):

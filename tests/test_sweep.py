@@ -54,11 +54,12 @@ def test_grid_sweep_summarises_every_job(tmp_path, launcher):
 
 @pytest.mark.e2e
 def test_a_failing_job_keeps_the_others_and_says_why(tmp_path):
-    result, rows = _sweep(tmp_path, "model.dropout=1.5,0.2")  # the failure first: the sweep goes on
+    # The failure first: the sweep goes on. The three-layer test model: the point is the sweep, not VGG19.
+    result, rows = _sweep(tmp_path, "trainer.label_smoothing=1.5,0.1", model="tiny")
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert [row["status"] for row in rows] == ["failed", "complete"]
     assert rows[1]["objective"] != ""
-    assert rows[0]["error"] == "model.dropout must be in [0, 1); got 1.5"
+    assert rows[0]["error"] == "trainer.label_smoothing must be in [0, 1); got 1.5"
     assert "Sweep summary: 2 jobs, 1 failed" in result.stdout, "the table is printed"
     assert (
         result.stderr.strip().splitlines()[-1] == f"error: 1 of 2 jobs failed; see {tmp_path / 'sweep' / 'summary.csv'}"

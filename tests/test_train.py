@@ -12,7 +12,7 @@ import sys
 import keras
 import pytest
 
-from conftest import ROOT, check_run_metrics, cifar_overrides, compose, csv_rows, run_cli
+from conftest import ROOT, check_run_metrics, cifar_overrides, compose, csv_rows, run_cli, run_py, tiny_overrides
 from trainer.config import to_settings
 from trainer.quiet import NOISE
 from trainer.tasks.train import train
@@ -29,8 +29,10 @@ def _run(args, cwd=ROOT, timeout=300):
 
 @pytest.mark.integration
 def test_train_returns_the_best_objective_and_writes_metrics(tmp_path, cifar_dir):
+    """The three-layer test model (the objective is the model's business, not VGG19's: the shared trained run's
+    best.keras is checked below)."""
     run_dir = tmp_path / "run"
-    settings = to_settings(compose([*cifar_overrides(cifar_dir), "trainer.epochs=2"], run_dir))
+    settings = to_settings(compose([*tiny_overrides(cifar_dir), "trainer.epochs=2"], run_dir))
     objective = train(settings)
     assert type(objective) is float
     metrics = json.loads((run_dir / "metrics.json").read_text())
@@ -39,7 +41,12 @@ def test_train_returns_the_best_objective_and_writes_metrics(tmp_path, cifar_dir
     assert [int(row["epoch"]) for row in rows] == [1, 2]
     assert objective == max(float(row["val_accuracy"]) for row in rows) == metrics["objective"]
     assert metrics["epochs_completed"] == 2
-    # The test figures are the best checkpoint's, evaluated again here.
+
+
+@pytest.mark.integration
+def test_a_smoke_run_saves_vgg19_at_the_smoke_width(trained_run):
+    """`debug=smoke` (the tests' VGG19 runs) trains VGG19 at width 0.125: block1 has 8 filters, not 64."""
+    _, run_dir = trained_run
     model = keras.saving.load_model(run_dir / "checkpoints" / "best.keras")
     assert model.get_layer("vgg19").get_layer("block1_conv1").filters == 8
 
@@ -49,8 +56,11 @@ TF_NOISE = ("cuInit", "absl::InitializeLog", "cudart_stub", "oneDNN", "cpu_featu
 
 @pytest.mark.e2e
 def test_run_py_writes_every_output(tmp_path, cifar_dir):
+    """The three-layer test model (tests/tiny_model.py, on the process's PYTHONPATH) with the evaluation report:
+    the outputs are the run's, whatever the model."""
     run_dir = tmp_path / "run"
-    result = _run([*cifar_overrides(cifar_dir), "trainer.epochs=2", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    overrides = [*tiny_overrides(cifar_dir), "evaluate.report=true", "trainer.epochs=2", f"hydra.run.dir={run_dir}"]
+    result = run_py(overrides, cwd=tmp_path, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     for name in (
         ".hydra/config.yaml",
