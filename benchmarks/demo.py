@@ -24,8 +24,9 @@ DEMO_MEDIAN = 0.994  # ... with a median of at least 99.4%
 END_GAP_SECONDS = 3.0  # ... and fit returns within 3 s of its last epoch
 
 
-def _time_until(command: list[str], marker: str | None, cwd: Path) -> float:
-    started = time.perf_counter()
+def _time_until(command: list[str], marker: str | None, cwd: Path) -> tuple[float, str]:
+    """(seconds from the start of `command` to the first line holding `marker`, or to its end; its output)."""
+    started, lines = time.perf_counter(), []
     process = subprocess.Popen(
         command,
         cwd=cwd,
@@ -36,12 +37,13 @@ def _time_until(command: list[str], marker: str | None, cwd: Path) -> float:
     )
     elapsed = None
     for line in process.stdout:
+        lines.append(line)
         if marker and marker in line and elapsed is None:
             elapsed = time.perf_counter() - started
     process.wait()
     if process.returncode:
         raise RuntimeError(f"{command} failed with exit code {process.returncode}")
-    return elapsed if marker else time.perf_counter() - started
+    return (elapsed if marker else time.perf_counter() - started), "".join(lines)
 
 
 # run.py debug=smoke to its first step, at most 1.15x Keras alone fitting the same network to its first step (issue
@@ -52,16 +54,20 @@ STARTUP_TARGET = 1.15
 def startup(folder: Path, quick: bool) -> list[Row]:
     """`python run.py debug=smoke` to its first training step, Keras alone to the same network's first step
     (`benchmarks/keras_first_step.py`: the floor of any trainer on `fit`) and `import tensorflow, keras`, in
-    alternating rounds (the best of each)."""
+    alternating rounds (the best of each). Keras alone trains in the precision ours picked (`trainer.precision=auto`
+    on this hardware: its log line says)."""
 
     def run(attempt: int) -> list[str]:  # a new folder each time: a run folder is never reused
         return [sys.executable, str(ROOT / "run.py"), "debug=smoke", f"hydra.run.dir={folder / f'startup{attempt}'}"]
 
     marker, times = "First training step", {"ours": [], "keras": [], "import": []}
     for attempt in range(1 if quick else 3):
-        times["ours"].append(_time_until(run(attempt), marker, folder))
-        times["keras"].append(_time_until([sys.executable, "-m", "benchmarks.keras_first_step"], marker, ROOT))
-        times["import"].append(_time_until([sys.executable, "-c", "import tensorflow, keras"], None, folder))
+        seconds, output = _time_until(run(attempt), marker, folder)
+        times["ours"].append(seconds)
+        policy = re.search(r"Precision (\w+) \(", output).group(1)
+        keras_alone = [sys.executable, "-m", "benchmarks.keras_first_step", policy]
+        times["keras"].append(_time_until(keras_alone, marker, ROOT)[0])
+        times["import"].append(_time_until([sys.executable, "-c", "import tensorflow, keras"], None, folder)[0])
     ours, keras_alone, imports = (min(times[name]) for name in ("ours", "keras", "import"))
     return [
         Row(
@@ -73,7 +79,7 @@ def startup(folder: Path, quick: bool) -> list[Row]:
             higher_is_better=False,
         ),
         Row(
-            "the floor: Keras alone, the same network's fit to its first step vs import tensorflow, keras",
+            f"the floor: Keras alone, the same network's fit to its first step ({policy}) vs import tensorflow, keras",
             keras_alone,
             imports,
             "s",

@@ -1,7 +1,9 @@
 """The start-up floor: Keras alone, from `import tensorflow, keras` to the first training step of the network that
 `python run.py debug=smoke` trains. No trainer code runs but the network's builder (plain Keras layers).
 
-    python -m benchmarks.keras_first_step        # prints "First training step done" after that step
+    python -m benchmarks.keras_first_step [POLICY]   # prints "First training step done" after that step
+
+POLICY (default float32) is the Keras mixed-precision policy, the one `run.py debug=smoke` picked.
 
 The same network (debug=smoke's eighth-width VGG19 with batch norm and 64 fc units), Adam, sparse
 cross-entropy and accuracy, batches of 16 32x32 float images from memory: what is left of the start-up once
@@ -10,6 +12,8 @@ tracing the training step and TensorFlow optimizing its graph, which no trainer 
 """
 
 from __future__ import annotations
+
+import sys
 
 import keras
 import numpy as np
@@ -26,7 +30,8 @@ class FirstStep(keras.callbacks.Callback):
             print("First training step done", flush=True)
 
 
-def main() -> None:
+def main(policy: str = "float32") -> None:
+    keras.mixed_precision.set_global_policy(policy)
     keras.utils.set_random_seed(0)
     model = build_vgg19(CLASSES, (SIZE, SIZE, 3), width_multiplier=0.125, fc_units=64)
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
@@ -43,4 +48,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(*sys.argv[1:2])
