@@ -150,3 +150,31 @@ def test_the_label_check_covers_only_the_splits_a_mode_reads(tmp_path, bad_file,
         return
     with pytest.raises(DataError, match=f"{bad_file}: record 5 has label 12"):
         load_data(dataset, 8, 0, check_val="val" in reads, reads=reads)
+
+
+@pytest.mark.integration
+def test_a_cache_folder_the_disk_refuses_is_one_warning_per_load_of_the_data(tmp_path, caplog):
+    """A folder of photos with dataset.cache=disk under a folder that cannot be made: the start-up check's save
+    (train, val) and each split's pipeline printed the same warning, five times in one run (red team)."""
+    import logging
+
+    from test_folder import make_folder
+
+    from conftest import compose
+    from trainer.config import to_settings
+    from trainer.tasks.data import load_data
+
+    root = make_folder(tmp_path / "photos", per_class=4)
+    (tmp_path / "file").write_text("not a folder")
+    overrides = ["dataset=folder", f"dataset.data_dir={root}", "dataset.val_fraction=0.25", "debug=smoke"]
+    cache = ["dataset.cache=disk", f"dataset.cache_dir={tmp_path / 'file' / 'cache'}", "dataset.image_size=32"]
+    dataset = to_settings(compose([*overrides, *cache])).dataset
+    for load in range(2):  # a second load (a sweep's next trial in this process) warns again, once
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="trainer.data.cache"):
+            data = load_data(dataset, 4, 0)
+            for split in ("train", "val", "test"):
+                data.split(split)  # each pipeline's cache is written as it is built
+        lines = [record.getMessage() for record in caplog.records if "could not write the cache" in record.getMessage()]
+        assert len(lines) == 1, (load, lines)
+        assert "(Not a directory)" in lines[0]

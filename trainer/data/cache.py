@@ -50,6 +50,12 @@ MODES = ("auto", "memory", "disk", "off")
 MANIFEST = "vggtrain-cache.json"  # written last inside the folder, before the rename: a folder without it is no cache
 _PARTIAL = ".partial"
 _HELD: dict[str, tuple] = {}  # memory: (images, labels) decoded already, by key name (`hold`)
+_REFUSED: dict[Path, str] = {}  # disk cache folders that refused a write in this load of the data: why (`_refused`)
+
+
+def forget_refusals() -> None:
+    """A new load of the data (a run, a sweep's trial) tries every cache folder again and warns anew."""
+    _REFUSED.clear()
 
 
 def default_folder() -> str:
@@ -170,6 +176,8 @@ def _on_disk(decoded: tf.data.Dataset, root: Path, key: dict, count: int) -> tf.
     import tensorflow as tf
 
     final = root / key_name(key)
+    if not _complete(final) and root in _REFUSED:  # warned once already: the other splits go on uncached too
+        return decoded
     if not _complete(final):
         log.info("Decoding %d images once into the cache %s <dataset.cache=disk>", count, final)
         if not _publish(_save(decoded, root), final, key, count):
@@ -234,6 +242,8 @@ def _save(decoded: tf.data.Dataset, root: Path) -> Path | None:
     import tensorflow as tf
 
     partial = root / f".pending.{os.getpid()}.{uuid.uuid4().hex[:8]}{_PARTIAL}"  # the pid: `_remove_leftovers`
+    if root in _REFUSED:  # warned once already (the folder check's batches go on without the writer)
+        return None
     try:
         root.mkdir(parents=True, exist_ok=True)
         _remove_leftovers(root)
@@ -280,8 +290,13 @@ def _cause(message: str) -> str:
 
 
 def _refused(partial: Path, root: Path, error: Exception) -> None:
+    """Removes `partial`; one warning per folder, then every split goes on uncached (each split's write of that
+    folder printed it again: five lines in one run of a folder of photos, found by the red team)."""
     shutil.rmtree(partial, ignore_errors=True)
     reason = os.strerror(error.errno) if getattr(error, "errno", None) else _cause(str(error))
+    if root in _REFUSED:
+        return
+    _REFUSED[root] = reason
     log.warning(
         "dataset.cache: could not write the cache under %s (%s); training goes on without it, decoding every "
         "epoch <dataset.cache_dir=%s>", root, reason, root,

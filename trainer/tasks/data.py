@@ -15,7 +15,7 @@ import dataclasses
 import inspect
 import logging
 
-from trainer.data import folds, own_parts
+from trainer.data import cache, folds, own_parts
 from trainer.data.formats.base import DatasetConfig
 from trainer.data.module import DataModule, TrainInput
 from trainer.data.parts import DatasetPart, Splits
@@ -90,6 +90,7 @@ def load_data(
             `DataModule.check_records` (training runs it after its first step). With `dataset.folds` it runs
             here, before the folds read the labels.
     """
+    cache.forget_refusals()  # a cache folder the disk refused: one warning per load of the data
     part = build_part(dataset)
     if own_parts.is_own(dataset._target_):  # held to the protocol once: one line, not a late crash
         splits = own_parts.load(part, dataset._target_, check_val)
