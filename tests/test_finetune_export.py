@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import keras
 import numpy as np
@@ -39,16 +40,19 @@ def setup(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def frozen_run(setup, tmp_path_factory):
-    """A run of one epoch with the base frozen (`finetune.freeze_epochs=1`), trained by `run.py` so that its folder
-    holds `.hydra/config.yaml`: shared by the tests that read phase one's weights, the saved model's preprocessing
-    and `checkpoint=RUN` alone."""
+def finetuned_run(setup, tmp_path_factory):
+    """A run of two epochs, the base frozen in the first (`finetune.freeze_epochs=1`) and trained from block5 on in
+    the second (`finetune.unfreeze_from`), by `run.py` so that its folder holds `.hydra/config.yaml`: shared by the
+    tests that read the phases' weights, the saved model's preprocessing and `checkpoint=RUN` alone. Returns the
+    folder and the Python warnings the run gave."""
     root, weights, _ = setup
-    run_dir = tmp_path_factory.mktemp("frozen") / "run"
-    overrides = _overrides(root, weights, "trainer.epochs=1", "finetune.freeze_epochs=1")
-    result = run_cli([*overrides, f"hydra.run.dir={run_dir}"], cwd=run_dir.parent)
+    run_dir = tmp_path_factory.mktemp("finetuned") / "run"
+    phases = ["trainer.epochs=2", "finetune.freeze_epochs=1", "finetune.unfreeze_from=block5_conv1"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = run_cli([*_overrides(root, weights, *phases), f"hydra.run.dir={run_dir}"], cwd=run_dir.parent)
     assert result.returncode == 0, result.stderr[-3000:]
-    return run_dir
+    return run_dir, [str(warning.message) for warning in caught]
 
 
 def _overrides(root, weights, *extra):
@@ -79,44 +83,29 @@ def _original(initial, layer):
 
 
 @pytest.mark.integration
-def test_phase_one_keeps_the_base_bit_for_bit(setup, frozen_run):
+def test_the_base_is_kept_bit_for_bit_but_from_unfreeze_from_on(setup, finetuned_run):
+    """Phase one (epoch 1) trains the head alone, phase two (epoch 2) the head and block5: every layer before
+    block5 ends as the weights file gave it."""
     _, _, initial = setup
-    trained = _base_weights(frozen_run)
-    for layer, values in trained.items():
-        for got, expected in zip(values, _original(initial, layer), strict=True):
-            np.testing.assert_array_equal(got, expected, err_msg=layer)
-    head = keras.saving.load_model(frozen_run / "checkpoints" / "last.keras").get_layer("vgg19_imagenet")
-    head = head.get_layer("fc1")
-    assert head.trainable
-
-
-@pytest.mark.integration
-def test_phase_two_trains_from_unfreeze_from_only(setup, tmp_path, recwarn, caplog):
-    caplog.set_level("INFO", logger="trainer.tasks")
-    root, weights, initial = setup
-    run_task(
-        compose(
-            _overrides(
-                root, weights, "trainer.epochs=2", "finetune.freeze_epochs=1", "finetune.unfreeze_from=block5_conv1"
-            ),
-            tmp_path / "run",
-        )
-    )
-    trained = _base_weights(tmp_path / "run")
+    run_dir, warned = finetuned_run
+    trained = _base_weights(run_dir)
     for layer, values in trained.items():
         if not values:
             continue
         same = all(np.array_equal(a, b) for a, b in zip(values, _original(initial, layer), strict=True))
         assert same == (not layer.startswith("block5")), layer
-    assert len(csv_rows(tmp_path / "run" / "history.csv")) == 2, "two epochs, each once, across the two phases"
+    head = keras.saving.load_model(run_dir / "checkpoints" / "last.keras").get_layer("vgg19_imagenet")
+    assert head.get_layer("fc1").trainable
+    assert len(csv_rows(run_dir / "history.csv")) == 2, "two epochs, each once, across the two phases"
     # The switch restores no stale optimizer state, and the schedule's restart is said.
-    assert not [str(w.message) for w in recwarn if "Skipping variable loading" in str(w.message)]
-    assert "Epochs 2-2: the cosine schedule starts again from lr 0.005 over these 1 epochs" in caplog.text
+    assert not [message for message in warned if "Skipping variable loading" in message]
+    log = (run_dir / "run.log").read_text()
+    assert "Epochs 2-2: the cosine schedule starts again from lr 0.005 over these 1 epochs" in log
 
 
 @pytest.mark.unit
-def test_the_model_applies_the_preprocessing_the_weights_expect(frozen_run):
-    model = keras.saving.load_model(frozen_run / "checkpoints" / "best.keras")
+def test_the_model_applies_the_preprocessing_the_weights_expect(finetuned_run):
+    model = keras.saving.load_model(finetuned_run[0] / "checkpoints" / "best.keras")
     assert model.input.dtype == "uint8"
     image = np.random.default_rng(0).integers(0, 256, (2, SIZE, SIZE, 3)).astype(np.uint8)
     network = model.get_layer("vgg19_imagenet")
@@ -125,9 +114,9 @@ def test_the_model_applies_the_preprocessing_the_weights_expect(frozen_run):
 
 
 @pytest.mark.integration
-def test_evaluate_and_export_with_only_the_run_folder(frozen_run, tmp_path):
+def test_evaluate_and_export_with_only_the_run_folder(finetuned_run, tmp_path):
     """A vgg19_imagenet run evaluated without repeating model=vgg19_imagenet: its caffe preprocessing is its own."""
-    run_dir = frozen_run
+    run_dir, _ = finetuned_run
     result = run_cli(["mode=evaluate", f"checkpoint={run_dir}", f"hydra.run.dir={tmp_path / 'e'}"], cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     evaluated = json.loads((tmp_path / "e" / "metrics.json").read_text())

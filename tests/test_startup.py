@@ -112,19 +112,19 @@ def test_a_bad_label_the_first_batch_meets_before_the_check_is_the_checks_own_li
 
 
 @pytest.mark.integration
-def test_a_resume_refused_for_a_bad_label_leaves_the_runs_data_record_as_it_was(tmp_path):
+def test_a_resume_refused_for_a_bad_label_leaves_the_runs_data_record_as_it_was(tmp_path, monkeypatch):
     """A resume checks every record's label before it binds the run to the data (`RUN/data.json`): checked after
     the first step, a refused resume with allow_data_change=true had already rewritten what the run trained on,
     and a later resume on the good data was refused as 'other content' (found by the red team)."""
-    import signal
-
     import numpy as np
 
-    from conftest import pattern_records, run_patched, signal_in_first_step, train_arguments
+    from conftest import pattern_records, run_patched, stop_after_steps, train_arguments
 
     run_dir = tmp_path / "run"
-    stopped = run_patched(tmp_path, train_arguments(tmp_path, run_dir, epochs=2), signal_in_first_step(signal.SIGTERM))
-    assert stopped.returncode == 0
+    with monkeypatch.context() as patched:  # preempted in this process after its first step
+        stop_after_steps(patched, 1)
+        stopped = run_patched(tmp_path, train_arguments(tmp_path, run_dir, epochs=2))
+    assert stopped.returncode == 0, stopped.stderr[-3000:]
     recorded = (run_dir / "data.json").read_bytes()
     (tmp_path / "cifar" / "test_batch.bin").write_bytes(pattern_records(np.array([1, 2, 3, 4, 5, 12, 6, 7])))
     result = run_patched(tmp_path, [f"resume={run_dir}", "allow_data_change=true"])

@@ -134,11 +134,17 @@ def test_a_prepared_folder_gives_every_split_with_its_class_names(data_dir, tmp_
     splits = TFDSFiles(tfds_name="pets", data_dir=str(folder[where]), image_size=32).load()
     assert splits.class_names == CLASSES
     assert {split: source.count for split, source in splits.sources.items()} == {"train": 12, "val": 4, "test": 4}
+    files, counts = splits.train_files()
+    assert counts == [12] and files == list(splits.sources["train"].records.files)
+
+
+@pytest.mark.integration
+def test_a_prepared_folders_splits_keep_each_image_beside_its_label(data_dir):
+    """Read once, from the data_dir (the test above: every other folder finds the same files)."""
+    splits = TFDSFiles(tfds_name="pets", data_dir=str(data_dir), image_size=32).load()
     for split, source in splits.sources.items():
         labels = _labels_follow_colours(eval_dataset(source, splits.decoder, Preprocess(32), 8), splits.class_names)
         assert len(labels) == source.count and set(labels) == {0, 1}, split
-    files, counts = splits.train_files()
-    assert counts == [12] and files == list(splits.sources["train"].records.files)
 
 
 @pytest.mark.integration
