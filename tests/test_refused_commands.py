@@ -178,3 +178,33 @@ def test_a_cache_folder_the_disk_refuses_is_one_warning_per_load_of_the_data(tmp
         lines = [record.getMessage() for record in caplog.records if "could not write the cache" in record.getMessage()]
         assert len(lines) == 1, (load, lines)
         assert "(Not a directory)" in lines[0]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("labels", "warned"),
+    [
+        ([0, 1, 2, 7], "labels 3, 4, 5, 6 have no row in the train split (the classes are 0 to 7, the largest label"),
+        ([0, 1, 2], None),
+    ],
+    ids=["gap", "no-gap"],
+)
+def test_parquet_integer_labels_with_a_gap_warn_once_naming_the_labels_without_rows(tmp_path, caplog, labels, warned):
+    """Labels 0, 1, 2 and 7 without ClassLabel names train 8 classes, 4 of them without an example: that was
+    silent (red team). One warning names them; a refusal would break labels that index a larger set of classes."""
+    import logging
+
+    import pyarrow.parquet as pq
+    from test_parquet import _settings, _table
+
+    from trainer.tasks.data import load_data
+
+    root = tmp_path / "rows"
+    root.mkdir()
+    pq.write_table(_table(labels * 4, False, False), root / "train.parquet")
+    pq.write_table(_table(labels, False, False), root / "test.parquet")
+    with caplog.at_level(logging.WARNING, logger="trainer.data.parquet"):
+        data = load_data(_settings(root, "dataset.val_fraction=0.25").dataset, 4, 0)
+    assert len(data.class_names) == max(labels) + 1
+    lines = [record.getMessage() for record in caplog.records if "no row in the train split" in record.getMessage()]
+    assert [warned in line for line in lines] == ([True] if warned else [])

@@ -516,6 +516,29 @@ class ArrowLoader:
                     f"(0-{len(names) - 1}: {names[:5]}{' ...' if len(names) > 5 else ''}) of column {self.columns[1]!r}"
                 )
 
+    def _warn_untrained(self, train: np.ndarray, names: list[str]) -> None:
+        """One warning naming the classes with no training row: the model learns them from no example. Integer
+        labels without names make their classes 0 to the largest label, so labels 0, 1, 2 and 7 are 8 classes.
+        A warning, not a refusal (the folder format's, whose empty class folder is a mistake): integer labels are
+        often indices into a larger set of classes (a subset of ImageNet), kept so that outputs match them."""
+        missing = np.flatnonzero(np.bincount(train, minlength=len(names)) == 0)
+        if not len(missing):
+            return
+        inferred = not (self.string_classes or self.class_names) and names == [str(i) for i in range(len(names))]
+        shown = ", ".join(names[i] if inferred else repr(names[i]) for i in missing[:10])
+        more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
+        origin = (
+            f"the classes are 0 to {len(names) - 1}, the largest label, as column {self.columns[1]!r} has no "
+            f"ClassLabel names and dataset.class_names is unset"
+            if inferred
+            else f"{len(names)} classes"
+        )
+        log.warning(
+            "dataset.data_dir=%s: %s %s%s %s no row in the train split (%s): the model learns %s from no example",
+            self.root, "labels" if inferred else "classes", shown, more, "have" if len(missing) > 1 else "has",
+            origin, "them" if len(missing) > 1 else "it",
+        )  # fmt: skip
+
     def _hold_out(self, train: _Split) -> _Split:
         """Moves `val_fraction` of each class of `train`'s rows to the returned val split, seeded by `SPLIT_SEED`
         (not the training seed: every run trains on the same rows)."""
@@ -585,6 +608,7 @@ class ArrowLoader:
         names = self._names(splits["train"], labels, self.string_classes)
         for part in splits.values():
             self._check_range(part, names)
+        self._warn_untrained(labels["train"], names)
         log.info(
             "Dataset %s from %s (%s files): %s images of %d classes %s <dataset=%s>",
             self.name,
