@@ -35,19 +35,20 @@ def first_reason(*reasons: tf.Tensor) -> tf.Tensor:
     return chosen
 
 
+def reasons_of(rules: list[Rule] | tuple[Rule, ...]) -> tf.Tensor:
+    """Per record, why it breaks the first of `rules` it breaks, else "": every string built now."""
+    chosen = tf.fill(tf.shape(rules[0][0]), "")
+    for bad, reason in reversed(rules):
+        chosen = tf.where(bad, reason(), chosen)
+    return chosen
+
+
 def first_broken(*rules: Rule) -> tf.Tensor:
     """Per record, why it breaks the first of `rules` it breaks, else "". The strings are built only in a batch
     that breaks one: a good batch costs one `reduce_any` (issue 53: building them made up most of the checks'
     cost)."""
     broken = tf.stack([bad for bad, _ in rules])
-
-    def reasons() -> tf.Tensor:
-        chosen = tf.fill(tf.shape(broken)[1:], "")
-        for bad, reason in reversed(rules):
-            chosen = tf.where(bad, reason(), chosen)
-        return chosen
-
-    return tf.cond(tf.reduce_any(broken), reasons, lambda: tf.fill(tf.shape(broken)[1:], ""))
+    return tf.cond(tf.reduce_any(broken), lambda: reasons_of(rules), lambda: tf.fill(tf.shape(broken)[1:], ""))
 
 
 def label_rule(labels: tf.Tensor, num_classes: int | None, classes: str) -> Rule:
@@ -94,28 +95,29 @@ def decode_batch(decoder: Decoder, files: tf.Tensor, numbers: tf.Tensor, records
     return assert_good(*checked(records), files, numbers)
 
 
-def attempt(parse: Callable[[tf.Tensor], dict], records: tf.Tensor, empty: dict) -> tuple[dict, tf.Tensor]:
-    """(`parse(records)`, True), or (`empty`, False) where it raises: a one-element tf.data map that drops a
-    failure is the graph's only way to catch one (a record that is no protocol buffer fails its parse)."""
-    tried = tf.data.Dataset.from_tensors(records).map(lambda batch: (parse(batch), True)).ignore_errors()
-    return tried.concatenate(tf.data.Dataset.from_tensors((empty, False))).take(1).get_single_element()
+def attempt(parse: Callable[[tf.Tensor], tuple], records: tf.Tensor, otherwise: Callable[[tf.Tensor], tuple]) -> tuple:
+    """`parse(records)`, or `otherwise(records)` where it raises: a one-element tf.data map that drops a failure
+    is the graph's only way to catch one (a record that is no protocol buffer fails its parse). `otherwise` is a
+    map of a dataset read only after a failure, not a `tf.cond` branch: a branch is lowered into the caller's
+    graph, and a good batch paid for walking its untaken nodes (issue 53: a large fallback's were most of the
+    raw decoder's cost beyond the parse)."""
+    tried = tf.data.Dataset.from_tensors(records).map(parse).ignore_errors()
+    return tried.concatenate(tf.data.Dataset.from_tensors(records).map(otherwise)).take(1).get_single_element()
 
 
 def attempt_each(parse: Callable[[tf.Tensor], dict], records: tf.Tensor, empty: Callable) -> tuple[dict, tf.Tensor]:
-    """`attempt` on the whole batch, else record by record: (each record's parse, whether it parsed);
+    """`parse` on the whole batch, else record by record: (each record's parse, whether it parsed);
     `empty(count)` is the parse of `count` records that did not."""
-    parsed, whole = attempt(parse, records, empty(tf.shape(records)[0]))
 
-    def each(record: tf.Tensor):
-        one, ok = attempt(parse, record[tf.newaxis], empty(1))
-        return {key: value[0] for key, value in one.items()}, ok
+    def one(record: tf.Tensor):
+        parsed, ok = attempt(lambda single: (parse(single), True), record[tf.newaxis], lambda _: (empty(1), False))
+        return {key: value[0] for key, value in parsed.items()}, ok
 
-    signature = ({key: tf.TensorSpec([], value.dtype) for key, value in parsed.items()}, tf.TensorSpec([], tf.bool))
-    return tf.cond(
-        whole,
-        lambda: (parsed, tf.fill(tf.shape(records), True)),
-        lambda: tf.map_fn(each, records, fn_output_signature=signature),
-    )
+    def each(batch: tf.Tensor):
+        fields = {key: tf.TensorSpec([], value.dtype) for key, value in empty(0).items()}
+        return tf.map_fn(one, batch, fn_output_signature=(fields, tf.TensorSpec([], tf.bool)))
+
+    return attempt(lambda batch: (parse(batch), tf.fill(tf.shape(batch), True)), records, each)
 
 
 @dataclass(frozen=True)
@@ -216,10 +218,10 @@ class TFRecordDecoder:
             ones = tf.ones(tf.shape(batch), tf.int32)
             return {**parsed, **{key + "#": ones for key in keys}}
 
-        fast, ok = attempt(one_each, records, empty(tf.shape(records)[0]))
-        return tf.cond(
-            ok, lambda: (fast, tf.fill(tf.shape(records), True)), lambda: attempt_each(parse, records, empty)
-        )
+        def fast(batch: tf.Tensor) -> tuple[dict, tf.Tensor]:
+            return one_each(batch), tf.fill(tf.shape(batch), True)
+
+        return attempt(fast, records, lambda batch: attempt_each(parse, batch, empty))
 
     def _labeled(self, records: tf.Tensor) -> tuple[dict, tf.Tensor, list[Rule]]:
         """(the parse, int32 labels, the rules of the record and its label) of a batch, no image decoded."""
@@ -252,10 +254,16 @@ class TFRecordDecoder:
             size = lambda: tf.strings.join(  # noqa: E731
                 [f"cannot be decoded: '{key}' holds ", tf.strings.as_string(lengths), expected]
             )
-            reasons = first_broken(*rules, (lengths != spec.raw_bytes, size))
-            black = lambda: tf.where(reasons == "", encoded, bytes(spec.raw_bytes))  # noqa: E731 (a bad record's image)
-            good = tf.cond(tf.reduce_all(reasons == ""), lambda: encoded, black)
-            images = tf.reshape(tf.io.decode_raw(good, tf.uint8), [-1, spec.stored_size, spec.stored_size, 3])
+            rules.append((lengths != spec.raw_bytes, size))
+            pixels = lambda data: tf.reshape(tf.io.decode_raw(data, tf.uint8), [-1, side, side, 3])  # noqa: E731
+
+            def bad_batch() -> tuple[tf.Tensor, tf.Tensor]:  # a bad record's image black
+                reasons = reasons_of(rules)
+                return pixels(tf.where(reasons == "", encoded, bytes(spec.raw_bytes))), reasons
+
+            # One branch per batch, the reasons and the black images built only in a bad one (issue 53).
+            broken = tf.reduce_any(tf.stack([bad for bad, _ in rules]))
+            images, reasons = tf.cond(broken, bad_batch, lambda: (pixels(encoded), tf.fill(tf.shape(records), "")))
             return images, labels, reasons
         images, refused = decode_checked(encoded, spec.stored_size, self.resize_mode)  # the one decode
         undecodable = (refused != "", lambda: tf.strings.join(["cannot be decoded: ", refused]))
