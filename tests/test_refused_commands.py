@@ -99,8 +99,14 @@ def test_evaluate_of_a_run_stopped_by_a_bad_label_before_its_first_checkpoint_na
             ["start", '{"event": "end", "outc'],
             "the run was killed before its first checkpoint; continue it with: python run.py resume={run}",
         ),  # the end line cut short
+        (["42", '["start"]'], "the folder holds no checkpoints/best.keras (is it a training run folder?)"),
+        ([b"\xff\xfe\x00garbage"], "the folder holds no checkpoints/best.keras (is it a training run folder?)"),
+        (
+            ["start", {"event": "end", "outcome": None}],
+            "the folder holds no checkpoints/best.keras (the run's last command: recorded no outcome)",
+        ),
     ],
-    ids=["no-record", "bad-label", "preempted", "killed", "cut-line"],
+    ids=["no-record", "bad-label", "preempted", "killed", "cut-line", "not-entries", "not-text", "no-outcome"],
 )
 def test_a_run_folder_without_a_checkpoint_says_why_from_its_invocations(tmp_path, lines, expected):
     import json
@@ -109,9 +115,10 @@ def test_a_run_folder_without_a_checkpoint_says_why_from_its_invocations(tmp_pat
     from trainer.runs.checkpoints import resolve
 
     start = json.dumps({"event": "start", "command": "run.py", "pid": 1})
-    text = [start if line == "start" else line if isinstance(line, str) else json.dumps(line) for line in lines]
-    if text:
-        (tmp_path / "invocations.jsonl").write_text("\n".join(text) + "\n")
+    text = [start if line == "start" else line if isinstance(line, str | bytes) else json.dumps(line) for line in lines]
+    if text:  # a damaged file: JSON that is not an entry, bytes that are not text (red team: tracebacks)
+        data = b"\n".join(line if isinstance(line, bytes) else line.encode() for line in text)
+        (tmp_path / "invocations.jsonl").write_bytes(data + b"\n")
     with pytest.raises(DataError) as raised:
         resolve(tmp_path)
     assert str(raised.value) == f"checkpoint={tmp_path}: " + expected.format(run=tmp_path)

@@ -151,12 +151,12 @@ def _why_no_checkpoint(folder: Path) -> str:
         if locks.is_held(folder):
             return "the run has saved no checkpoint yet (it is training: its .lock is held)"
         return "the run was killed before its first checkpoint" + again
-    outcome = str(last.get("outcome", ""))
+    outcome = str(last.get("outcome") or "recorded no outcome")
     if outcome.startswith("error: "):  # e.g. a bad label the first step's check found: name it
         return f"the run stopped before its first checkpoint: {outcome.removeprefix('error: ')}"
     if outcome in ("preempted", "interrupted"):
         return f"the run was {outcome} before its first checkpoint" + again
-    return f"the folder holds no {BEST} (the run {outcome})"
+    return f"the folder holds no {BEST} (the run's last command: {outcome})"
 
 
 def _outdated(file: Path) -> DataError:

@@ -174,15 +174,18 @@ def release_claims() -> list[Path]:
 
 
 def last_invocation(folder: Path) -> dict | None:
-    """The last whole line of `folder`'s invocations.jsonl (a start line last: a process that runs, or was
-    killed), or None where it has none."""
+    """The last whole entry (a JSON object) of `folder`'s invocations.jsonl (a start line last: a process that
+    runs, or was killed), or None where it has none. Lines cut short by a kill or a full disk, and anything else
+    that is not an entry (a damaged file), are passed over."""
     try:
-        lines = (folder / INVOCATIONS).read_text().splitlines()
+        lines = (folder / INVOCATIONS).read_text(errors="replace").splitlines()
     except OSError:
         return None
     for line in reversed(lines):
-        with contextlib.suppress(json.JSONDecodeError):  # a line cut short by a kill or a full disk
-            return json.loads(line)
+        with contextlib.suppress(json.JSONDecodeError):
+            entry = json.loads(line)
+            if isinstance(entry, dict):
+                return entry
     return None
 
 
