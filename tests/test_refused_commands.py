@@ -105,8 +105,28 @@ def test_evaluate_of_a_run_stopped_by_a_bad_label_before_its_first_checkpoint_na
             ["start", {"event": "end", "outcome": None}],
             "the folder holds no checkpoints/best.keras (the run's last command: recorded no outcome)",
         ),
+        (
+            [
+                "start",
+                {"event": "end", "outcome": "preempted", "pid": 1},
+                {"event": "start", "command": "run.py resume=RUN", "pid": 2},
+                {"event": "end", "outcome": "error: resume=RUN: the data differs", "pid": 2},
+            ],
+            "the run was preempted before its first checkpoint; continue it with: python run.py resume={run} "
+            "(the last resume was refused: resume=RUN: the data differs)",
+        ),  # red team: the refusal hid the run's own outcome and its resume command
     ],
-    ids=["no-record", "bad-label", "preempted", "killed", "cut-line", "not-entries", "not-text", "no-outcome"],
+    ids=[
+        "no-record",
+        "bad-label",
+        "preempted",
+        "killed",
+        "cut-line",
+        "not-entries",
+        "not-text",
+        "no-outcome",
+        "refused-resume",
+    ],  # fmt: skip
 )
 def test_a_run_folder_without_a_checkpoint_says_why_from_its_invocations(tmp_path, lines, expected):
     import json

@@ -142,21 +142,29 @@ def resolve(path: str | os.PathLike) -> Path:
 
 
 def _why_no_checkpoint(folder: Path) -> str:
-    """Why run folder `folder` holds no best checkpoint, as the last line of its invocations.jsonl tells."""
-    last = locks.last_invocation(folder)
-    if last is None:
+    """Why run folder `folder` holds no best checkpoint, as its invocations.jsonl tells: the last command that
+    ran it, passing over resumes refused before they changed anything (their error starts `resume=`), which the
+    reason then names."""
+    entries = locks.invocations(folder)
+    refused = [entry for entry in entries if str(entry.get("outcome") or "").startswith("error: resume=")]
+    ran = [entry for entry in entries if not str(entry.get("outcome") or "").startswith("error: resume=")]
+    if refused:  # a refused command's start line goes with its end line
+        pids = {entry.get("pid") for entry in refused}
+        ran = [entry for entry in ran if not (entry.get("event") == "start" and entry.get("pid") in pids)]
+    if not ran:
         return f"the folder holds no {BEST} (is it a training run folder?)"
-    again = f"; continue it with: python run.py resume={folder}"
+    last, again = ran[-1], f"; continue it with: python run.py resume={folder}"
+    later = f" (the last resume was refused: {refused[-1]['outcome'].removeprefix('error: ')})" if refused else ""
     if last.get("event") == "start":
         if locks.is_held(folder):
             return "the run has saved no checkpoint yet (it is training: its .lock is held)"
-        return "the run was killed before its first checkpoint" + again
+        return "the run was killed before its first checkpoint" + again + later
     outcome = str(last.get("outcome") or "recorded no outcome")
     if outcome.startswith("error: "):  # e.g. a bad label the first step's check found: name it
-        return f"the run stopped before its first checkpoint: {outcome.removeprefix('error: ')}"
+        return f"the run stopped before its first checkpoint: {outcome.removeprefix('error: ')}" + later
     if outcome in ("preempted", "interrupted"):
-        return f"the run was {outcome} before its first checkpoint" + again
-    return f"the folder holds no {BEST} (the run's last command: {outcome})"
+        return f"the run was {outcome} before its first checkpoint" + again + later
+    return f"the folder holds no {BEST} (the run's last command: {outcome})" + later
 
 
 def _outdated(file: Path) -> DataError:

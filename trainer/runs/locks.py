@@ -173,20 +173,20 @@ def release_claims() -> list[Path]:
     return released
 
 
-def last_invocation(folder: Path) -> dict | None:
-    """The last whole entry (a JSON object) of `folder`'s invocations.jsonl (a start line last: a process that
-    runs, or was killed), or None where it has none. Lines cut short by a kill or a full disk, and anything else
-    that is not an entry (a damaged file), are passed over."""
+def invocations(folder: Path) -> list[dict]:
+    """The whole entries (JSON objects) of `folder`'s invocations.jsonl, oldest first. Lines cut short by a kill
+    or a full disk, and anything else that is not an entry (a damaged file), are passed over."""
     try:
         lines = (folder / INVOCATIONS).read_text(errors="replace").splitlines()
     except OSError:
-        return None
-    for line in reversed(lines):
+        return []
+    entries = []
+    for line in lines:
         with contextlib.suppress(json.JSONDecodeError):
             entry = json.loads(line)
             if isinstance(entry, dict):
-                return entry
-    return None
+                entries.append(entry)
+    return entries
 
 
 def _now() -> str:
