@@ -27,14 +27,6 @@ LABEL_MAX = 2**31 - 1  # labels are saturated to int32, so one past int32 still 
 Rule = tuple[tf.Tensor, Callable[[], tf.Tensor | str]]  # (per record: it breaks the rule; why: a string)
 
 
-def first_reason(*reasons: tf.Tensor) -> tf.Tensor:
-    """Per record, the first non-empty of `reasons` (string tensors of one shape), else ""."""
-    chosen = reasons[-1]
-    for reason in reversed(reasons[:-1]):
-        chosen = tf.where(reason != "", reason, chosen)
-    return chosen
-
-
 def reasons_of(rules: list[Rule] | tuple[Rule, ...]) -> tf.Tensor:
     """Per record, why it breaks the first of `rules` it breaks, else "": every string built now."""
     chosen = tf.fill(tf.shape(rules[0][0]), "")

@@ -45,7 +45,7 @@ import numpy as np
 import tensorflow as tf
 
 from trainer.data.decode import decode_checked
-from trainer.data.decoders import assert_good, first_reason, label_reason
+from trainer.data.decoders import assert_good, first_broken, label_rule
 from trainer.data.folder import LABEL_DIGITS, FileDecoder
 from trainer.data.parts import VAL_NAMES, Splits, val_split_name
 from trainer.data.predict_inputs import checked_chunks
@@ -228,10 +228,13 @@ class RowDecoder(FileDecoder):
         labels = self.labels(records)
         data = tf.strings.substr(records, LABEL_DIGITS, TO_END)
         images, refused = decode_checked(data, self.size, self.resize_mode)
-        empty = tf.where(tf.strings.length(data) == 0, "has no image (a null or empty bytes in the image column)", "")
-        refused = tf.where(refused == "", "", tf.strings.join(["cannot be decoded: ", refused]))
         labeled = tf.where(labels == -1, 0, labels)  # -1: no label (a null, or a name no class has): predicted
-        return images, labels, first_reason(label_reason(labeled, self.num_classes, self.classes), empty, refused)
+        reasons = first_broken(
+            label_rule(labeled, self.num_classes, self.classes),
+            (tf.strings.length(data) == 0, lambda: "has no image (a null or empty bytes in the image column)"),
+            (refused != "", lambda: tf.strings.join(["cannot be decoded: ", refused])),
+        )
+        return images, labels, reasons
 
     def __call__(self, records: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         return assert_good(*self.checked(records))
