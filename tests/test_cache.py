@@ -226,3 +226,16 @@ def test_a_full_disk_is_one_warning_and_the_data_goes_on_uncached(tmp_path, capl
     assert len(warnings) == 2, "one for the pipeline's cache, one for the check's"
     assert all(warning.startswith(f"dataset.cache: could not write the cache under {disk}") for warning in warnings)
     assert all("No space left on device" in warning and "function_node" not in warning for warning in warnings)
+
+
+def test_a_cache_folder_that_cannot_be_written_never_reads_decoding_into_it(tmp_path, caplog):
+    """The red team's order: "Decoding N images once into the cache" came before the warning that the folder
+    cannot be written, and was false. Root writes anywhere: a folder below a file cannot be made by anyone."""
+    (tmp_path / "file").write_text("not a folder")
+    unwritable = tmp_path / "file" / "cache"
+    with caplog.at_level(logging.INFO, logger="trainer.data.cache"):
+        data = Cache("disk", str(unwritable)).keep(_numbers(8), [("x", 0, -1)], 8)
+    assert _labels(data) == list(range(8)), "the data goes on, uncached"
+    lines = [record.getMessage() for record in caplog.records if record.name == "trainer.data.cache"]
+    assert len(lines) == 1 and lines[0].startswith(f"dataset.cache: could not write the cache under {unwritable}")
+    assert not any("Decoding" in line for line in lines), lines

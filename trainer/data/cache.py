@@ -179,9 +179,13 @@ def _on_disk(decoded: tf.data.Dataset, root: Path, key: dict, count: int) -> tf.
     if not _complete(final) and root in _REFUSED:  # warned once already: the other splits go on uncached too
         return decoded
     if not _complete(final):
+        partial = _partial_folder(root)
+        if partial is None:
+            return decoded  # the disk refused (one warning): decoded every epoch, as without a cache
+        # Said once the folder took a write: a cache folder that cannot be written never reads "Decoding into".
         log.info("Decoding %d images once into the cache %s <dataset.cache=disk>", count, final)
-        if not _publish(_save(decoded, root), final, key, count):
-            return decoded  # the disk refused: decoded every epoch, as without a cache
+        if not _publish(_save(decoded, root, partial), final, key, count):
+            return decoded  # the disk refused part way: decoded every epoch, as without a cache
     else:
         log.info("Decoded images read from the cache %s (%d images) <dataset.cache=disk>", final, count)
     loaded = tf.data.Dataset.load(str(final), element_spec=decoded.element_spec)
@@ -237,16 +241,31 @@ def _hand(handed: queue.Queue, writer: threading.Thread, item) -> None:
             return
 
 
-def _save(decoded: tf.data.Dataset, root: Path) -> Path | None:
-    """`decoded` saved under a partial name in `root`; None (one warning) when the disk refuses."""
-    import tensorflow as tf
-
+def _partial_folder(root: Path) -> Path | None:
+    """A new, empty partial folder in `root`, whose name only this writer uses; None (one warning per folder)
+    when the disk refuses it."""
     partial = root / f".pending.{os.getpid()}.{uuid.uuid4().hex[:8]}{_PARTIAL}"  # the pid: `_remove_leftovers`
     if root in _REFUSED:  # warned once already (the folder check's batches go on without the writer)
         return None
     try:
         root.mkdir(parents=True, exist_ok=True)
         _remove_leftovers(root)
+        partial.mkdir()
+    except OSError as error:
+        _refused(partial, root, error)
+        return None
+    return partial
+
+
+def _save(decoded: tf.data.Dataset, root: Path, partial: Path | None = None) -> Path | None:
+    """`decoded` saved in `partial` (a new one of `_partial_folder` when None) in `root`; None (one warning) when
+    the disk refuses."""
+    import tensorflow as tf
+
+    partial = partial or _partial_folder(root)
+    if partial is None:
+        return None
+    try:
         # One shard: the cache reads back in the order it was written (an evaluation's order, a seed's shuffle).
         decoded.save(str(partial), shard_func=lambda *_: tf.constant(0, tf.int64))
     except (tf.errors.InvalidArgumentError, tf.errors.DataLossError):
