@@ -150,6 +150,75 @@ def test_a_worker_may_share_the_folder_its_chief_holds(tmp_path, monkeypatch):
         locks.release_claims()
 
 
+def _stopped_before_its_first_epoch(tmp_path: Path) -> Path:
+    """The folder of a run preempted before its first checkpoint (no training needed): its saved config, its
+    run.log, invocations and printed config."""
+    from omegaconf import OmegaConf
+
+    run_dir = tmp_path / "run"
+    (run_dir / ".hydra").mkdir(parents=True)
+    config = compose(tiny_overrides(write_cifar(tmp_path / "cifar")), run_dir)
+    OmegaConf.save(config, run_dir / ".hydra" / "config.yaml")
+    (run_dir / "run.log").write_text("[2026-12-06 12:00:00,000][run][INFO] - Epoch 1/1\n")
+    (run_dir / "invocations.jsonl").write_text(
+        '{"event": "start", "time": "2026-12-06T12:00:00+00:00", "command": "run.py", "pid": 1}\n'
+        '{"event": "end", "time": "2026-12-06T12:00:05+00:00", "outcome": "preempted", "pid": 1}\n'
+    )
+    (run_dir / "config_tree.txt").write_text("seed: 1\n")
+    return run_dir
+
+
+@pytest.mark.integration
+def test_a_resume_of_a_folder_in_use_is_refused_before_it_reads_data_or_writes_anything(tmp_path, monkeypatch):
+    """A resume took its folder's lock only after it had set up the data and built the model (minutes on big data),
+    while Hydra logged its start-up into the run's run.log; meanwhile evaluate of that folder offered to resume it.
+    The folder is locked from the command line on: a second `resume=RUN` is refused at once with the lock's one
+    line and leaves every byte (run.log, invocations.jsonl, config_tree.txt, .lock), and evaluate says it trains."""
+    import trainer.tasks.train
+    from trainer.runs import locks
+
+    run_dir, read = _stopped_before_its_first_epoch(tmp_path), []
+
+    def plan_run(*arguments):
+        read.append(arguments)
+        raise RuntimeError("the data is read")
+
+    monkeypatch.setattr(trainer.tasks.train, "plan_run", plan_run)
+    with locks.run_lock(run_dir):  # the resume training it (the lock is taken through another open file)
+        before = {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file()}
+        second = run_cli([f"resume={run_dir}"], cwd=tmp_path)
+        after = {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file()}
+        evaluated = run_cli(["mode=evaluate", f"checkpoint={run_dir}"], cwd=tmp_path)
+    assert second.returncode == 1
+    assert (
+        second.stderr.strip()
+        .splitlines()[-1]
+        .startswith(f"error: {run_dir} is in use by process {os.getpid()} on host ")
+    ), second.stderr[-2000:]
+    assert not read, "the second resume set up its data before it found the folder in use"
+    assert after == before, "the refused resume wrote into the folder"
+    assert evaluated.stderr.strip().splitlines()[-1] == (
+        f"error: checkpoint={run_dir}: the run has saved no checkpoint yet (it is training: its .lock is held)"
+    )
+
+
+@pytest.mark.integration
+def test_a_resume_refused_after_it_locked_the_folder_keeps_the_folder(tmp_path):
+    """A resume locks its folder before Hydra starts; refused later (another experiment's setting), it lets go
+    of the lock and leaves the folder, though it holds nothing but what Hydra and the lock write (a new folder's
+    early lock removes such a folder)."""
+    from trainer.runs import locks
+
+    run_dir = _stopped_before_its_first_epoch(tmp_path)
+    for name in ("config_tree.txt", "invocations.jsonl"):  # a run killed as it started (or of vggtrain 0.1)
+        (run_dir / name).unlink()
+    refused = run_cli([f"resume={run_dir}", "seed=7"], cwd=tmp_path)
+    assert refused.returncode == 1
+    assert "seed" in refused.stderr.strip().splitlines()[-1], refused.stderr[-2000:]
+    assert (run_dir / ".hydra" / "config.yaml").is_file(), "the resumed run's folder is kept"
+    assert not locks.is_held(run_dir) and (run_dir / ".lock").read_text() == "", "released, naming nobody"
+
+
 @pytest.mark.unit
 @pytest.mark.parametrize(
     ("environment", "task_index", "chief"),

@@ -30,11 +30,11 @@ from trainer.cli.hydra_mode import UNKNOWN, mode_known
 from trainer.cli.overrides import check_composes
 from trainer.config import register
 from trainer.errors import DiskError, Interrupted, UserError, one_line
-from trainer.runs import locks
 from trainer.runs.folders import (
     check_resume_argument,
     check_run_dir_argument,
     check_writable_output,
+    release_claimed_folders,
     remove_if_unused,
 )
 from trainer.tracking import sweep
@@ -130,7 +130,7 @@ def cli(arguments: list[str] | None = None, exit_hard_on_disk_error: bool = True
         sys.argv = saved
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
-        _release_claims()
+        release_claimed_folders()
 
 
 def _check_before_hydra(arguments: list[str]) -> Any:
@@ -147,10 +147,10 @@ def _check_before_hydra(arguments: list[str]) -> Any:
         mode = check_composes(arguments, CONFIG_DIR)  # trainer.epochs=one, optimizer=adamm, dataset.imag_size=64
         check_writable_output(arguments)  # first: the run folder's lock below makes the folder
         check_run_dir_argument(arguments)  # Hydra writes .hydra/ into it before main() runs
-        check_resume_argument(arguments)  # ... and makes the run folder from it
+        check_resume_argument(arguments, multirun=mode == RunMode.MULTIRUN)  # ... and makes the run folder
         return mode
     except UserError as error:
-        _release_claims()
+        release_claimed_folders()
         if os.environ.get("HYDRA_FULL_ERROR") == "1":  # the debug flag: the error with its traceback
             raise
         sys.exit(f"error: {one_line(error)}")
@@ -168,10 +168,3 @@ def _sigterm_stops_a_sweep(arguments: list[str]) -> object:
     if not multirun or threading.current_thread() is not threading.main_thread():
         return None
     return signal.signal(signal.SIGTERM, _interrupted_by_sigterm)
-
-
-def _release_claims() -> None:
-    """Lets go of hydra.run.dir's early lock where no training took it over; a folder that holds nothing else
-    (Hydra refused an override before main ran) goes too."""
-    for folder in locks.release_claims():
-        remove_if_unused(folder)

@@ -155,9 +155,9 @@ def _why_no_checkpoint(folder: Path) -> str:
         return f"the folder holds no {BEST} (is it a training run folder?)"
     last, again = ran[-1], f"; continue it with: python run.py resume={folder}"
     later = f" (the last resume was refused: {refused[-1]['outcome'].removeprefix('error: ')})" if refused else ""
+    if locks.is_held(folder):  # training, or a resume starting up (it locks the folder before it reads data)
+        return "the run has saved no checkpoint yet (it is training: its .lock is held)"
     if last.get("event") == "start":
-        if locks.is_held(folder):
-            return "the run has saved no checkpoint yet (it is training: its .lock is held)"
         return "the run was killed before its first checkpoint" + again + later
     outcome = str(last.get("outcome") or "recorded no outcome")
     if outcome.startswith("error: "):  # e.g. a bad label the first step's check found: name it

@@ -58,7 +58,7 @@ def latest_interrupted(root: Path = Path("outputs")) -> Path:
     if not backups:
         raise ConfigError(f"resume=latest: no run folder under {root}/ has a backup to resume from")
     runs = [path.parent.parent for path in sorted(backups, key=lambda path: path.stat().st_mtime, reverse=True)]
-    idle = [run for run in runs if not locks.is_held(run)]
+    idle = [run for run in runs if locks.is_claimed(run) or not locks.is_held(run)]  # claimed: by this command
     if not idle:
         raise ConfigError(f"resume=latest: every run under {root}/ with a backup is training now ({runs[0]}, ...)")
     if idle[0] != runs[0]:
@@ -82,25 +82,46 @@ def resume_folder(resume: str) -> str:
     return resume
 
 
-def check_resume_argument(arguments: list[str]) -> None:
+def check_resume_argument(arguments: list[str], multirun: bool = False) -> None:
     """Checks a `resume=` command-line override before Hydra resolves its folder from it (an error
-    raised inside Hydra's resolver would print a traceback instead of one line).
+    raised inside Hydra's resolver would print a traceback instead of one line), and locks that folder
+    (`locks.claim`) before Hydra logs into it and the run reads its data: a second resume of a folder in use is
+    refused at once and writes nothing there. Only the chief locks it, and not for a sweep (`multirun`: the
+    config's hydra.mode, or -m): its jobs lock the folder they train in, maybe in processes of their own.
 
     Raises:
         ConfigError: `resume` names no training run folder, or one that finished (checked here too: Hydra
             would first append its log lines to the finished run's run.log).
+        RunLocked: another live process holds the folder.
     """
     for argument in arguments:
         if argument.startswith(("resume=", "+resume=", "++resume=")):
             value = argument.split("=", 1)[1].strip("'\"")
             if value and value != "null":
                 folder = Path(resume_folder(value))
-                if (folder / "metrics.json").is_file() and "-m" not in arguments and "--multirun" not in arguments:
+                swept = "-m" in arguments or "--multirun" in arguments
+                if (folder / "metrics.json").is_file() and not swept:
                     raise ConfigError(
                         f"resume={value}: the run finished (it has metrics.json); to train on from its weights, "
                         f"start a new run with model.init_from={folder} (its own folder, config and schedule, "
                         f"e.g. trainer.epochs=20)"
                     )
+                chief = cluster.may_be_chief(_argument(arguments, "strategy.task_index"))
+                if chief and not (multirun or swept):  # the other workers train in temporary folders
+                    locks.claim(folder)
+                    _resumed.add(folder.resolve())
+
+
+_resumed: set[Path] = set()  # folders claimed to resume a run: released, never removed
+
+
+def release_claimed_folders() -> None:
+    """Lets go of the early locks (`locks.claim`) no training took over; a new folder that holds nothing else
+    (Hydra refused an override before the run started) goes too, a resumed run's folder stays."""
+    for folder in locks.release_claims():
+        if folder.resolve() not in _resumed:
+            remove_if_unused(folder)
+    _resumed.clear()
 
 
 TRAINING_FILES = ("history.csv", "backup", "checkpoints", "metrics.json")  # a folder with any of them holds a run

@@ -91,21 +91,15 @@ def run_lock(folder: Path) -> Iterator[None]:
         RunLocked: another live process holds the folder.
     """
     path = folder / LOCK
-    descriptor = _claims.pop(path.resolve(), None)
+    descriptor, previous = _claims.pop(path.resolve(), (None, {}))
     if descriptor is None:
         descriptor = _open(path)
-    try:
         try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise _locked_error(folder, _holder(path.read_text())) from None
-        except OSError as error:  # a filesystem without flock: fall back to the recorded pid
-            if error.errno not in (errno.ENOLCK, errno.EOPNOTSUPP):
-                raise
-            holder = _holder(path.read_text())
-            if holder and (holder.get("host") != socket.gethostname() or _alive(int(holder.get("pid", 0)))):
-                raise _locked_error(folder, holder) from None
-        previous = _holder(os.pread(descriptor, 4096, 0).decode(errors="replace"))
+            previous = _take(folder, descriptor)
+        except BaseException:
+            os.close(descriptor)
+            raise
+    try:
         if previous.get("pid"):
             log.warning(
                 "Took over the lock of %s from process %s on host %s, which is no longer running",
@@ -113,18 +107,40 @@ def run_lock(folder: Path) -> Iterator[None]:
                 previous["pid"],
                 previous.get("host"),
             )
-        me = {"pid": os.getpid(), "host": socket.gethostname(), "start": _now()}
-        try:
-            os.ftruncate(descriptor, 0)
-            os.pwrite(descriptor, json.dumps(me).encode(), 0)
-        except OSError as error:  # the lock is held; only naming the holder failed
-            log.warning("could not write the holder into %s: %s", path, error.strerror or error)
         try:
             yield
         finally:
             os.ftruncate(descriptor, 0)  # released: an empty lock file names nobody
     finally:
         os.close(descriptor)
+
+
+def _take(folder: Path, descriptor: int) -> dict:
+    """Locks `folder/.lock` (open as `descriptor`) for this process and names it the holder there. Returns the
+    previous holder's record: a killed process's, else {}.
+
+    Raises:
+        RunLocked: another live process holds the folder.
+    """
+    path = folder / LOCK
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise _locked_error(folder, _holder(path.read_text())) from None
+    except OSError as error:  # a filesystem without flock: fall back to the recorded pid
+        if error.errno not in (errno.ENOLCK, errno.EOPNOTSUPP):
+            raise
+        holder = _holder(path.read_text())
+        if holder and (holder.get("host") != socket.gethostname() or _alive(int(holder.get("pid", 0)))):
+            raise _locked_error(folder, holder) from None
+    previous = _holder(os.pread(descriptor, 4096, 0).decode(errors="replace"))
+    me = {"pid": os.getpid(), "host": socket.gethostname(), "start": _now()}
+    try:
+        os.ftruncate(descriptor, 0)
+        os.pwrite(descriptor, json.dumps(me).encode(), 0)
+    except OSError as error:  # the lock is held; only naming the holder failed
+        log.warning("could not write the holder into %s: %s", path, error.strerror or error)
+    return previous
 
 
 def _open(path: Path) -> int:
@@ -134,12 +150,14 @@ def _open(path: Path) -> int:
         raise DiskError(f"cannot write {path}: {error.strerror or error}") from None
 
 
-_claims: dict[Path, int] = {}  # lock file -> descriptor: folders this process locked before it writes them
+# lock file -> (descriptor, the previous holder's record): folders this process locked before it writes them
+_claims: dict[Path, tuple[int, dict]] = {}
 
 
 def claim(folder: Path) -> None:
-    """Takes `folder/.lock` now, before anything is written into `folder` (Hydra writes `.hydra/` before the
-    run starts), and keeps it for this process's `run_lock`: a second command cannot slip in between.
+    """Takes `folder/.lock` now, before anything is written into `folder` (Hydra writes `.hydra/` and run.log
+    before the run starts; a resume builds its data and model first), and keeps it for this process's
+    `run_lock`: a second command cannot slip in between, and is refused before it writes anything.
 
     Raises:
         RunLocked: another live process holds the folder.
@@ -152,14 +170,19 @@ def claim(folder: Path) -> None:
     path = folder / LOCK
     descriptor = _open(path)
     try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+        previous = _take(folder, descriptor)
+    except RunLocked:
         os.close(descriptor)
-        raise _locked_error(folder, _holder(path.read_text())) from None
-    except OSError:  # a filesystem without flock: run_lock's recorded-pid check is all there is
+        raise
+    except OSError:  # the lock cannot be taken here: run_lock tries again and says why
         os.close(descriptor)
         return
-    _claims[path.resolve()] = descriptor
+    _claims[path.resolve()] = (descriptor, previous)
+
+
+def is_claimed(folder: Path) -> bool:
+    """Whether this process `claim`ed `folder` and holds its lock for the run it starts."""
+    return (folder / LOCK).resolve() in _claims
 
 
 def release_claims() -> list[Path]:
@@ -167,7 +190,9 @@ def release_claims() -> list[Path]:
     their folders."""
     released = []
     while _claims:
-        path, descriptor = _claims.popitem()
+        path, (descriptor, _) = _claims.popitem()
+        with contextlib.suppress(OSError):
+            os.ftruncate(descriptor, 0)  # an empty lock file names nobody
         os.close(descriptor)
         released.append(path.parent)
     return released
