@@ -12,15 +12,16 @@ column holds integers, named by the `ClassLabel` feature when the files carry on
 (pandas and polars write `large_string`): each is its class's name, indexed by
 `dataset.class_names` when given, else the classes are the train split's distinct strings, sorted.
 
-The label column of every file is read once at start-up: the counts, a label outside
-the classes (one line naming the file and row) and, without a validation split, the
-per-class hold-out of `dataset.val_fraction`. Training reads the files a batch at a
-time (pyarrow, in Python), and each row becomes the folder's record (the label's
+The label column of every file is read once at start-up: the counts, the classes, without a validation
+split the per-class hold-out of `dataset.val_fraction`, and in the splits the mode reads (`mode=evaluate`
+of the test split reads no train file) a null label or one outside the classes (one line naming the file
+and row). A train split of one class is refused there too: a classifier needs two. Training reads the
+files a batch at a time (pyarrow, in Python), and each row becomes the folder's record (the label's
 `LABEL_DIGITS` digits, then the image bytes) in the graph, numbered by its row in its file
 and decoded by `RowDecoder`: the one decode, which never raises but gives each row its
 reason. Each worker's share is whole files or row ranges.
 
-A null image is found at start-up, in every split, before any training (a Parquet file's
+A null image is found at start-up, in every split the mode reads, before any training (a Parquet file's
 statistics count its nulls: only a file that has some, or has no statistics, is read):
 `FILE: row N: no image`. An undecodable image is named by the pipeline itself, from the
 row's provenance and its reason, and each caller applies its policy (Parquet files are
@@ -106,6 +107,16 @@ def _indices(labels, classes):
     return pc.index_in(labels.cast(pa.large_string()), value_set=pa.array(list(classes), pa.large_string()))
 
 
+def _label_indices(labels, classes) -> np.ndarray:
+    """A label column as int64 class indices: integers as they are; strings by their index in `classes`. -1
+    for a null, or a string none of `classes` is."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    labels = _indices(labels, classes) if classes is not None else labels.cast(pa.int64(), safe=False)
+    return pc.fill_null(labels, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
 def _is_image_type(kind) -> bool:
     import pyarrow as pa
 
@@ -185,14 +196,9 @@ class ArrowReader:
             yield _image_bytes(batch.column(self.columns[0])), self._labels(batch), rows
 
     def _labels(self, batch) -> np.ndarray:
-        import pyarrow.compute as pc
-
         if self.columns[1] is None:
             return np.full(batch.num_rows, -1, np.int32)
-        labels = batch.column(self.columns[1])
-        if self.classes is not None:
-            labels = _indices(labels, self.classes)
-        return pc.fill_null(labels, -1).to_numpy(zero_copy_only=False).astype(np.int32)  # null: unlabeled
+        return _label_indices(batch.column(self.columns[1]), self.classes).astype(np.int32)  # null: unlabeled
 
     def numbered(self, path, start, length) -> tf.data.Dataset:
         """(row in the file, record) of the range's rows (`trainer.data.sources.Source` numbers by it)."""
@@ -257,21 +263,22 @@ def _may_hold_null_images(path: str, kind: str, column: str) -> bool:
     return False
 
 
-def find_null_images(files: list[tuple[str, str]], column: str) -> None:
-    """Refuses the first null image of the files (path, kind) at start-up, before any training: a Parquet file
-    whose statistics count no null is not read; the others' image columns are read for their nulls only (no
-    pixel decoded). A bad image's bytes are named by the pipeline (`RowDecoder`).
+def find_null_images(files: dict[str, tuple[str, np.ndarray | None]], column: str) -> None:
+    """Refuses the first null image of the files {path: (kind, the rows read, None: all)} at start-up, before
+    any training: a Parquet file whose statistics count no null is not read; the others' image columns are read
+    for their nulls only (no pixel decoded). A bad image's bytes are named by the pipeline (`RowDecoder`).
 
     Raises:
         DataError: `FILE: row N: no image (a null in column 'image')`, the row counted from 0 within its file.
     """
-    for path, kind in files:
+    for path, (kind, rows) in files.items():
         if not _may_hold_null_images(path, kind, column):
             continue
         for offset, batch in _batches(path, kind, [column], 0, sys.maxsize):
-            nulls = np.flatnonzero(_null_images(batch.column(0))) if batch.num_rows else []
+            nulls = offset + np.flatnonzero(_null_images(batch.column(0))) if batch.num_rows else np.array([], int)
+            nulls = nulls if rows is None else nulls[np.isin(nulls, rows)]
             if len(nulls):
-                raise DataError(f"{path}: row {offset + int(nulls[0])}: no image (a null in column {column!r})")
+                raise DataError(f"{path}: row {int(nulls[0])}: no image (a null in column {column!r})")
 
 
 def _check_columns(path, schema, image: str, label: str | None) -> None:
@@ -378,13 +385,31 @@ def predict_chunks(
     return checked_chunks(source, decoder, preprocess, batch_size)
 
 
+def _class_counts(labels: np.ndarray, names: list[str]) -> dict[str, int]:
+    """{class name: its rows}; a bad label (in a split the mode does not read) is not counted."""
+    counts = np.bincount(labels[(labels >= 0) & (labels < len(names))], minlength=len(names))
+    return dict(zip(names, counts.tolist(), strict=True))
+
+
+def _rows_read(splits: list[_Split]) -> dict[str, tuple[str, np.ndarray | None]]:
+    """{path: (kind, the rows `splits` read of it; None: every row)}, each file once, in order."""
+    files: dict[str, tuple[str, np.ndarray | None]] = {}
+    for part in splits:
+        for path in part.files:
+            rows = None if part.rows is None else part.rows[str(path)]
+            known = files.get(str(path), (part.kind, np.array([], np.int64)))[1]
+            files[str(path)] = (part.kind, None if rows is None or known is None else np.union1d(known, rows))
+    return files
+
+
 @dataclass
 class _Split:
     """One split's files, their layout and each file's labels."""
 
     kind: str
     files: list[Path]
-    labels: list[np.ndarray] = field(default_factory=list)
+    columns: list = field(default_factory=list)  # each file's label column as read (pyarrow), for the reasons
+    labels: list[np.ndarray] = field(default_factory=list)  # each file's class indices; -1: null, unknown name
     rows: dict[str, np.ndarray] | None = None  # a share of the files' rows (val_fraction); None: every row
 
     @property
@@ -393,11 +418,13 @@ class _Split:
             return [len(labels) for labels in self.labels]
         return [len(self.rows[str(path)]) for path in self.files]
 
+    def rows_of(self, path: Path) -> np.ndarray | slice:
+        """The split's rows of one of its files."""
+        return slice(None) if self.rows is None else self.rows[str(path)]
+
     def all_labels(self) -> np.ndarray:
-        if self.rows is None:
-            return np.concatenate(self.labels)
         return np.concatenate(
-            [labels[self.rows[str(path)]] for path, labels in zip(self.files, self.labels, strict=True)]
+            [labels[self.rows_of(path)] for path, labels in zip(self.files, self.labels, strict=True)]
         )
 
 
@@ -416,6 +443,7 @@ class ArrowLoader:
         self.split_names = dict(zip(SPLITS, (keys.train_split, keys.val_split, keys.test_split), strict=True))
         self.class_names = list(keys.class_names) if keys.class_names else None
         self.val_fraction, self.resize_mode = keys.val_fraction, str(keys.resize_mode)
+        self.folds = keys.folds  # cross-validation trains on train and val
         self.string_classes: list[str] | None = None  # string labels: the classes they name (set by load)
 
     # --- which files -------------------------------------------------------------------------------------------
@@ -431,8 +459,9 @@ class ArrowLoader:
                 return _Split(kind, found)
         return None
 
-    def _labels(self, path: Path, kind: str) -> np.ndarray:
-        """The label column of one file, after checking that both columns are there and what they hold."""
+    def _labels(self, path: Path, kind: str):
+        """The label column of one file (pyarrow), after checking that both columns are there and what they hold;
+        its rows are checked only where a mode reads them (`_check_labels`)."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -448,47 +477,32 @@ class ArrowLoader:
         except (pa.ArrowInvalid, OSError) as error:
             what = "Parquet" if kind == "parquet" else "Arrow stream"
             raise DataError(f"{path}: not a readable {what} file ({error})") from None
-        if labels.null_count:
-            row = int(np.flatnonzero(labels.is_null().to_numpy(zero_copy_only=False))[0])
-            raise DataError(f"{path}: row {row} has no label (column {label!r})")
-        if _is_string_type(labels.type):
-            return labels.to_numpy().astype(object)  # class names: indexed once the classes are known
-        return labels.to_numpy().astype(np.int64)
+        return labels.combine_chunks()
 
     def _string_classes(self, splits: dict[str, _Split]) -> list[str] | None:
-        """Turns string labels into class indices in place and returns the class names: `dataset.class_names`
-        when given, else the train split's distinct strings, sorted. None where the labels are integers.
+        """Sets each split's class indices (`_Split.labels`) and returns the class names of string labels:
+        `dataset.class_names` when given, else the train split's distinct strings, sorted. None where the
+        labels are integers.
 
         Raises:
-            DataError: files that mix integer and string labels, or a string that is none of the classes.
+            DataError: files that mix integer and string labels.
         """
-        files = [pair for part in splits.values() for pair in zip(part.files, part.labels, strict=True)]
-        strings = [labels.dtype == object for _, labels in files]
-        if not any(strings):
-            return None
-        if not all(strings):
+        import pyarrow.compute as pc
+
+        files = [pair for part in splits.values() for pair in zip(part.files, part.columns, strict=True)]
+        strings = [_is_string_type(column.type) for _, column in files]
+        if any(strings) and not all(strings):
             path = files[strings.index(not strings[0])][0]
             raise DataError(
                 f"{path}: column {self.columns[1]!r} holds {'strings' if not strings[0] else 'integers'}, "
                 f"where {files[0][0]} holds {'strings' if strings[0] else 'integers'}; expected one kind of label"
             )
-        given = "dataset.class_names" if self.class_names else "the train split's labels"
-        names = self.class_names or sorted({str(value) for labels in splits["train"].labels for value in labels})
-        index = {name: number for number, name in enumerate(names)}
+        names = None
+        if all(strings):
+            found = {value for column in splits["train"].columns for value in pc.unique(column).to_pylist()}
+            names = self.class_names or sorted(found - {None})
         for part in splits.values():
-            converted = []
-            for path, labels in zip(part.files, part.labels, strict=True):
-                distinct, rows = np.unique(labels.astype(str), return_inverse=True)  # one look-up per string
-                unknown = [str(value) for value in distinct if value not in index]
-                if unknown:
-                    row = int(np.flatnonzero(labels.astype(str) == unknown[0])[0])
-                    shown = names if len(names) <= 10 else names[:10] + ["..."]
-                    raise DataError(
-                        f"{path}: row {row} has label {unknown[0]!r} (column {self.columns[1]!r}), none of the "
-                        f"classes of {given} {shown}"
-                    )
-                converted.append(np.array([index[value] for value in distinct], np.int64)[rows.reshape(-1)])
-            part.labels = converted
+            part.labels = [_label_indices(column, names) for column in part.columns]
         return names
 
     def _names(self, train: _Split, labels: dict[str, np.ndarray], strings: list[str] | None) -> list[str]:
@@ -500,24 +514,58 @@ class ArrowLoader:
                 found,
                 train.files[0],
             )
-        names = (
-            found
-            or strings
-            or self.class_names
-            or [str(i) for i in range(max(int(v.max()) for v in labels.values() if len(v)) + 1)]
-        )
+        largest = max((int(v.max()) for v in labels.values() if len(v)), default=-1)  # -1: a null
+        names = found or strings or self.class_names or [str(i) for i in range(largest + 1)]
+        if not names:
+            raise DataError(
+                f"dataset.data_dir={self.root}: no row has a label of 0 or more (column {self.columns[1]!r})"
+            )
         if len(names) < 2:
             raise DataError(f"dataset.data_dir={self.root}: one class ({names[0]}); a classifier needs two")
         return names
 
-    def _check_range(self, split: _Split, names: list[str]) -> None:
-        for path, labels in zip(split.files, split.labels, strict=True):
-            bad = np.flatnonzero((labels < 0) | (labels >= len(names)))
-            if len(bad):
+    def _check_labels(self, split: _Split, names: list[str]) -> None:
+        """Refuses the first of the split's rows (in file order) whose label is null or none of the classes.
+
+        Raises:
+            DataError: `FILE: row N has no label ...`, `... has label 'NAME' ..., none of the classes ...` or
+                `... has label L, outside the K classes ...`.
+        """
+        label = self.columns[1]
+        for path, column, labels in zip(split.files, split.columns, split.labels, strict=True):
+            rows = np.arange(len(labels))[split.rows_of(path)]
+            bad = rows[(labels[rows] < 0) | (labels[rows] >= len(names))]
+            if not len(bad):
+                continue
+            row = int(bad[0])
+            value = column[row].as_py()
+            if value is None:
+                raise DataError(f"{path}: row {row} has no label (column {label!r})")
+            if isinstance(value, str):
+                given = "dataset.class_names" if self.class_names else "the train split's labels"
+                shown = names if len(names) <= 10 else names[:10] + ["..."]
                 raise DataError(
-                    f"{path}: row {bad[0]} has label {labels[bad[0]]}, outside the {len(names)} classes "
-                    f"(0-{len(names) - 1}: {names[:5]}{' ...' if len(names) > 5 else ''}) of column {self.columns[1]!r}"
+                    f"{path}: row {row} has label {value!r} (column {label!r}), none of the classes of {given} {shown}"
                 )
+            raise DataError(
+                f"{path}: row {row} has label {value}, outside the {len(names)} classes "
+                f"(0-{len(names) - 1}: {names[:5]}{' ...' if len(names) > 5 else ''}) of column {label!r}"
+            )
+
+    def _check_trained_classes(self, labels: dict[str, np.ndarray], names: list[str]) -> None:
+        """Refuses training on one class, as the other formats do at start-up (the report at the end found it
+        only after the first step, and named the test split); `dataset.folds` trains on train and val.
+
+        Raises:
+            DataError: `dataset.data_dir=DIR: the train split holds one class (NAME); a classifier needs two`.
+        """
+        trained = np.concatenate([labels["train"], labels["val"]]) if self.folds else labels["train"]
+        present = np.unique(trained)
+        if len(present) == 1:
+            splits = "train and val splits (dataset.folds) hold" if self.folds else "train split holds"
+            raise DataError(
+                f"dataset.data_dir={self.root}: the {splits} one class ({names[present[0]]}); a classifier needs two"
+            )
 
     def _warn_untrained(self, train: np.ndarray, names: list[str]) -> None:
         """One warning naming the classes with no training row: the model learns them from no example. Integer
@@ -557,7 +605,7 @@ class ArrowLoader:
                 f"dataset.val_fraction={self.val_fraction} holds out no row of the {len(labels)} train rows"
             )
         ends = np.cumsum([len(part) for part in train.labels])
-        val = _Split(train.kind, train.files, train.labels, {})
+        val = _Split(train.kind, train.files, train.columns, train.labels, {})
         train.rows = {}
         for path, end, part in zip(train.files, ends, train.labels, strict=True):
             mask = held[end - len(part) : end]
@@ -578,7 +626,7 @@ class ArrowLoader:
                 f"(dataset.train_split={self.split_names['train']}); expected {layouts}"
             )
         for part in splits.values():
-            part.labels = [self._labels(path, part.kind) for path in part.files]
+            part.columns = [self._labels(path, part.kind) for path in part.files]
         self.string_classes = self._string_classes(splits)
         if not sum(len(labels) for labels in splits["train"].labels):
             raise DataError(f"dataset.data_dir={self.root}: the files of the train split hold no rows")
@@ -605,13 +653,18 @@ class ArrowLoader:
 
     # --- the part ----------------------------------------------------------------------------------------------
 
-    def load(self, check_val: bool = True) -> Splits:
+    def load(self, check_val: bool = True, reads: tuple[str, ...] = SPLITS) -> Splits:
+        """The splits; only those in `reads` (the caller reads no other) have their labels and images checked,
+        and only a run that reads train has its classes checked."""
         splits = self._listing(check_val)
         labels = {split: part.all_labels() for split, part in splits.items()}
         names = self._names(splits["train"], labels, self.string_classes)
-        for part in splits.values():
-            self._check_range(part, names)
-        self._warn_untrained(labels["train"], names)
+        read = list({id(splits[split]): splits[split] for split in reads}.values())  # test may be val, val train
+        for part in read:
+            self._check_labels(part, names)
+        if "train" in reads:
+            self._check_trained_classes(labels, names)
+            self._warn_untrained(labels["train"], names)
         log.info(
             "Dataset %s from %s (%s files): %s images of %d classes %s <dataset=%s>",
             self.name,
@@ -629,17 +682,13 @@ class ArrowLoader:
             reader = ArrowReader(part.kind, self.columns, part.rows, classes=classes)
             sources[split] = Source(Records.whole_files(files, sum(part.counts)), reader)
         train, decoder = splits["train"], RowDecoder(self.size, self.resize_mode)
-        files = {str(path): part.kind for part in splits.values() for path in part.files}  # each once, in order
-        find_null_images(list(files.items()), self.columns[0])  # before training, not after it
+        find_null_images(_rows_read(read), self.columns[0])  # before training, not after it
         return Splits(
             sources,
             decoder,
             names,
             lambda: ([str(path) for path in train.files], train.counts),
-            {
-                split: dict(zip(names, np.bincount(values, minlength=len(names)).tolist(), strict=True))
-                for split, values in labels.items()
-            },
+            {split: _class_counts(values, names) for split, values in labels.items()},
             resize_mode=self.resize_mode,
             photos=True,
         )

@@ -33,11 +33,11 @@ class ArrowFiles(PhotoConfig):
         super().__post_init__()
         self.names("image_column", "label_column", "train_split", "val_split", "test_split")
 
-    def load(self, check_val: bool = True) -> Splits:
-        """Reads the label columns once and checks them (`trainer.data.parquet`)."""
+    def load(self, check_val: bool = True, reads: tuple[str, ...] = ("train", "val", "test")) -> Splits:
+        """Reads the label columns once and checks those of the splits `reads` (`trainer.data.parquet`)."""
         from trainer.data.parquet import ArrowLoader
 
-        return ArrowLoader(self).load(check_val)
+        return ArrowLoader(self).load(check_val, reads)
 
     def predict_chunks(self, kind: str, files: list, preprocess, num_classes: int, batch_size: int):
         """`mode=predict` on Parquet or Arrow stream files with these columns: each bad row gets its reason."""
