@@ -176,7 +176,7 @@ def test_a_killed_then_preempted_worker_run_resumes_to_the_weights_of_a_run_neve
     for worker in resumed:
         worker.send_signal(signal.SIGTERM)
     outputs = _finish(resumed)
-    stops = [re.findall(r"Stopped by SIGTERM: epoch (\d+) will be redone", output) for output in outputs]
+    stops = [re.findall(r"Stopped by SIGTERM (in epoch \d+, after step \d+|after epoch \d+);", out) for out in outputs]
     assert stops[0] and stops[0] == stops[1], outputs[1][-2000:]
     assert f"To continue, run on every worker: python run.py resume={run_dir}" in outputs[0]
     assert "The chief's backup holds" in outputs[1]

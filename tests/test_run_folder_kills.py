@@ -279,4 +279,6 @@ def test_a_run_stopped_within_an_epoch_and_resumed_ends_with_the_weights_of_a_ru
     metrics = [json.loads((tmp_path / name / "metrics.json").read_text()) for name in ("stopped", "never")]
     sha = [metric["weights_sha256"] for metric in metrics]
     assert sha[0] == sha[1]
-    assert f"goes on at step {steps_before - 4 + 1} of 4" in resumed.stdout + resumed.stderr
+    passed = steps_before - 4  # of epoch 2's 4 steps; after all 4, only the epoch's end is left
+    where = f"goes on at step {passed + 1} of 4" if passed < 4 else "goes on after its last step (4 of 4)"
+    assert f"Epoch 2 {where}, " in resumed.stdout + resumed.stderr

@@ -46,7 +46,7 @@ from trainer.training.callbacks import (
 from trainer.training.compiling import build_phase_optimizer, compile_model
 from trainer.training.cost import RunTime
 from trainer.training.optimizers import build_learning_rate
-from trainer.training.resumed import WithinEpoch
+from trainer.training.resumed import WithinEpoch, going_on
 from trainer.training.tracing import build_step_state
 
 log = logging.getLogger(__name__)
@@ -206,10 +206,12 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
             settings, plan.data, class_weights, (first - phase.start) * steps + passed
         )
         if passed:
+            where = going_on(first, passed, steps)
             log.info(
-                "Epoch %d goes on at step %d of %d, where its backup was made: the %d step(s) before it are not "
-                "trained again",
-                first + 1, passed + 1, steps, passed,
+                "%s, where its backup was made: %s",
+                where[0].upper() + where[1:],
+                f"the {passed} step(s) before it are not trained again" if passed < steps
+                else "no step is trained again; its validation and checkpoints are made now",
             )  # fmt: skip
             # verbose=0: EpochLog prints the one line per epoch (and ProgressBar the bar)
             listed = WithinEpoch(callbacks, model, first, passed, verbose=0, epochs=phase.end, steps=steps)
@@ -236,14 +238,15 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
                             folder.backup_dir, how_to_continue(settings, folder.run_dir))  # fmt: skip
             else:
                 log.warning(
-                    "Stopped by %s: epoch %d will be redone from the backup in %s. To continue, run%s: "
-                    "python run.py resume=%s",
+                    "Stopped by %s %s; the backup is in %s: resumed, %s. To continue, run%s: python run.py resume=%s",
                     by,
-                    stop.epoch + 1,
+                    f"in epoch {stop.epoch + 1}, after step {stop.steps} of {steps}" if stop.steps
+                    else f"after epoch {stop.epoch}",
                     folder.backup_dir if plan.chief else "the chief's run folder",
+                    going_on(stop.epoch, stop.steps, steps),
                     " on every worker" if several else "",
                     resume,
-                )
+                )  # fmt: skip
             _sync_mirror(callbacks)
             folder.invocation["outcome"] = "interrupted" if stop.signum == signal.SIGINT else "preempted"
             folder.invocation["stopped"] = STOPPED_BY[stop.signum]

@@ -175,11 +175,12 @@ STOPPED_BY = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM", signal.SIGUSR1
 
 class Preempted(Exception):
     """Training stopped on SIGTERM, SIGINT (Ctrl-C), SIGUSR1 or its time budget after saving a backup; `epoch` is
-    the (0-based) epoch a resume goes on in, `signum` the signal (`TIME_BUDGET` for the budget)."""
+    the (0-based) epoch a resume goes on in, `steps` the steps of it the backup holds (0 at an epoch's end),
+    `signum` the signal (`TIME_BUDGET` for the budget)."""
 
-    def __init__(self, epoch: int, signum: int = signal.SIGTERM):
+    def __init__(self, epoch: int, signum: int = signal.SIGTERM, steps: int = 0):
         super().__init__(f"stopped by {STOPPED_BY[signum]} during epoch {epoch + 1}")
-        self.epoch, self.signum = epoch, signum
+        self.epoch, self.signum, self.steps = epoch, signum, steps
 
 
 class TimeBudget:
@@ -268,7 +269,7 @@ class StopOnSignal(keras.callbacks.Callback):
                 self.requested = TIME_BUDGET
         if self.any_stop(self.requested is not None):
             self.backup.save(self.epoch, batch + 1)  # this epoch is not finished: a resume goes on from the next step
-            raise Preempted(self.epoch, self.requested if self.requested is not None else signal.SIGTERM)
+            raise Preempted(self.epoch, self.requested if self.requested is not None else signal.SIGTERM, batch + 1)
 
     def on_epoch_end(self, epoch, logs=None):
         last = epoch + 1 >= self.params.get("epochs", 0)

@@ -1,7 +1,7 @@
 """Going on within an epoch: a run stopped some steps into an epoch (SIGTERM, Ctrl-C, `trainer.save_every_steps`)
 and resumed trains only that epoch's remaining steps, numbered as in the run never stopped.
 
-    python run.py resume=RUN      # "Epoch 3 goes on at step 15 of 40, where its backup was made"
+    python run.py resume=RUN      # "Epoch 3 goes on at step 15 of 40, where its backup was made ..."
 
 Keras's `fit` runs whole epochs of `steps_per_epoch` steps. `WithinEpoch`, the callback list given
 to `fit`, passes over the first steps of the resumed epoch: no batch is read for them (the caller
@@ -13,6 +13,17 @@ the epoch's running means back (`trainer.runs.backup.RunBackup`).
 from __future__ import annotations
 
 import keras
+
+
+def going_on(epoch: int, passed: int, steps: int) -> str:
+    """Where a resume goes on in `epoch` (0-based) when the backup holds `passed` of its `steps` steps, as the
+    stop's line and the resume's line both say it: a backup made after an epoch's last step leaves only the
+    epoch's end (validation, checkpoints, its history.csv row), no step."""
+    if passed <= 0:
+        return f"epoch {epoch + 1} starts at its first step"
+    if passed >= steps:
+        return f"epoch {epoch + 1} goes on after its last step ({steps} of {steps}), with only its end left"
+    return f"epoch {epoch + 1} goes on at step {passed + 1} of {steps}"
 
 
 class WithinEpoch(keras.callbacks.CallbackList):
