@@ -345,6 +345,47 @@ def test_resume_latest_picks_the_run_whose_backup_was_written_last(tmp_path, mon
     assert resume_folder("latest") == str(Path("outputs") / "2026-11-30" / "10-00-00")
 
 
+@pytest.mark.unit
+def test_resume_latest_locked_by_its_command_resolves_to_the_same_run(tmp_path, monkeypatch):
+    """`resume=latest` locks the run it picks before Hydra starts; Hydra's resolver picks again, and must not pass
+    over that run as one a live process trains (it is this process's own lock)."""
+    from trainer.runs import locks
+    from trainer.runs.folders import check_resume_argument, release_claimed_folders, resume_folder
+
+    monkeypatch.chdir(tmp_path)
+    _two_backed_up_runs(tmp_path)
+    newest = Path("outputs") / "2026-11-30" / "10-00-00"
+    check_resume_argument(["resume=latest"])
+    try:
+        assert locks.is_claimed(newest)
+        assert resume_folder("latest") == str(newest)
+    finally:
+        release_claimed_folders()
+    assert not locks.is_held(newest) and newest.is_dir()
+
+
+@pytest.mark.unit
+def test_only_the_chief_locks_the_folder_it_resumes(tmp_path, monkeypatch):
+    """Every worker of a multi-worker run is restarted with `resume=RUN`; only the chief writes RUN, so only it
+    locks it from the command line on (another worker locking it first would stop the chief as 'in use')."""
+    from trainer.runs import locks
+    from trainer.runs.folders import check_resume_argument, release_claimed_folders
+
+    monkeypatch.chdir(tmp_path)
+    _two_backed_up_runs(tmp_path)
+    run_dir = Path("outputs") / "2026-11-30" / "10-00-00"
+    try:
+        monkeypatch.setenv("TF_CONFIG", tf_config([1, 2], 1))
+        check_resume_argument(["strategy=multi_worker", f"resume={run_dir}"])
+        assert not locks.is_claimed(run_dir) and not locks.is_held(run_dir)
+        monkeypatch.setenv("TF_CONFIG", tf_config([1, 2], 0))
+        check_resume_argument(["strategy=multi_worker", f"resume={run_dir}"])
+        assert locks.is_claimed(run_dir)
+        check_resume_argument(["-m", f"resume={run_dir}"])  # a sweep's job locks the folder it trains in itself
+    finally:
+        release_claimed_folders()
+
+
 @pytest.mark.e2e
 @pytest.mark.slow  # 18 s; the default suite keeps the changed-byte resume test, refused the same way
 def test_a_resume_on_other_data_is_refused_and_a_moved_copy_passes(tmp_path):
