@@ -147,7 +147,8 @@ def _check_before_hydra(arguments: list[str]) -> Any:
         mode = check_composes(arguments, CONFIG_DIR)  # trainer.epochs=one, optimizer=adamm, dataset.imag_size=64
         check_writable_output(arguments)  # first: the run folder's lock below makes the folder
         check_run_dir_argument(arguments)  # Hydra writes .hydra/ into it before main() runs
-        check_resume_argument(arguments, multirun=mode == RunMode.MULTIRUN)  # ... and makes the run folder
+        multirun = mode == RunMode.MULTIRUN or "hydra.mode=MULTIRUN" in arguments  # -m: the check sees it
+        check_resume_argument(arguments, multirun)  # ... and makes the run folder from it
         return mode
     except UserError as error:
         release_claimed_folders()
