@@ -435,7 +435,7 @@ def test_the_data_check_lists_each_bad_row_with_its_reason_from_the_pipeline(tmp
     with pytest.raises(DataError) as caught:
         _check(settings, load_data(settings.dataset, batch_size=4, seed=0))
     file = root / "train.parquet"
-    assert str(caught.value).startswith(f"data check: 2 bad file(s) or record(s), e.g. {file}: record 1: cannot be")
+    assert str(caught.value).startswith(f"data check: 2 bad file(s) or record(s), e.g. {file}: record 1 cannot be")
     assert "2 bad" in capsys.readouterr().out
     report = json.loads((tmp_path / "check" / "data_check.json").read_text())
     assert [entry["file"] for entry in report["bad"]] == [f"{file}: record 1", f"{file}: record 6"]

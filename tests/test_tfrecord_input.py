@@ -214,7 +214,9 @@ def test_predict_gives_every_bad_record_its_row_and_predicts_the_rest(tmp_path):
     good = [record for record, reason in first + second[:2] if reason is None]  # second[2] is the spoilt one
     _write(clean, good)
     checkpoint = _tiny_checkpoint(tmp_path)
-    rows = _predict(tmp_path, str(tmp_path), checkpoint, f"'{tmp_path}/[ab].tfrecords'")  # quoted for Hydra
+    with pytest.raises(DataError, match=re.escape(f"predict.input: {b}: record 2 is corrupted or truncated")):
+        _predict(tmp_path, str(tmp_path), checkpoint, f"'{tmp_path}/[ab].tfrecords'")  # quoted for Hydra
+    rows = csv_rows(tmp_path / "predictions.csv")  # written whole: every row that could be read
     assert [row["id"] for row in rows] == ["0", "a.png", "17", "3", "4", "5", "6", "f.png", "8", "9", "10"]
     assert [row["file"] for row in rows] == ["a.tfrecords"] * 8 + ["b.tfrecords"] * 3, "the record file of each row"
     expected = [f"{a}: {reason}" if reason else "" for _, reason in first] + ["", ""]

@@ -21,8 +21,65 @@ from collections.abc import Callable
 import numpy as np
 import tensorflow as tf
 
+from trainer.data.shares import Records
+from trainer.data.sources import Source
+
 SPLITS = ("train", "val", "test")
 LARGE_PIXELS = 12_000_000  # a phone photo's 12 MP: decoding many of them is what makes a folder slow
+SCAN_BATCH = 1024  # records counted at once when a read error is looked for
+UNREADABLE = "is corrupted or truncated: the rest of the file cannot be read"  # a broken frame's reason
+
+
+def record_entry(file: str, number: int, reason: str) -> dict:
+    """A bad record of the report: {"file": "FILE: record N", "record": N, "reason"}."""
+    return {"file": f"{file}: record {number}", "record": number, "reason": reason}
+
+
+def describe(entry: dict) -> str:
+    """A bad file or record as one line, the house format: `FILE: record N REASON` (its `file` names the record),
+    `FILE: REASON` for a whole file."""
+    return f"{entry['file']}{' ' if 'record' in entry else ': '}{entry['reason']}"
+
+
+def _readable(source: Source, path: str, start: int, length: int) -> tuple[int, bool]:
+    """(the records of the range that can be read, whether a read error ends them before its end)."""
+    count = 0
+    try:
+        for batch in source.reader.read(path, start, length).batch(SCAN_BATCH):
+            count += int(tf.shape(batch)[0])
+        return count, False
+    except tf.errors.OpError:  # in the batch after `count`: its records one at a time
+        pass
+    try:
+        for _ in source.reader.read(path, start + count, length - count if length >= 0 else -1):
+            count += 1
+    except tf.errors.OpError:
+        return count, True
+    return count, False
+
+
+def readable_rest(source: Source, after: tuple[str, int] | None) -> tuple[Source, list[dict]]:
+    """What a read of `source` that a read error stopped (a corrupted TFRecord frame) can still read: its records
+    after the record `after` (file, number) read last (None: from the start), each range cut where its records
+    stop being readable, and the place of each such stop as a bad record (`UNREADABLE`)."""
+    ranges = list(source.records.ranges)
+    if after is not None:
+        file, number = after
+        at = next(
+            index
+            for index, (path, start, length) in enumerate(ranges)
+            if path == file and start <= number and (length < 0 or number < start + length)
+        )
+        path, start, length = ranges[at]
+        ranges = [(path, number + 1, -1 if length < 0 else start + length - number - 1), *ranges[at + 1 :]]
+    kept, broken = [], []
+    for path, start, length in ranges:
+        count, stopped = _readable(source, path, start, length) if length else (0, False)
+        if count:
+            kept.append((path, start, count))
+        if stopped:
+            broken.append(record_entry(path, start + count, UNREADABLE))
+    return Source(Records(tuple(kept), sum(length for _, _, length in kept)), source.reader), broken
 
 
 def _hashes(dataset: tf.data.Dataset) -> tuple[list[str], list[int], Counter]:
@@ -110,8 +167,7 @@ def problems(report: dict, allow: list[str]) -> list[str]:
     """What makes the check fail: bad files or records, and leakage or duplicates unless `allow` names them."""
     found = []
     if report["bad"] and "bad" not in allow:
-        first = report["bad"][0]
-        found.append(f"{len(report['bad'])} bad file(s) or record(s), e.g. {first['file']}: {first['reason']}")
+        found.append(f"{len(report['bad'])} bad file(s) or record(s), e.g. {describe(report['bad'][0])}")
     if report["leakage"] and "duplicates" not in allow:
         first = report["leakage"][0]
         found.append(

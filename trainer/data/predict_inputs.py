@@ -31,12 +31,14 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Item:
-    """One input example: its id, source file, true label (when known) and why it was skipped (if it was)."""
+    """One input example: its id, source file, true label (when known) and why it was skipped (if it was);
+    `rest_unread`: a corrupted frame, after which the rest of its file could not be read (no item for those)."""
 
     id: str
     file: str
     label: int | None = None
     error: str | None = None
+    rest_unread: bool = False
 
 
 Chunk = tuple[list[Item], tf.Tensor | None]  # items, and images for those without an error
@@ -223,7 +225,7 @@ def _stored_names(records: tf.Tensor, key: str) -> tf.Tensor:
 
 def _file_chunks(path: str, spec, decoder: TFRecordDecoder, batch_size: int, first_id: int) -> Iterator[Chunk]:
     """The items and stored-size images of one file's records, in order (see `tfrecord_chunks`); a corrupted or
-    truncated frame ends the file with one item that says so."""
+    truncated frame ends the file with one item that says so (`rest_unread`)."""
 
     def decode(numbers: tf.Tensor, records: tf.Tensor):
         return numbers, *decoder.checked(records), _stored_names(records, spec.filename_key)
@@ -233,7 +235,7 @@ def _file_chunks(path: str, spec, decoder: TFRecordDecoder, batch_size: int, fir
             yield _chunk(path, first_id, decoder.num_classes, *batch)
     except tfrecords.BrokenFile as broken:
         error = f"{path}: record {broken.number} is corrupted or truncated: the rest of the file cannot be read"
-        yield [Item(str(first_id + broken.number), _file_name(path), None, error)], None
+        yield [Item(str(first_id + broken.number), _file_name(path), None, error, rest_unread=True)], None
 
 
 def _chunk(path: str, first_id: int, num_classes, numbers, images, labels, reasons, names) -> Chunk:

@@ -39,13 +39,31 @@ def _manifest_entry(manifest: dict | None, split: str, files: list[str]) -> dict
     return None
 
 
-def _count(files: list[str], manifest: dict | None, split: str, spec, num_classes: int) -> int:
+def _count(files: list[str], manifest: dict | None, split: str, spec, num_classes: int, broken: list) -> int:
     """Records in a split: from the converter's manifest when it lists exactly these files, else counted
-    (every checksum and label checked on the way)."""
+    (every checksum and label checked on the way). A corrupted frame ends its file's count and goes to `broken`
+    (`Splits.check` refuses it: the data check lists it, as every bad record)."""
     entry = _manifest_entry(manifest, split, files)
     if entry:
         return int(entry["count"])
-    return sum(tfrecords.scan_records(file, spec, num_classes) for file in files)
+    count = 0
+    for file in files:
+        try:
+            count += tfrecords.scan_records(file, spec, num_classes)
+        except tfrecords.BrokenFile as error:
+            broken.append(error)
+            count += error.number
+    return count
+
+
+def _refuse(broken: list[tfrecords.BrokenFile]):
+    """`Splits.check`: the first corrupted frame the count met, as its one line."""
+
+    def check() -> None:
+        if broken:
+            raise DataError(str(broken[0]))
+
+    return check
 
 
 def _file_counts(files: list[str], manifest: dict | None, spec) -> list[int]:
@@ -187,8 +205,9 @@ class TFRecordLoader:
         manifest_file = tfrecords.read_manifest(files["train"])[0]
         class_names = self._class_names(manifest_file, manifest)
         num_classes = len(class_names)
+        broken: list[tfrecords.BrokenFile] = []
         records = {
-            split: Records.whole_files(paths, _count(paths, manifest, split, spec, num_classes))
+            split: Records.whole_files(paths, _count(paths, manifest, split, spec, num_classes, broken))
             for split, paths in files.items()
         }
         log.info(
@@ -214,6 +233,7 @@ class TFRecordLoader:
             _broken_frame_finder(files, spec),
             resize_mode=resize_mode,
             photos=spec.format != "raw",
+            check=_refuse(broken),  # DataModule.check_records runs it
         )
 
     def predict_chunks(self, files: list, preprocess, num_classes: int, batch_size: int):

@@ -12,7 +12,8 @@ normalization layer. `inspect.check=true` also decodes every example of every sp
 data_check.json (`trainer.data.check`): bad files, class counts, image sizes, duplicates and leakage
 across splits; it exits 1 on bad files or leakage unless `inspect.allow` accepts them. A bad record is
 named by the pipeline itself (`DataModule.checked`: its file, its number and the decoder's reason), one
-line each, and counted; the contact sheet shows the good ones. Without the check, a bad record among the
+line each, and counted; a corrupted TFRecord frame is one too, after which its file cannot be read, and the check
+reads the split's other files. The contact sheet shows the good ones. Without the check, a bad record among the
 sheet's stops the run (exit 1) once the sheet is written, as it would stop training.
 """
 
@@ -30,8 +31,9 @@ from tqdm import tqdm
 
 from trainer.config.schema import Config
 from trainer.data.augmentation import Augmentation
-from trainer.data.check import check_splits, problems
+from trainer.data.check import check_splits, describe, problems, readable_rest, record_entry
 from trainer.data.images import stored_sizes
+from trainer.data.pipeline import checked_dataset
 from trainer.errors import DataError
 from trainer.models.preprocessing import augmentation_layers
 from trainer.runs.atomic import write_json
@@ -52,18 +54,40 @@ def _first_images(dataset, count: int) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(images)[:count], np.concatenate(labels)[:count]
 
 
-def _good(batches: tf.data.Dataset, bad: list[dict], say: bool = True) -> Iterator[tuple[tf.Tensor, tf.Tensor]]:
-    """The (images, labels) of the good records of `DataModule.checked` batches; each bad one goes to `bad` as
-    {"file": "FILE: record N", "reason"}, and with `say` to the log as one line."""
+def _good(
+    batches: tf.data.Dataset, bad: list[dict], say: bool = True, read: list | None = None
+) -> Iterator[tuple[tf.Tensor, tf.Tensor]]:
+    """The (images, labels) of the good records of `DataModule.checked` batches; each bad one goes to `bad`
+    (`check.record_entry`), and with `say` to the log as one line; `read` keeps the (file, number) read last."""
     for images, labels, reasons, files, numbers in batches:
         reasons = reasons.numpy()
         for at in np.flatnonzero(reasons != b""):
-            entry = {"file": f"{os.fsdecode(files[at].numpy())}: record {int(numbers[at])}"}
-            bad.append({**entry, "reason": reasons[at].decode()})
-            if say:
-                log.warning("Bad record %s: %s", entry["file"], bad[-1]["reason"])
+            _bad(bad, record_entry(os.fsdecode(files[at].numpy()), int(numbers[at]), reasons[at].decode()), say)
+        if read is not None:
+            read[:] = [os.fsdecode(files[-1].numpy()), int(numbers[-1])]
         good = reasons == b""
         yield tf.boolean_mask(images, good), tf.boolean_mask(labels, good)
+
+
+def _bad(bad: list[dict], entry: dict, say: bool) -> None:
+    bad.append(entry)
+    if say:
+        log.warning("Bad record %s", describe(entry))
+
+
+def _every_readable(data, split: str, bad: list[dict]) -> Iterator[tuple[tf.Tensor, tf.Tensor]]:
+    """`_good` of a whole split for the data check. A corrupted TFRecord frame ends its file (nothing after it
+    can be read) but not the check: it is a bad record, and the split's other files are still read."""
+    read: list = []
+    try:
+        yield from _good(data.checked(split), bad, read=read)
+    except tf.errors.DataLossError:
+        rest, broken = readable_rest(data.splits.sources[split], tuple(read) if read else None)
+        for entry in broken:
+            _bad(bad, entry, say=True)
+        if rest.count:
+            batches = checked_dataset(rest, data.splits.decoder, data.preprocess, data.batches.batch_size)
+            yield from _good(batches, bad)
 
 
 def _with_model_augmentation(images: np.ndarray, augment: Augmentation, seed: int) -> np.ndarray:
@@ -101,7 +125,14 @@ def inspect(settings: Config) -> None:
     options = settings.inspect
     check_val = options.split == "val" or options.check
     reads = ("train", "val", "test") if options.check else (options.split,)
-    data = load_data(settings.dataset, min(options.num_images, 256), settings.seed, check_val=check_val, reads=reads)
+    data = load_data(
+        settings.dataset,
+        min(options.num_images, 256),
+        settings.seed,
+        check_val=check_val,
+        reads=reads,
+        check_records=not options.check,  # the check counts and lists every bad record, the part's refusal too
+    )
     with data.named_bad_records():
         _inspect(settings, data)
         if options.check:
@@ -111,7 +142,7 @@ def inspect(settings: Config) -> None:
 def _check(settings: Config, data) -> None:
     """Decodes every example of every split; writes data_check.json; one line when something is wrong."""
     bad = []
-    splits = {split: _good(data.checked(split), bad) for split in ("train", "val", "test")}
+    splits = {split: _every_readable(data, split, bad) for split in ("train", "val", "test")}
     if data.fingerprint.get("test") == data.fingerprint.get("val"):
         del splits["test"]  # the test split is the validation split: checked once
     listed = {split: part.get("files", []) for split, part in data.fingerprint.items()}
@@ -182,7 +213,7 @@ def _inspect(settings: Config, data) -> None:
         print(f"{split} cache: {_cache_line(entry)} <dataset.cache={settings.dataset.cache}>")
     if bad and not options.check:  # the sheet is written; the exit says the split holds a record training refuses
         more = f" ({len(bad) - 1} more among the sheet's; inspect.check=true lists every one)" if len(bad) > 1 else ""
-        raise DataError(f"{bad[0]['file']} {bad[0]['reason']}{more}")
+        raise DataError(f"{describe(bad[0])}{more}")
 
 
 def _cache_line(entry: dict) -> str:

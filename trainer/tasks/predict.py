@@ -22,7 +22,7 @@ from trainer.data import predict_inputs, tfrecords
 from trainer.data.decode import check_decode
 from trainer.data.preprocess import Preprocess
 from trainer.data.tfrecord_files import CLASSIC_CLASSES
-from trainer.errors import ConfigError
+from trainer.errors import ConfigError, DataError
 from trainer.models.tta import with_tta
 from trainer.runs import checkpoints
 from trainer.runs.atomic import atomic_path, write_json
@@ -129,6 +129,7 @@ def predict(settings: Config) -> float | None:
     ]
     scores = 4 + len(class_names) + len(ranked)  # the columns a prediction fills
     counts = {"rows": 0, "skipped": 0, "labeled": 0, "correct": 0}
+    unread = []  # the rows of corrupted frames: the rest of each one's file could not be read
     started = last_log = time.monotonic()
     with atomic_path(output) as temporary, open(temporary, "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
@@ -152,6 +153,8 @@ def predict(settings: Config) -> float | None:
                 else:
                     counts["skipped"] += 1
                     log.warning("Skipped %s: %s", _text(item.id), item.error)
+                    if item.rest_unread:
+                        unread.append(item.error)
                 if item.label is not None:
                     row[-3:-1] = [item.label, class_names[item.label]]
                 writer.writerow(safe_row(row))
@@ -165,9 +168,26 @@ def predict(settings: Config) -> float | None:
         log.info("Wrote the embeddings of %d rows to %s <predict.embeddings>", counts["rows"], embeddings_path)
     accuracy = counts["correct"] / counts["labeled"] if counts["labeled"] else None
     summary = {**counts, "accuracy": accuracy, "output": str(output), "checkpoint": str(settings.checkpoint)}
+    summary["unread"] = unread
     Path(settings.output_dir).mkdir(parents=True, exist_ok=True)
     write_json(Path(settings.output_dir) / "metrics.json", summary)
     log.info("Wrote %d rows (%d skipped) to %s", counts["rows"], counts["skipped"], output)
     if accuracy is not None:
         log.info("Accuracy %.4f on %d labeled inputs", accuracy, counts["labeled"])
+    _refuse_unread(unread, counts["rows"], output)
     return accuracy
+
+
+def _refuse_unread(unread: list[str], rows: int, output: Path) -> None:
+    """Records that could not be read are missing from the CSV, which no row can say: the command fails, its
+    predictions kept.
+
+    Raises:
+        DataError: one line naming the first file, the record from which it could not be read and why.
+    """
+    if unread:
+        more = f"; {len(unread) - 1} more file(s) stopped the same way" if len(unread) > 1 else ""
+        raise DataError(
+            f"predict.input: {unread[0]}{more}; {output} holds the {rows} rows that could be read, none for the "
+            f"records after it"
+        )
