@@ -70,7 +70,8 @@ class DatasetPart(Protocol):
     def load(self, check_val: bool = True) -> Splits:
         """Finds and checks the data; without `check_val` the caller never reads the validation split. A part
         whose check is costly may take `reads` too, the splits the caller reads (`ImageFolder` decodes only
-        theirs): `load(check_val, reads=("test",))`."""
+        theirs): `load(check_val, reads=("test",))`. One that refuses bad data while loading may take `list_bad`:
+        the data check's load, which lists what it finds instead (`TFRecordFiles`: a corrupted frame)."""
 
     def predict_chunks(self, kind: str, files: list, preprocess, num_classes: int, batch_size: int) -> Iterator:
         """Optional: `mode=predict` on record files of this format (`kind`: records | tfrecords)."""

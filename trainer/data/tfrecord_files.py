@@ -39,10 +39,14 @@ def _manifest_entry(manifest: dict | None, split: str, files: list[str]) -> dict
     return None
 
 
-def _count(files: list[str], manifest: dict | None, split: str, spec, num_classes: int, broken: list) -> int:
+def _count(files: list[str], manifest: dict | None, split: str, spec, num_classes: int, list_bad: bool) -> int:
     """Records in a split: from the converter's manifest when it lists exactly these files, else counted
-    (every checksum and label checked on the way). A corrupted frame ends its file's count and goes to `broken`
-    (`Splits.check` refuses it: the data check lists it, as every bad record)."""
+    (every checksum and label checked on the way).
+
+    Raises:
+        DataError: a record refused (its one line); a corrupted frame too, unless `list_bad` (the data check,
+            which lists it as it reads the file): then its file's count ends there.
+    """
     entry = _manifest_entry(manifest, split, files)
     if entry:
         return int(entry["count"])
@@ -51,19 +55,10 @@ def _count(files: list[str], manifest: dict | None, split: str, spec, num_classe
         try:
             count += tfrecords.scan_records(file, spec, num_classes)
         except tfrecords.BrokenFile as error:
-            broken.append(error)
+            if not list_bad:
+                raise
             count += error.number
     return count
-
-
-def _refuse(broken: list[tfrecords.BrokenFile]):
-    """`Splits.check`: the first corrupted frame the count met, as its one line."""
-
-    def check() -> None:
-        if broken:
-            raise DataError(str(broken[0]))
-
-    return check
 
 
 def _file_counts(files: list[str], manifest: dict | None, spec) -> list[int]:
@@ -198,16 +193,17 @@ class TFRecordLoader:
             )
         return list(CLASSIC_CLASSES)
 
-    def load(self) -> Splits:
+    def load(self, list_bad: bool = False) -> Splits:
+        """The splits; `list_bad`: a corrupted frame met counting the records is left to the data check, which
+        lists it (`trainer.data.check.readable_rest`), instead of stopping the load."""
         first = tfrecords.expand(self.patterns["train"], "dataset.train_files")
         spec, manifest, resize_mode = self.spec(first)
         files = self._files(spec)
         manifest_file = tfrecords.read_manifest(files["train"])[0]
         class_names = self._class_names(manifest_file, manifest)
         num_classes = len(class_names)
-        broken: list[tfrecords.BrokenFile] = []
         records = {
-            split: Records.whole_files(paths, _count(paths, manifest, split, spec, num_classes, broken))
+            split: Records.whole_files(paths, _count(paths, manifest, split, spec, num_classes, list_bad))
             for split, paths in files.items()
         }
         log.info(
@@ -233,7 +229,6 @@ class TFRecordLoader:
             _broken_frame_finder(files, spec),
             resize_mode=resize_mode,
             photos=spec.format != "raw",
-            check=_refuse(broken),  # DataModule.check_records runs it
         )
 
     def predict_chunks(self, files: list, preprocess, num_classes: int, batch_size: int):

@@ -70,6 +70,7 @@ def load_data(
     replicas: int = 1,
     reads: tuple[str, ...] | None = None,
     check_records: bool = True,
+    list_bad: bool = False,
 ) -> DataModule:
     """Every split of `dataset` as a pipeline, and what the model needs.
 
@@ -89,15 +90,19 @@ def load_data(
         check_records: False: the part's check of every record (`Splits.check`) is left to the caller's
             `DataModule.check_records` (training runs it after its first step). With `dataset.folds` it runs
             here, before the folds read the labels.
+        list_bad: The data check (`inspect.check`): a part that takes `list_bad` leaves what it would refuse while
+            loading (a corrupted TFRecord frame) to the check, which lists it, rather than stopping.
     """
     cache.forget_refusals()  # a cache folder the disk refused: one warning per load of the data
     part = build_part(dataset)
     if own_parts.is_own(dataset._target_):  # held to the protocol once: one line, not a late crash
         splits = own_parts.load(part, dataset._target_, check_val)
-    elif reads is not None and not dataset.folds and "reads" in inspect.signature(part.load).parameters:
-        splits = part.load(check_val, reads=tuple(reads))
     else:
-        splits = part.load(check_val)
+        takes = inspect.signature(part.load).parameters
+        options = {"list_bad": True} if list_bad and "list_bad" in takes else {}
+        if reads is not None and not dataset.folds and "reads" in takes:
+            options["reads"] = tuple(reads)
+        splits = part.load(check_val, **options)
     if dataset.folds:
         if splits.check is not None:  # every label checked before the folds read them
             splits.check()

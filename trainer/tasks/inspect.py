@@ -131,7 +131,7 @@ def inspect(settings: Config) -> None:
         settings.seed,
         check_val=check_val,
         reads=reads,
-        check_records=not options.check,  # the check counts and lists every bad record, the part's refusal too
+        list_bad=options.check,  # the check counts and lists every bad record, a corrupted frame too
     )
     with data.named_bad_records():
         _inspect(settings, data)

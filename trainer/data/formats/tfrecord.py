@@ -48,12 +48,12 @@ class TFRecordFiles(LabeledFilesConfig):
         self.val_files = file_list(self.val_files, "dataset.val_files")
         self.augment.check_fits(self.resize_to)
 
-    def load(self, check_val: bool = True) -> Splits:
+    def load(self, check_val: bool = True, list_bad: bool = False) -> Splits:
         """Expands the globs, checks each file's first record and counts the records (the manifest's counts
-        when it lists the same files)."""
+        when it lists the same files); `list_bad`: a corrupted frame is left to the data check to list."""
         from trainer.data.tfrecord_files import TFRecordLoader
 
-        return TFRecordLoader(self).load()
+        return TFRecordLoader(self).load(list_bad)
 
     def predict_chunks(self, kind: str, files: list, preprocess, num_classes: int, batch_size: int):
         """`mode=predict` on TFRecord files of this layout (their own manifest's, when they have one)."""
