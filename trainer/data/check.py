@@ -30,15 +30,22 @@ SCAN_BATCH = 1024  # records counted at once when a read error is looked for
 UNREADABLE = "is corrupted or truncated: the rest of the file cannot be read"  # a broken frame's reason
 
 
+def record_line(file: str, number: int, reason: str = "") -> str:
+    """`FILE: record N REASON`: how every caller names a bad record (its provenance, then the decoder's reason)."""
+    return f"{file}: record {number}{' ' if reason else ''}{reason}"
+
+
 def record_entry(file: str, number: int, reason: str) -> dict:
     """A bad record of the report: {"file": "FILE: record N", "record": N, "reason"}."""
-    return {"file": f"{file}: record {number}", "record": number, "reason": reason}
+    return {"file": record_line(file, number), "record": number, "reason": reason}
 
 
 def describe(entry: dict) -> str:
     """A bad file or record as one line, the house format: `FILE: record N REASON` (its `file` names the record),
     `FILE: REASON` for a whole file."""
-    return f"{entry['file']}{' ' if 'record' in entry else ': '}{entry['reason']}"
+    if "record" in entry:
+        return f"{entry['file']} {entry['reason']}"
+    return f"{entry['file']}: {entry['reason']}"
 
 
 def _readable(source: Source, path: str, start: int, length: int) -> tuple[int, bool]:

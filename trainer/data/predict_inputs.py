@@ -19,6 +19,7 @@ from pathlib import Path
 import tensorflow as tf
 
 from trainer.data import binary, tfrecords
+from trainer.data.check import UNREADABLE, record_line
 from trainer.data.decoders import BinaryDecoder, TFRecordDecoder, attempt_each
 from trainer.data.images import decode_files, list_images
 from trainer.data.preprocess import Preprocess, prepare_images
@@ -163,7 +164,7 @@ def checked_chunks(source: Source, decoder, preprocess: Preprocess, batch_size: 
             paths.numpy(), numbers.numpy(), labels.numpy(), reasons.numpy(), strict=True
         ):
             path = os.fsdecode(path)
-            error = f"{path}: record {number} {reason.decode()}" if reason else None
+            error = record_line(path, number, reason.decode()) if reason else None
             items.append(Item(str(index), Path(path).name, None if reason or label < 0 else int(label), error))
             index += 1
         good = reasons == ""
@@ -234,7 +235,7 @@ def _file_chunks(path: str, spec, decoder: TFRecordDecoder, batch_size: int, fir
         for batch in tfrecords.numbered_batches(path, spec, batch_size, decode):
             yield _chunk(path, first_id, decoder.num_classes, *batch)
     except tfrecords.BrokenFile as broken:
-        error = f"{path}: record {broken.number} is corrupted or truncated: the rest of the file cannot be read"
+        error = record_line(path, broken.number, UNREADABLE)
         yield [Item(str(first_id + broken.number), _file_name(path), None, error, rest_unread=True)], None
 
 
@@ -244,7 +245,7 @@ def _chunk(path: str, first_id: int, num_classes, numbers, images, labels, reaso
     rows = zip(numbers.numpy().tolist(), labels.numpy().tolist(), reasons.numpy(), names.numpy(), strict=True)
     for number, label, reason, name in rows:
         name = name.decode("utf-8", errors="backslashreplace") or str(first_id + number)
-        error = f"{path}: record {number} {reason.decode()}" if reason else None
+        error = record_line(path, number, reason.decode()) if reason else None
         known = num_classes is not None and 0 <= label < num_classes
         items.append(Item(name, _file_name(path), label if known else None, error))
     good = reasons == ""

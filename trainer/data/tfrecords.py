@@ -28,6 +28,7 @@ import tensorflow as tf
 from google.protobuf.message import DecodeError
 
 from trainer.data import record_writer
+from trainer.data.check import record_line
 from trainer.data.decoders import COMPRESSIONS, RecordSpec, TFRecordDecoder  # noqa: F401 (the spec, read here)
 from trainer.data.sources import tfrecord_dataset
 from trainer.errors import DataError, one_line
@@ -296,7 +297,7 @@ def refuse_first(path: str, spec: RecordSpec, reasons_of) -> int:
     ):
         bad = reasons.numpy().nonzero()[0]
         if len(bad):
-            raise DataError(f"{path}: record {int(numbers[bad[0]])} {reasons[bad[0]].numpy().decode()}")
+            raise DataError(record_line(path, int(numbers[bad[0]]), reasons[bad[0]].numpy().decode()))
         count = int(numbers[-1]) + 1
     return count
 
