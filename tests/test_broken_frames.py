@@ -130,8 +130,7 @@ def test_predict_writes_every_readable_row_then_fails_naming_the_file_and_record
     with pytest.raises(DataError) as error:
         run_task(compose(_overrides(files, *predict), tmp_path / "run"))
     assert str(error.value) == (
-        f"predict.input: {broken}: record 7 {UNREADABLE}; {output} holds the 13 rows that could be read, none for "
-        f"the records after it"
+        f"predict.input: {broken}: record 7 {UNREADABLE}; {output} holds 13 rows, none for the records after it"
     )
     rows = csv_rows(output)
     assert [row["file"] for row in rows] == ["val_a.tfrecords"] * 8 + ["val_b.tfrecords"] * 5

@@ -187,7 +187,4 @@ def _refuse_unread(unread: list[str], rows: int, output: Path) -> None:
     """
     if unread:
         more = f"; {len(unread) - 1} more file(s) stopped the same way" if len(unread) > 1 else ""
-        raise DataError(
-            f"predict.input: {unread[0]}{more}; {output} holds the {rows} rows that could be read, none for the "
-            f"records after it"
-        )
+        raise DataError(f"predict.input: {unread[0]}{more}; {output} holds {rows} rows, none for the records after it")
