@@ -90,7 +90,8 @@ def test_the_data_check_lists_a_corrupted_frame_and_reads_every_other_file(tmp_p
     _break_frame(broken, 7)
     run_dir = tmp_path / "run"
     with pytest.raises(DataError) as error, caplog.at_level(logging.WARNING):
-        run_task(compose(_overrides(files, "mode=inspect", "inspect.check=true", "inspect.num_images=4"), run_dir))
+        check = ["mode=inspect", "inspect.check=true", "inspect.split=val", "inspect.num_images=16"]
+        run_task(compose(_overrides(files, *check), run_dir))  # the sheet and its counts read the broken file too
     line = str(error.value)
     assert line.startswith(f"data check: 1 bad file(s) or record(s), e.g. {broken}: record 7 {UNREADABLE} (see ")
     report = json.loads((run_dir / "data_check.json").read_text())
@@ -98,6 +99,7 @@ def test_the_data_check_lists_a_corrupted_frame_and_reads_every_other_file(tmp_p
     # The 7 records before the frame and the other val file are checked; so are the other splits.
     assert report["num_examples"] == {"train": 12, "val": 7 + 5, "test": 12}
     assert f"Bad record {broken}: record 7 {UNREADABLE}" in caplog.text
+    assert json.loads((run_dir / "inspect.json").read_text())["per_class"] == {"cat": 4 + 3, "dog": 3 + 2}
 
 
 def test_without_the_check_a_corrupted_frame_still_stops_inspect_at_start_up(tmp_path):

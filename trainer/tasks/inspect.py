@@ -75,19 +75,19 @@ def _bad(bad: list[dict], entry: dict, say: bool) -> None:
         log.warning("Bad record %s", describe(entry))
 
 
-def _every_readable(data, split: str, bad: list[dict]) -> Iterator[tuple[tf.Tensor, tf.Tensor]]:
+def _every_readable(data, split: str, bad: list[dict], say: bool = True) -> Iterator[tuple[tf.Tensor, tf.Tensor]]:
     """`_good` of a whole split for the data check. A corrupted TFRecord frame ends its file (nothing after it
     can be read) but not the check: it is a bad record, and the split's other files are still read."""
     read: list = []
     try:
-        yield from _good(data.checked(split), bad, read=read)
+        yield from _good(data.checked(split), bad, say, read)
     except tf.errors.DataLossError:
         rest, broken = readable_rest(data.splits.sources[split], tuple(read) if read else None)
         for entry in broken:
-            _bad(bad, entry, say=True)
+            _bad(bad, entry, say)
         if rest.count:
             batches = checked_dataset(rest, data.splits.decoder, data.preprocess, data.batches.batch_size)
-            yield from _good(batches, bad)
+            yield from _good(batches, bad, say)
 
 
 def _with_model_augmentation(images: np.ndarray, augment: Augmentation, seed: int) -> np.ndarray:
@@ -110,7 +110,7 @@ def _caption(label: np.ndarray, class_names: list[str]) -> str:
 def _count(dataset, total: int, class_names: list[str]) -> dict[str, int]:
     counts = Counter()
     with tqdm(total=total, unit="img", desc="counting labels", disable=None) as progress:
-        for labels in dataset.map(lambda images, labels: labels):
+        for _, labels in dataset:
             counts.update(labels.numpy().tolist())
             progress.update(len(labels))
     return {name: counts.get(index, 0) for index, name in enumerate(class_names)}
@@ -179,7 +179,12 @@ def _inspect(settings: Config, data) -> None:
         log.warning("inspect.augmented=true applies to the train split only; showing %s unaugmented", options.split)
     augmented = options.augmented and options.split == "train"
     bad: list[dict] = []  # the sheet's bad records: inspect.check lists them all, else the first stops the run
-    dataset = data.train() if augmented else _good(data.checked(options.split), bad, say=False)
+    if augmented:
+        dataset = data.train()
+    elif options.check:  # a corrupted frame among the sheet's records: the check lists it, the run goes on
+        dataset = _every_readable(data, options.split, bad, say=False)
+    else:
+        dataset = _good(data.checked(options.split), bad, say=False)
     images, labels = _first_images(dataset, options.num_images)
     if options.augmented and options.split == "train":
         images = _with_model_augmentation(images, data.augment, settings.seed)
@@ -188,7 +193,7 @@ def _inspect(settings: Config, data) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     sheet = save_png(contact_sheet(images, captions), run_dir / "contact_sheet.png")
 
-    plain = data.split(options.split)
+    plain = _every_readable(data, options.split, [], say=False) if options.check else data.split(options.split)
     counts = (data.class_counts or {}).get(options.split) or _count(
         plain, data.num_examples[options.split], data.class_names
     )
