@@ -55,12 +55,12 @@ def _readable(source: Source, path: str, start: int, length: int) -> tuple[int, 
         for batch in source.reader.read(path, start, length).batch(SCAN_BATCH):
             count += int(tf.shape(batch)[0])
         return count, False
-    except tf.errors.OpError:  # in the batch after `count`: its records one at a time
+    except tf.errors.DataLossError:  # in the batch after `count`: its records one at a time
         pass
     try:
         for _ in source.reader.read(path, start + count, length - count if length >= 0 else -1):
             count += 1
-    except tf.errors.OpError:
+    except tf.errors.DataLossError:
         return count, True
     return count, False
 
