@@ -140,3 +140,15 @@ def test_predict_writes_every_readable_row_then_fails_naming_the_file_and_record
     assert all(row["predicted_class"] for row in rows[:7] + rows[8:])
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["rows"] == 13 and metrics["unread"] == [f"{broken}: record 7 {UNREADABLE}"]
+
+
+def test_the_data_check_lists_bad_records_in_file_order_around_a_corrupted_frame(tmp_path):
+    labels = [0, 1, 0, 1, 0, 5, 0, 1, 0, 1, 0, 1]  # record 5: a label outside the classes, read with the frame's batch
+    files = _files(tmp_path / "records", manifest=True, val_labels=labels)
+    broken = files["val"][0]
+    _break_frame(broken, 7)
+    with pytest.raises(DataError, match=f"data check: 2 bad file\\(s\\) or record\\(s\\), e.g. {broken}: record 5 has"):
+        run_task(compose(_overrides(files, "mode=inspect", "inspect.check=true", "inspect.num_images=4"), tmp_path))
+    report = json.loads((tmp_path / "data_check.json").read_text())
+    assert [entry["file"] for entry in report["bad"]] == [f"{broken}: record 5", f"{broken}: record 7"]
+    assert report["num_examples"]["val"] == 6 + 5

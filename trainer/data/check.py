@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import tensorflow as tf
@@ -65,10 +65,10 @@ def _readable(source: Source, path: str, start: int, length: int) -> tuple[int, 
     return count, False
 
 
-def readable_rest(source: Source, after: tuple[str, int] | None) -> tuple[Source, list[dict]]:
-    """What a read of `source` that a read error stopped (a corrupted TFRecord frame) can still read: its records
-    after the record `after` (file, number) read last (None: from the start), each range cut where its records
-    stop being readable, and the place of each such stop as a bad record (`UNREADABLE`)."""
+def readable_rest(source: Source, after: tuple[str, int] | None) -> Iterator[tuple[Source | None, dict | None]]:
+    """What a read of `source` that a read error stopped (a corrupted TFRecord frame) can still read, range by
+    range in order after the record `after` (file, number) read last (None: from the start): each range's
+    readable records as a source (None: none), and the bad record where they stop (`UNREADABLE`; None: none)."""
     ranges = list(source.records.ranges)
     if after is not None:
         file, number = after
@@ -79,14 +79,10 @@ def readable_rest(source: Source, after: tuple[str, int] | None) -> tuple[Source
         )
         path, start, length = ranges[at]
         ranges = [(path, number + 1, -1 if length < 0 else start + length - number - 1), *ranges[at + 1 :]]
-    kept, broken = [], []
     for path, start, length in ranges:
         count, stopped = _readable(source, path, start, length) if length else (0, False)
-        if count:
-            kept.append((path, start, count))
-        if stopped:
-            broken.append(record_entry(path, start + count, UNREADABLE))
-    return Source(Records(tuple(kept), sum(length for _, _, length in kept)), source.reader), broken
+        readable = Source(Records(((path, start, count),), count), source.reader) if count else None
+        yield readable, record_entry(path, start + count, UNREADABLE) if stopped else None
 
 
 def _hashes(dataset: tf.data.Dataset) -> tuple[list[str], list[int], Counter]:

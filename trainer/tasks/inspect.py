@@ -81,13 +81,13 @@ def _every_readable(data, split: str, bad: list[dict], say: bool = True) -> Iter
     read: list = []
     try:
         yield from _good(data.checked(split), bad, say, read)
-    except tf.errors.DataLossError:
-        rest, broken = readable_rest(data.splits.sources[split], tuple(read) if read else None)
-        for entry in broken:
-            _bad(bad, entry, say)
-        if rest.count:
-            batches = checked_dataset(rest, data.splits.decoder, data.preprocess, data.batches.batch_size)
-            yield from _good(batches, bad, say)
+    except tf.errors.DataLossError:  # the rest file by file, each broken frame listed after its file's records
+        for readable, broken in readable_rest(data.splits.sources[split], tuple(read) if read else None):
+            if readable is not None:
+                batches = checked_dataset(readable, data.splits.decoder, data.preprocess, data.batches.batch_size)
+                yield from _good(batches, bad, say)
+            if broken is not None:
+                _bad(bad, broken, say)
 
 
 def _with_model_augmentation(images: np.ndarray, augment: Augmentation, seed: int) -> np.ndarray:
