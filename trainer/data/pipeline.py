@@ -23,6 +23,7 @@ from collections.abc import Callable
 import tensorflow as tf
 
 from trainer.data.cache import Cache
+from trainer.data.check import record_line
 from trainer.data.decoders import Decoder, decode_batch
 from trainer.data.mixing import Mixing, batch_mixer
 from trainer.data.preprocess import Preprocess, prepare_images, to_model_size
@@ -165,7 +166,7 @@ def refuse_bad(source: Source, reasons_of: Callable[[tf.Tensor], tf.Tensor]) -> 
         bad = reasons.numpy().nonzero()[0]
         if len(bad):
             at = int(bad[0])
-            raise DataError(f"{files[at].numpy().decode()}: record {int(numbers[at])} {reasons[at].numpy().decode()}")
+            raise DataError(record_line(files[at].numpy().decode(), int(numbers[at]), reasons[at].numpy().decode()))
 
 
 def checked_dataset(source: Source, decoder: Decoder, preprocess: Preprocess, batch_size: int) -> tf.data.Dataset:
