@@ -386,6 +386,30 @@ def test_only_the_chief_locks_the_folder_it_resumes(tmp_path, monkeypatch):
         release_claimed_folders()
 
 
+@pytest.mark.unit
+@pytest.mark.parametrize("mode", ["inspect", "evaluate"])
+def test_resume_outside_training_is_one_line_before_it_locks_or_writes(tmp_path, monkeypatch, mode):
+    """`resume=RUN mode=inspect` wrote inspect's files into the training run's folder (its config_tree.txt
+    replaced, red team); `mode=evaluate` failed on a missing checkpoint= without naming resume=."""
+    from trainer.errors import ConfigError
+    from trainer.runs import locks
+    from trainer.runs.folders import check_resume_argument, release_claimed_folders
+
+    monkeypatch.chdir(tmp_path)
+    _two_backed_up_runs(tmp_path)
+    run_dir = Path("outputs") / "2026-11-30" / "10-00-00"
+    try:
+        with pytest.raises(
+            ConfigError, match=rf"resume=\S+ continues training \(mode=train\), not mode={mode}"
+        ) as refused:
+            check_resume_argument([f"resume={run_dir}", f"mode={mode}"])
+        assert not locks.is_claimed(run_dir) and not locks.is_held(run_dir)
+    finally:
+        release_claimed_folders()
+    if mode == "evaluate":
+        assert f"mode=evaluate checkpoint={run_dir}" in str(refused.value)
+
+
 @pytest.mark.e2e
 @pytest.mark.slow  # 18 s; the default suite keeps the changed-byte resume test, refused the same way
 def test_a_resume_on_other_data_is_refused_and_a_moved_copy_passes(tmp_path):

@@ -98,6 +98,7 @@ def check_resume_argument(arguments: list[str], multirun: bool = False) -> None:
         if argument.startswith(("resume=", "+resume=", "++resume=")):
             value = argument.split("=", 1)[1].strip("'\"")
             if value and value != "null":
+                _check_resume_mode(value, _argument(arguments, "mode"))
                 folder = Path(resume_folder(value))
                 swept = "-m" in arguments or "--multirun" in arguments
                 if (folder / "metrics.json").is_file() and not swept:
@@ -110,6 +111,22 @@ def check_resume_argument(arguments: list[str], multirun: bool = False) -> None:
                 if chief and not (multirun or swept):  # the other workers train in temporary folders
                     locks.claim(folder)
                     _resumed.add(folder.resolve())
+
+
+def _check_resume_mode(value: str, mode: str | None) -> None:
+    """`resume=` continues training; another mode would write its files into the training run's folder (mode=inspect
+    replaced its config_tree.txt) or fail on a missing checkpoint.
+
+    Raises:
+        ConfigError: the one line, with the command the user meant.
+    """
+    if mode in (None, "train"):
+        return
+    if mode in ("evaluate", "predict", "export"):
+        meant = f"for the run's checkpoint: python run.py mode={mode} checkpoint={value}"
+    else:
+        meant = f"leave resume= out of mode={mode}"
+    raise ConfigError(f"resume={value} continues training (mode=train), not mode={mode}; {meant}")
 
 
 _resumed: set[Path] = set()  # folders claimed to resume a run: released, never removed
