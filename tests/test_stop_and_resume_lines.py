@@ -61,3 +61,14 @@ def test_a_time_budget_stop_and_its_resume_say_where_training_goes_on(
         "the resume trains the steps the lines say: the rest of epoch 1, epoch 2"
     )
     assert_finished_once(run_dir, 2)
+
+
+@pytest.mark.unit
+def test_a_stop_after_the_last_epoch_promises_only_the_test_evaluation():
+    """SIGTERM in the last epoch's validation logged 'resumed, epoch 2 starts at its first step' of a 1-epoch run,
+    whose resume trains nothing and only evaluates (red team)."""
+    from trainer.training.resumed import going_on
+
+    assert going_on(1, 0, 2, epochs=1) == "every epoch is done, only the test evaluation is left"
+    assert going_on(1, 0, 2, epochs=2) == "epoch 2 starts at its first step"
+    assert going_on(0, 2, 2, epochs=1) == "epoch 1 goes on after its last step (2 of 2), with only its end left"

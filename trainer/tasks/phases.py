@@ -243,7 +243,7 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
                     f"in epoch {stop.epoch + 1}, after step {stop.steps} of {steps}" if stop.steps
                     else f"after epoch {stop.epoch}",
                     folder.backup_dir if plan.chief else "the chief's run folder",
-                    going_on(stop.epoch, stop.steps, steps),
+                    going_on(stop.epoch, stop.steps, steps, settings.trainer.epochs),
                     " on every worker" if several else "",
                     resume,
                 )  # fmt: skip

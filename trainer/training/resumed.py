@@ -15,10 +15,13 @@ from __future__ import annotations
 import keras
 
 
-def going_on(epoch: int, passed: int, steps: int) -> str:
+def going_on(epoch: int, passed: int, steps: int, epochs: int | None = None) -> str:
     """Where a resume goes on in `epoch` (0-based) when the backup holds `passed` of its `steps` steps, as the
     stop's line and the resume's line both say it: a backup made after an epoch's last step leaves only the
-    epoch's end (validation, checkpoints, its history.csv row), no step."""
+    epoch's end (validation, checkpoints, its history.csv row), no step; one made after the last of `epochs`
+    leaves only the test evaluation."""
+    if passed <= 0 and epochs is not None and epoch >= epochs:
+        return "every epoch is done, only the test evaluation is left"
     if passed <= 0:
         return f"epoch {epoch + 1} starts at its first step"
     if passed >= steps:
