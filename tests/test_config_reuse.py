@@ -105,3 +105,11 @@ def test_a_relative_data_dir_of_a_reused_run_is_the_one_it_was_launched_with(tmp
     (launched / "photos").rmdir()
     monkeypatch.chdir(elsewhere)
     assert data_dir() == "photos" and "is gone, so" in caplog.text, "the run's data gone: today's, said in a line"
+
+
+def test_a_typed_value_that_does_not_resolve_is_one_line_against_a_run(tmp_path):
+    """`resume=RUN trainer.epochs=${oops}` (and evaluate of a run) was a traceback from OmegaConf (red team)."""
+    run = _save_run(tmp_path / "run", [])
+    typed = ["mode=evaluate", f"checkpoint={run}", "evaluate.split=${oops}"]
+    with pytest.raises(ConfigError, match=r"^evaluate\.split: Interpolation key 'oops' not found$"):
+        with_run_config(compose(typed, output_dir=tmp_path / "eval"), typed)

@@ -21,7 +21,7 @@ from typing import Any
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from trainer.cli.arguments import check_arguments
 from trainer.cli.hints import missing_extra
@@ -78,7 +78,9 @@ def main(cfg: DictConfig) -> float | None:
     _share_cores(cfg)
     hydra = HydraConfig.get()
     try:
-        return run_task(cfg, show_config=True, overrides=hydra.overrides.task)
+        # As typed: iterating Hydra's ListConfig would resolve `trainer.epochs=${oops}` into a traceback
+        overrides = OmegaConf.to_container(hydra.overrides.task, resolve=False)
+        return run_task(cfg, show_config=True, overrides=overrides)
     except UserError as error:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise

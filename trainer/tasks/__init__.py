@@ -13,8 +13,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from trainer.config import reuse, to_settings
+from trainer.errors import ConfigError
 from trainer.runs.atomic import write_atomic
 
 log = logging.getLogger(__name__)
@@ -59,7 +61,19 @@ def print_config_tree(cfg: DictConfig, path: Path | None = None) -> str:
 
 def with_run_config(cfg: DictConfig, overrides: Sequence[str]) -> DictConfig:
     """For evaluate/predict/export/inspect of a run folder: the run's saved config, what was typed on top.
-    For `resume=RUN`: the run's saved config, the command line checked against it (trainer.config.bind)."""
+    For `resume=RUN`: the run's saved config, the command line checked against it (trainer.config.bind).
+
+    Raises:
+        ConfigError: one line for a value that does not resolve (`trainer.epochs=${oops}` was a traceback here).
+    """
+    try:
+        return _with_run_config(cfg, overrides)
+    except OmegaConfBaseException as error:
+        where = f"{error.full_key}: " if getattr(error, "full_key", None) else ""
+        raise ConfigError(where + str(error).splitlines()[0]) from None
+
+
+def _with_run_config(cfg: DictConfig, overrides: Sequence[str]) -> DictConfig:
     if cfg.mode == "train" and cfg.get("resume"):
         from trainer.config.bind import bind_to_run
         from trainer.runs.resume import resolve_resume

@@ -320,6 +320,7 @@ def _job_name() -> str | None:
     if _sweep_folder() is None:
         return None
     from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
 
     hydra = HydraConfig.get()
     swept = set(hydra.sweeper.get("params") or {})  # Optuna's search space, a sweeper's params
@@ -327,7 +328,7 @@ def _job_name() -> str | None:
         key, _, value = argument.lstrip("+~").partition("=")
         if not value.startswith(("[", "{")) and ("," in value or value.startswith(SWEEP_SYNTAX)):
             swept.add(key)
-    task = list(hydra.overrides.task)
+    task = OmegaConf.to_container(hydra.overrides.task, resolve=False)  # as typed: `${...}` left unresolved
     chosen = [item for item in task if item.lstrip("+~").partition("=")[0] in swept]
     chosen = chosen or [item for item in task if "/" not in item and not item.startswith("hydra.")]
     return f"{hydra.job.num}: {' '.join(chosen)}" if chosen else str(hydra.job.num)
