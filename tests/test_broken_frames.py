@@ -4,6 +4,7 @@ ends with one line and a non-zero exit; every bad record reads `FILE: record N R
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 from pathlib import Path
@@ -22,6 +23,9 @@ pytestmark = pytest.mark.integration
 
 SIZE = 32
 UNREADABLE = "is corrupted or truncated: the rest of the file cannot be read"
+UNREADABLE_FROM = (
+    "cannot be read: the compressed file is corrupted or truncated at or after it; nothing after it can be read"
+)
 
 
 def _example(label: int, value: int) -> bytes:
@@ -44,6 +48,22 @@ def _break_frame(path: Path, index: int) -> None:
         offset += 16 + int.from_bytes(data[offset : offset + 8], "little")
     data[offset + 9] ^= 0xFF
     path.write_bytes(bytes(data))
+
+
+def _gzip(paths: list[Path]) -> None:
+    """Each file GZIP-compressed in place (a broken frame inside stays broken: the gzip stream itself is whole)."""
+    for path in paths:
+        path.write_bytes(gzip.compress(path.read_bytes()))
+
+
+def _predict(tmp_path: Path, files: dict[str, list[Path]]) -> tuple[str, list[dict], dict]:
+    """(the error line, the CSV's rows, metrics.json) of predict over the val files, which must fail."""
+    output = tmp_path / "predictions.csv"
+    predict = ["mode=predict", f"checkpoint={_tiny_checkpoint(tmp_path)}", f"predict.output={output}"]
+    predict += [f"predict.input='{tmp_path / 'records'}/val_*.tfrecords'"]  # quoted for Hydra
+    with pytest.raises(DataError) as error:
+        run_task(compose(_overrides(files, *predict), tmp_path / "run"))
+    return str(error.value), csv_rows(output), json.loads((tmp_path / "run" / "metrics.json").read_text())
 
 
 def _files(folder: Path, manifest: bool, val_labels: list[int] | None = None) -> dict[str, list[Path]]:
@@ -152,3 +172,52 @@ def test_the_data_check_lists_bad_records_in_file_order_around_a_corrupted_frame
     report = json.loads((tmp_path / "data_check.json").read_text())
     assert [entry["file"] for entry in report["bad"]] == [f"{broken}: record 5", f"{broken}: record 7"]
     assert report["num_examples"]["val"] == 6 + 5
+
+
+def test_predict_on_a_gzip_file_predicts_the_records_before_its_error_and_names_the_first_unreadable_one(tmp_path):
+    """A compressed file stops at its error in a batch (of 4 here): the batch is read again a record at a time, so
+    records 4 and 5 are predicted too and the line names record 6, the first that cannot be read, saying the damage
+    is at or after it (the decompressor may hold back records read before it)."""
+    files = _files(tmp_path / "records", manifest=False)
+    broken = files["val"][0]
+    _break_frame(broken, 6)
+    _gzip(files["val"])
+    line, rows, _ = _predict(tmp_path, files)
+    expected = f"{broken}: record 6 {UNREADABLE_FROM}"
+    output = tmp_path / "predictions.csv"
+    assert line == f"predict.input: {expected}; {output} holds 12 rows, none for the records after it"
+    assert [row["file"] for row in rows] == ["val_a.tfrecords"] * 7 + ["val_b.tfrecords"] * 5
+    assert [row["error"] for row in rows] == [""] * 6 + [expected] + [""] * 5
+    assert all(row["predicted_class"] for row in rows[:6] + rows[7:])
+
+
+def test_a_broken_first_record_is_named_and_takes_no_label_from_the_other_files(tmp_path):
+    """Record 0's frame broken: its own row says so (not 'not a TFRecord file' at start-up), and the other
+    file's rows keep their true classes, with an accuracy (its broken first record decided 'unlabeled')."""
+    files = _files(tmp_path / "records", manifest=False)
+    broken = files["val"][0]
+    _break_frame(broken, 0)
+    line, rows, metrics = _predict(tmp_path, files)
+    assert line.startswith(f"predict.input: {broken}: record 0 {UNREADABLE}; ")
+    assert [row["error"] for row in rows] == [f"{broken}: record 0 {UNREADABLE}"] + [""] * 5
+    assert [row["true_class"] for row in rows[1:]] == ["cat", "dog", "cat", "dog", "cat"]
+    assert metrics["labeled"] == 5 and metrics["accuracy"] is not None
+
+
+def test_without_the_check_a_broken_first_frame_stops_inspect_naming_it(tmp_path):
+    files = _files(tmp_path / "records", manifest=False)
+    _break_frame(files["val"][0], 0)
+    with pytest.raises(DataError, match=f"{files['val'][0]}: corrupted or truncated TFRecord file at record 0$"):
+        run_task(compose(_overrides(files, "mode=inspect", "inspect.split=val", "inspect.num_images=4"), tmp_path))
+
+
+def test_the_data_check_counts_a_gzip_files_readable_records_and_says_at_or_after(tmp_path):
+    files = _files(tmp_path / "records", manifest=False)
+    broken = files["val"][0]
+    _break_frame(broken, 7)
+    _gzip(files["val"])
+    with pytest.raises(DataError, match=f"e.g. {broken}: record 7 cannot be read: the compressed file is corrupted"):
+        run_task(compose(_overrides(files, "mode=inspect", "inspect.check=true", "inspect.num_images=4"), tmp_path))
+    report = json.loads((tmp_path / "data_check.json").read_text())
+    assert report["bad"] == [{"file": f"{broken}: record 7", "record": 7, "reason": UNREADABLE_FROM}]
+    assert report["num_examples"]["val"] == 7 + 5

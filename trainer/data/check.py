@@ -28,6 +28,16 @@ SPLITS = ("train", "val", "test")
 LARGE_PIXELS = 12_000_000  # a phone photo's 12 MP: decoding many of them is what makes a folder slow
 SCAN_BATCH = 1024  # records counted at once when a read error is looked for
 UNREADABLE = "is corrupted or truncated: the rest of the file cannot be read"  # a broken frame's reason
+# ... in a compressed file, where the records read before a decompression error may stop short of the damage
+UNREADABLE_FROM = (
+    "cannot be read: the compressed file is corrupted or truncated at or after it; nothing after it can be read"
+)
+
+
+def unreadable(exact: bool) -> str:
+    """A broken frame's reason: `UNREADABLE` where the record is known (an uncompressed file's frames), else
+    `UNREADABLE_FROM` (a compressed file: the first record that could not be read, the damage at or after it)."""
+    return UNREADABLE if exact else UNREADABLE_FROM
 
 
 def record_line(file: str, number: int, reason: str = "") -> str:
@@ -68,7 +78,8 @@ def _readable(source: Source, path: str, start: int, length: int) -> tuple[int, 
 def readable_rest(source: Source, after: tuple[str, int] | None) -> Iterator[tuple[Source | None, dict | None]]:
     """What a read of `source` that a read error stopped (a corrupted TFRecord frame) can still read, range by
     range in order after the record `after` (file, number) read last (None: from the start): each range's
-    readable records as a source (None: none), and the bad record where they stop (`UNREADABLE`; None: none)."""
+    readable records as a source (None: none), and the bad record where they stop (`unreadable`; None: none)."""
+    reason = unreadable(exact=not getattr(source.reader, "compression_type", ""))
     ranges = list(source.records.ranges)
     if after is not None:
         file, number = after
@@ -82,7 +93,7 @@ def readable_rest(source: Source, after: tuple[str, int] | None) -> Iterator[tup
     for path, start, length in ranges:
         count, stopped = _readable(source, path, start, length) if length else (0, False)
         readable = Source(Records(((path, start, count),), count), source.reader) if count else None
-        yield readable, record_entry(path, start + count, UNREADABLE) if stopped else None
+        yield readable, record_entry(path, start + count, reason) if stopped else None
 
 
 def _hashes(dataset: tf.data.Dataset) -> tuple[list[str], list[int], Counter]:

@@ -19,7 +19,7 @@ from pathlib import Path
 import tensorflow as tf
 
 from trainer.data import binary, tfrecords
-from trainer.data.check import UNREADABLE, record_line
+from trainer.data.check import record_line, unreadable
 from trainer.data.decoders import BinaryDecoder, TFRecordDecoder, attempt_each
 from trainer.data.images import decode_files, list_images
 from trainer.data.preprocess import Preprocess, prepare_images
@@ -235,7 +235,7 @@ def _file_chunks(path: str, spec, decoder: TFRecordDecoder, batch_size: int, fir
         for batch in tfrecords.numbered_batches(path, spec, batch_size, decode):
             yield _chunk(path, first_id, decoder.num_classes, *batch)
     except tfrecords.BrokenFile as broken:
-        error = record_line(path, broken.number, UNREADABLE)
+        error = record_line(path, broken.number, unreadable(broken.exact))
         yield [Item(str(first_id + broken.number), _file_name(path), None, error, rest_unread=True)], None
 
 

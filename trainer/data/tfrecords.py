@@ -110,11 +110,29 @@ def detect_compression(path: str) -> str | None:
         return "none"  # empty: reported as "holds no records"
     if len(head) == 12 and struct.unpack("<I", head[8:])[0] == record_writer.masked_crc(head[:8]):
         return "none"
+    if len(head) == 12 and _second_frame_fits(path, struct.unpack("<Q", head[:8])[0]):
+        return "none"  # its first frame is broken: read as a TFRecord file, that record is named as corrupted
     if head[:2] == b"\x1f\x8b":
         return "gzip"
     if len(head) >= 2 and head[0] & 0x0F == 8 and head[0] >> 4 <= 7 and (head[0] << 8 | head[1]) % 31 == 0:
         return "zlib"
     return None
+
+
+def _second_frame_fits(path: str, length: int) -> bool:
+    """Whether the first frame's length (its checksum failed) leads to the file's end or to a second frame whose
+    length checksum holds: an uncompressed TFRecord file whose first frame is broken (its checksum bytes, or its
+    data), not another kind of file."""
+    try:
+        size = tf.io.gfile.stat(path).length
+        if 16 + length >= size:
+            return 16 + length == size
+        with tf.io.gfile.GFile(path, "rb") as handle:
+            handle.seek(16 + length)
+            head = handle.read(12)
+    except tf.errors.OpError:
+        return False
+    return len(head) == 12 and struct.unpack("<I", head[8:])[0] == record_writer.masked_crc(head[:8])
 
 
 def compression_of(files: list[str], setting: str) -> str:
@@ -178,7 +196,7 @@ class BrokenFile(DataError):
     def __init__(self, path: str, number: int, exact: bool):
         where = f"at record {number}" if exact else f"at or after record {number}"
         super().__init__(f"{path}: corrupted or truncated TFRecord file {where}")
-        self.number = number
+        self.number, self.exact = number, exact
 
 
 def numbered_batches(path: str, spec: RecordSpec, batch_size: int, decode) -> Iterator:
@@ -188,10 +206,33 @@ def numbered_batches(path: str, spec: RecordSpec, batch_size: int, decode) -> It
     Raises:
         BrokenFile: at a corrupted or truncated frame, after the records before it. An uncompressed file is
             read up to it (`ignore_errors`) and found by its bytes: each record takes its length and 16 bytes
-            of frame, so a file read whole adds up to its size. A compressed one stops at its error, in a batch.
+            of frame, so a file read whole adds up to its size. A compressed one stops at its error, in a batch:
+            that batch is read again one record at a time, so the records before the error are decoded too and
+            the error names the first record that could not be read (`exact=False`: the decompressor may have
+            held back records before the damage).
     """
     compression = compression_of([path], spec.compression)
-    records = tfrecord_dataset(path, compression).enumerate()
+    read = after = 0
+    try:
+        for decoded, end, size in _sized_batches(path, compression, batch_size, decode):
+            yield decoded
+            read, after = read + int(size), int(end)
+    except tf.errors.OpError:
+        try:
+            for decoded, end, _ in _sized_batches(path, compression, 1, decode, after):
+                yield decoded
+                after = int(end)
+        except tf.errors.OpError:
+            pass
+        raise BrokenFile(path, after, exact=False) from None
+    if not compression and read != tf.io.gfile.stat(path).length:
+        raise BrokenFile(path, after, exact=True)
+
+
+def _sized_batches(path: str, compression: str, batch_size: int, decode, start: int = 0) -> tf.data.Dataset:
+    """(`decode(numbers, records)`, the number after the batch's last record, its bytes framed) for each batch of
+    one file's records from record `start`; an uncompressed file's read ends quietly at a broken frame."""
+    records = tfrecord_dataset(path, compression).enumerate().skip(start)
     records = records.ignore_errors(log_warning=False) if not compression else records
 
     def sized(numbers: tf.Tensor, batch: tf.Tensor):
@@ -201,15 +242,7 @@ def numbered_batches(path: str, spec: RecordSpec, batch_size: int, decode) -> It
     options.deterministic = True
     options.autotune.enabled = False  # as in trainer.data.pipeline: no model thread to wait for at the end
     batches = records.batch(batch_size).map(sized, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    read = after = 0
-    try:
-        for decoded, end, size in batches.prefetch(1).with_options(options):
-            yield decoded
-            read, after = read + int(size), int(end)
-    except tf.errors.OpError:
-        raise BrokenFile(path, after, exact=False) from None
-    if not compression and read != tf.io.gfile.stat(path).length:
-        raise BrokenFile(path, after, exact=True)
+    return batches.prefetch(1).with_options(options)
 
 
 def first_example(path: str, spec: RecordSpec) -> tf.train.Example | None:
@@ -229,12 +262,13 @@ def first_example(path: str, spec: RecordSpec) -> tf.train.Example | None:
 def first_labeled(path: str, spec: RecordSpec) -> bool | None:
     """Whether a file's records are labeled, told by its first Example (no Example among the first records: not
     labeled); None for a file with no records. Unlike `inspect_first` it judges no record: `mode=predict`
-    gives every refused record its row, the first as any other."""
+    gives every refused record its row, the first as any other. A broken first frame leaves no record to
+    tell: True, so it takes no label from the other files (its one row says it is broken)."""
     try:
         if next(iter(records_of(path, spec).take(1)), None) is None:
             return None
     except tf.errors.OpError:
-        return False  # a broken first frame: its row says so
+        return True
     example = first_example(path, spec)
     return example is not None and spec.label_key in example.features.feature
 
@@ -244,11 +278,14 @@ def inspect_first(path: str, spec: RecordSpec) -> bool | None:
     that holds no records (0 bytes, or a compressed file with none: Beam and Spark write such shards).
 
     Raises:
+        BrokenFile: its first frame is corrupted or truncated.
         DataError: the file is unreadable, compressed otherwise than `spec.compression`, or its first
             record is not an Example, has the wrong keys, or is refused by the decoder (its reason).
     """
     try:
         first = next(iter(records_of(path, spec).take(1)), None)
+    except tf.errors.DataLossError:
+        raise BrokenFile(path, 0, exact=not compression_of([path], spec.compression)) from None
     except tf.errors.OpError as error:
         raise DataError(f"{path}: not a readable TFRecord file ({one_line(error)})") from None
     if first is None:
