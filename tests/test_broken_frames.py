@@ -221,3 +221,14 @@ def test_the_data_check_counts_a_gzip_files_readable_records_and_says_at_or_afte
     report = json.loads((tmp_path / "data_check.json").read_text())
     assert report["bad"] == [{"file": f"{broken}: record 7", "record": 7, "reason": UNREADABLE_FROM}]
     assert report["num_examples"]["val"] == 7 + 5
+
+
+def test_the_data_check_lists_a_broken_first_frame_and_checks_every_other_file(tmp_path):
+    files = _files(tmp_path / "records", manifest=False)
+    broken = files["val"][0]
+    _break_frame(broken, 0)
+    with pytest.raises(DataError, match=f"e.g. {broken}: record 0 {UNREADABLE} \\(see "):
+        run_task(compose(_overrides(files, "mode=inspect", "inspect.check=true", "inspect.num_images=4"), tmp_path))
+    report = json.loads((tmp_path / "data_check.json").read_text())
+    assert report["bad"] == [{"file": f"{broken}: record 0", "record": 0, "reason": UNREADABLE}]
+    assert report["num_examples"] == {"train": 12, "val": 5, "test": 12}

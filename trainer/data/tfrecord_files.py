@@ -88,6 +88,15 @@ def _broken_frame_finder(files: dict[str, list[str]], spec: tfrecords.RecordSpec
     return find
 
 
+def _broken_first_kept(path: str, spec: tfrecords.RecordSpec) -> bool | None:
+    """`tfrecords.inspect_first`, but a broken first frame keeps its file (as labeled: nothing of it can be
+    read), so the data check lists it as a bad record and goes on."""
+    try:
+        return tfrecords.inspect_first(path, spec)
+    except tfrecords.BrokenFile:
+        return True
+
+
 def layout_of(manifest_file: str | None, manifest: dict | None, **config) -> dict:
     """The format, stored size and resize mode to read with: the config's where set (not None), else the
     manifest's, else the classic layout.
@@ -144,12 +153,14 @@ class TFRecordLoader:
         )
         return spec, manifest, layout["resize_mode"]
 
-    def _files(self, spec: tfrecords.RecordSpec) -> dict[str, list[str]]:
-        """Each split's files, globs expanded, empty files left out, every file labeled."""
+    def _files(self, spec: tfrecords.RecordSpec, list_bad: bool) -> dict[str, list[str]]:
+        """Each split's files, globs expanded, empty files left out, every file labeled; `list_bad`: a file whose
+        first frame is broken is kept, for the data check to list."""
+        first = _broken_first_kept if list_bad else tfrecords.inspect_first
         files = {}
         for split, patterns in self.patterns.items():
             paths = tfrecords.expand(patterns, f"dataset.{split}_files")
-            labeled = tfrecords.without_empty(paths, spec, f"dataset.{split}_files")
+            labeled = tfrecords.without_empty(paths, spec, f"dataset.{split}_files", first)
             for path in paths:
                 if labeled.get(path) is False:
                     raise DataError(
@@ -198,7 +209,7 @@ class TFRecordLoader:
         lists it (`trainer.data.check.readable_rest`), instead of stopping the load."""
         first = tfrecords.expand(self.patterns["train"], "dataset.train_files")
         spec, manifest, resize_mode = self.spec(first)
-        files = self._files(spec)
+        files = self._files(spec, list_bad)
         manifest_file = tfrecords.read_manifest(files["train"])[0]
         class_names = self._class_names(manifest_file, manifest)
         num_classes = len(class_names)
