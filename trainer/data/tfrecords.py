@@ -99,7 +99,9 @@ def detect_compression(path: str) -> str | None:
     """`none`, `gzip` or `zlib` from a file's first bytes; None when it is none of them.
 
     An uncompressed TFRecord file starts with a record length whose checksum follows
-    it, which a compressed file's first 12 bytes match only by a 1 in 2**32 chance.
+    it, which a compressed file's first 12 bytes match only by a 1 in 2**32 chance; where that checksum fails,
+    a second frame whose checksum holds (`_second_frame_fits`) still tells an uncompressed file, whose first
+    frame is broken (a byte flipped in the length field itself is not told: "match none").
     """
     try:
         with tf.io.gfile.GFile(path, "rb") as handle:
