@@ -103,7 +103,11 @@ def _overrides(files: dict[str, list[Path]], *extra: str) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("manifest", [False, True], ids=["counted_at_start_up", "behind_a_manifest"])
+@pytest.mark.parametrize(
+    "manifest",
+    [pytest.param(False, marks=pytest.mark.slow), True],  # slow: 7 s; the broken first frame's case counts too
+    ids=["counted_at_start_up", "behind_a_manifest"],
+)
 def test_the_data_check_lists_a_corrupted_frame_and_reads_every_other_file(tmp_path, manifest, caplog):
     files = _files(tmp_path / "records", manifest)
     broken = files["val"][0]
@@ -211,6 +215,7 @@ def test_without_the_check_a_broken_first_frame_stops_inspect_naming_it(tmp_path
         run_task(compose(_overrides(files, "mode=inspect", "inspect.split=val", "inspect.num_images=4"), tmp_path))
 
 
+@pytest.mark.slow  # 6 s; the default suite keeps predict's GZIP case (the same re-read and wording)
 def test_the_data_check_counts_a_gzip_files_readable_records_and_says_at_or_after(tmp_path):
     files = _files(tmp_path / "records", manifest=False)
     broken = files["val"][0]
