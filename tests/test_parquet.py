@@ -322,7 +322,7 @@ def test_a_bad_image_stops_training_with_one_line_naming_its_file_and_row(tmp_pa
     provenance and the decoder's reason (Parquet files are records: training stops), and nothing is read again:
     every read of the files is the pipeline's (image and label columns), none of the image column alone. Held
     out by dataset.val_fraction, the row is still its row in the file, not its place among the split's rows."""
-    from trainer.data import parquet
+    from trainer.data import parquet_rows
 
     row, image, reason = BAD_IMAGES[case]
     root = make_plain(tmp_path / case, per_class=3)  # train.parquet: 9 rows, test.parquet: 6
@@ -340,8 +340,8 @@ def test_a_bad_image_stops_training_with_one_line_naming_its_file_and_row(tmp_pa
             load_data(_settings(root).dataset, batch_size=4, seed=0)
     else:
         data = load_data(_settings(root, *extra).dataset, batch_size=4, seed=0)
-        reads, batches = [], parquet._batches
-        monkeypatch.setattr(parquet, "_batches", lambda path, kind, columns, *rest: reads.append(columns) or
+        reads, batches = [], parquet_rows._batches
+        monkeypatch.setattr(parquet_rows, "_batches", lambda path, kind, columns, *rest: reads.append(columns) or
                             batches(path, kind, columns, *rest))  # fmt: skip
         with pytest.raises(DataError, match=line.replace("^", "^bad input data: ")) as caught:
             with data.named_bad_records():

@@ -46,7 +46,7 @@ def _record_class_names(settings: Config, kind: str, files: list[Path], model_cl
     converted folder without labels (nothing to check); Parquet's ClassLabel, else the dataset's, else the
     model's; else the dataset's, else the classic files' two."""
     if kind == "parquet":
-        from trainer.data.parquet import class_label_names, file_kind
+        from trainer.data.parquet_rows import class_label_names, file_kind
 
         label = settings.dataset.label_column
         found = class_label_names(Path(files[0]), file_kind([str(file) for file in files]), label)

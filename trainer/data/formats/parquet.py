@@ -41,7 +41,7 @@ class ArrowFiles(PhotoConfig):
 
     def predict_chunks(self, kind: str, files: list, preprocess, num_classes: int, batch_size: int):
         """`mode=predict` on Parquet or Arrow stream files with these columns: each bad row gets its reason."""
-        from trainer.data.parquet import predict_chunks
+        from trainer.data.parquet_rows import predict_chunks
 
         if kind != "parquet":
             return None
