@@ -16,17 +16,13 @@ from __future__ import annotations
 import hashlib
 import itertools
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import numpy as np
 import tensorflow as tf
 
-from trainer.data.shares import Records
-from trainer.data.sources import Source
-
 SPLITS = ("train", "val", "test")
 LARGE_PIXELS = 12_000_000  # a phone photo's 12 MP: decoding many of them is what makes a folder slow
-SCAN_BATCH = 1024  # records counted at once when a read error is looked for
 UNREADABLE = "is corrupted or truncated: the rest of the file cannot be read"  # a broken frame's reason
 # ... in a compressed file, where the records read before a decompression error may stop short of the damage
 UNREADABLE_FROM = (
@@ -56,44 +52,6 @@ def describe(entry: dict) -> str:
     if "record" in entry:
         return f"{entry['file']} {entry['reason']}"
     return f"{entry['file']}: {entry['reason']}"
-
-
-def _readable(source: Source, path: str, start: int, length: int) -> tuple[int, bool]:
-    """(the records of the range that can be read, whether a read error ends them before its end)."""
-    count = 0
-    try:
-        for batch in source.reader.read(path, start, length).batch(SCAN_BATCH):
-            count += int(tf.shape(batch)[0])
-        return count, False
-    except tf.errors.DataLossError:  # in the batch after `count`: its records one at a time
-        pass
-    try:
-        for _ in source.reader.read(path, start + count, length - count if length >= 0 else -1):
-            count += 1
-    except tf.errors.DataLossError:
-        return count, True
-    return count, False
-
-
-def readable_rest(source: Source, after: tuple[str, int] | None) -> Iterator[tuple[Source | None, dict | None]]:
-    """What a read of `source` that a read error stopped (a corrupted TFRecord frame) can still read, range by
-    range in order after the record `after` (file, number) read last (None: from the start): each range's
-    readable records as a source (None: none), and the bad record where they stop (`unreadable`; None: none)."""
-    reason = unreadable(exact=not getattr(source.reader, "compression_type", ""))
-    ranges = list(source.records.ranges)
-    if after is not None:
-        file, number = after
-        at = next(
-            index
-            for index, (path, start, length) in enumerate(ranges)
-            if path == file and start <= number and (length < 0 or number < start + length)
-        )
-        path, start, length = ranges[at]
-        ranges = [(path, number + 1, -1 if length < 0 else start + length - number - 1), *ranges[at + 1 :]]
-    for path, start, length in ranges:
-        count, stopped = _readable(source, path, start, length) if length else (0, False)
-        readable = Source(Records(((path, start, count),), count), source.reader) if count else None
-        yield readable, record_entry(path, start + count, reason) if stopped else None
 
 
 def _hashes(dataset: tf.data.Dataset) -> tuple[list[str], list[int], Counter]:

@@ -232,7 +232,8 @@ def _file_chunks(path: str, spec, decoder: TFRecordDecoder, batch_size: int, fir
         return numbers, *decoder.checked(records), _stored_names(records, spec.filename_key)
 
     try:
-        for batch in tfrecords.numbered_batches(path, spec, batch_size, decode):
+        compression = tfrecords.compression_of([path], spec.compression)
+        for batch in tfrecords.numbered_batches(path, compression, batch_size, decode):
             yield _chunk(path, first_id, decoder.num_classes, *batch)
     except tfrecords.BrokenFile as broken:
         error = record_line(path, broken.number, unreadable(broken.exact))

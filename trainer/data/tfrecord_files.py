@@ -82,7 +82,8 @@ def _broken_frame_finder(files: dict[str, list[str]], spec: tfrecords.RecordSpec
             return
         log.warning("A corrupted frame stopped the input pipeline; reading the %d record files to name it", len(paths))
         for path in paths:  # raises BrokenFile, naming the file and record
-            for _ in tfrecords.numbered_batches(path, spec, tfrecords.SCAN_BATCH, lambda numbers, records: numbers):
+            compression = tfrecords.compression_of([path], spec.compression)
+            for _ in tfrecords.numbered_batches(path, compression, tfrecords.SCAN_BATCH, lambda numbers, _: numbers):
                 pass
 
     return find
@@ -206,7 +207,7 @@ class TFRecordLoader:
 
     def load(self, list_bad: bool = False) -> Splits:
         """The splits; `list_bad`: a corrupted frame met counting the records is left to the data check, which
-        lists it (`trainer.data.check.readable_rest`), instead of stopping the load."""
+        lists it (`trainer.data.tfrecords.readable_rest`), instead of stopping the load."""
         first = tfrecords.expand(self.patterns["train"], "dataset.train_files")
         spec, manifest, resize_mode = self.spec(first)
         files = self._files(spec, list_bad)

@@ -1,5 +1,6 @@
 """TFRecord image files: the feature spec shared by the writer (`trainer.data.folder_to_records`) and the reader,
-and the checks of the files themselves (globs, compression, first record, every record's checksum and label).
+and the checks of the files themselves (globs, compression, first record, every record's checksum and label, the
+records up to a broken frame: `numbered_batches`, for predict, the start-up scan and the data check alike).
 
 Two layouts:
 - `raw`, the classic Cats-vs-Dogs recipe: `label` (int64) and `img_raw` (the
@@ -28,9 +29,10 @@ import tensorflow as tf
 from google.protobuf.message import DecodeError
 
 from trainer.data import record_writer
-from trainer.data.check import record_line
+from trainer.data.check import record_entry, record_line, unreadable
 from trainer.data.decoders import COMPRESSIONS, RecordSpec, TFRecordDecoder  # noqa: F401 (the spec, read here)
-from trainer.data.sources import tfrecord_dataset
+from trainer.data.shares import Records
+from trainer.data.sources import Source, tfrecord_dataset
 from trainer.errors import DataError, one_line
 
 log = logging.getLogger(__name__)
@@ -201,41 +203,41 @@ class BrokenFile(DataError):
         self.number, self.exact = number, exact
 
 
-def numbered_batches(path: str, spec: RecordSpec, batch_size: int, decode) -> Iterator:
-    """`decode(numbers, records)` of each batch of one file's records, numbered from 0 in the file: how a record
-    keeps its provenance through tf.data.
+def numbered_batches(
+    path: str, compression: str, batch_size: int, decode, start: int = 0, length: int = -1, broken=tf.errors.OpError
+) -> Iterator:
+    """`decode(numbers, records)` of each batch of the records [start, start + length) of one file (length -1: to its
+    end; `compression` "", "GZIP" or "ZLIB"), numbered in the file: how a record keeps its provenance through tf.data.
 
     Raises:
-        BrokenFile: at a corrupted or truncated frame, after the records before it. An uncompressed file is
-            read up to it (`ignore_errors`) and found by its bytes: each record takes its length and 16 bytes
-            of frame, so a file read whole adds up to its size. A compressed one stops at its error, in a batch:
-            that batch is read again one record at a time, so the records before the error are decoded too and
-            the error names the first record that could not be read (`exact=False`: the decompressor may have
-            held back records before the damage).
+        BrokenFile: at a corrupted or truncated frame (a `broken` error: the data check takes data-loss errors
+            only), after the records before it: the batch it stopped is read again one record at a time, so those
+            records are decoded too and the error names the first record that could not be read, exactly in an
+            uncompressed file, "at or after" in a compressed one (the decompressor may have held back records before
+            the damage). An uncompressed file read whole is also checked by its bytes, as TensorFlow ends a read
+            quietly at a frame cut inside its 12-byte header: each record takes its length and 16 bytes of frame.
     """
-    compression = compression_of([path], spec.compression)
-    read = after = 0
+    read, after = 0, start
     try:
-        for decoded, end, size in _sized_batches(path, compression, batch_size, decode):
+        for decoded, end, size in _sized_batches(path, compression, batch_size, decode, start, length):
             yield decoded
-            read, after = read + int(size), int(end)
-    except tf.errors.OpError:
+            read, after = read + size, end
+    except broken:
+        rest = length - (after - start) if length >= 0 else -1
         try:
-            for decoded, end, _ in _sized_batches(path, compression, 1, decode, after):
+            for decoded, end, size in _sized_batches(path, compression, 1, decode, after, rest):
                 yield decoded
-                after = int(end)
-        except tf.errors.OpError:
-            pass
-        raise BrokenFile(path, after, exact=False) from None
-    if not compression and read != tf.io.gfile.stat(path).length:
+                read, after = read + size, end
+        except broken:
+            raise BrokenFile(path, after, exact=not compression) from None
+    if not compression and start == 0 and length < 0 and read != tf.io.gfile.stat(path).length:
         raise BrokenFile(path, after, exact=True)
 
 
-def _sized_batches(path: str, compression: str, batch_size: int, decode, start: int = 0) -> tf.data.Dataset:
+def _sized_batches(path: str, compression: str, batch_size: int, decode, start: int, length: int) -> Iterator:
     """(`decode(numbers, records)`, the number after the batch's last record, its bytes framed) for each batch of
-    one file's records from record `start`; an uncompressed file's read ends quietly at a broken frame."""
-    records = tfrecord_dataset(path, compression).enumerate().skip(start)
-    records = records.ignore_errors(log_warning=False) if not compression else records
+    the records [start, start + length) of one file."""
+    records = tfrecord_dataset(path, compression).skip(start).take(length).enumerate(start)
 
     def sized(numbers: tf.Tensor, batch: tf.Tensor):
         return decode(numbers, batch), numbers[-1] + 1, tf.reduce_sum(tf.strings.length(batch) + 16)
@@ -244,7 +246,8 @@ def _sized_batches(path: str, compression: str, batch_size: int, decode, start: 
     options.deterministic = True
     options.autotune.enabled = False  # as in trainer.data.pipeline: no model thread to wait for at the end
     batches = records.batch(batch_size).map(sized, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return batches.prefetch(1).with_options(options)
+    for decoded, end, size in batches.prefetch(1).with_options(options):
+        yield decoded, int(end), int(size)
 
 
 def first_example(path: str, spec: RecordSpec) -> tf.train.Example | None:
@@ -331,14 +334,42 @@ def refuse_first(path: str, spec: RecordSpec, reasons_of) -> int:
         DataError: `FILE: record N REASON` for the first record with a reason (or a broken frame).
     """
     count = 0
+    compression = compression_of([path], spec.compression)
     for numbers, reasons in numbered_batches(
-        path, spec, SCAN_BATCH, lambda numbers, records: (numbers, reasons_of(records))
+        path, compression, SCAN_BATCH, lambda numbers, records: (numbers, reasons_of(records))
     ):
         bad = reasons.numpy().nonzero()[0]
         if len(bad):
             raise DataError(record_line(path, int(numbers[bad[0]]), reasons[bad[0]].numpy().decode()))
         count = int(numbers[-1]) + 1
     return count
+
+
+def readable_rest(source: Source, after: tuple[str, int] | None) -> Iterator[tuple[Source | None, dict | None]]:
+    """The data check's read of `source` past a data-loss error (a corrupted frame), range by range in order after
+    the record `after` (file, number) read last (None: from the start): each range's readable records as a source
+    (None: none), and the bad record where they stop (`check.unreadable`; None: none)."""
+    ranges = list(source.records.ranges)
+    if after is not None:
+        file, number = after
+        at = next(
+            index
+            for index, (path, start, length) in enumerate(ranges)
+            if path == file and start <= number and (length < 0 or number < start + length)
+        )
+        path, start, length = ranges[at]
+        ranges = [(path, number + 1, -1 if length < 0 else start + length - number - 1), *ranges[at + 1 :]]
+    compression = getattr(source.reader, "compression_type", "")
+    for path, start, length in ranges:
+        count, entry = 0, None
+        try:
+            for numbers in numbered_batches(
+                path, compression, SCAN_BATCH, lambda numbers, _: numbers, start, length, tf.errors.DataLossError
+            ):
+                count += len(numbers)
+        except BrokenFile as broken:
+            entry = record_entry(path, broken.number, unreadable(broken.exact))
+        yield Source(Records(((path, start, count),), count), source.reader) if count else None, entry
 
 
 def read_manifest(files: list[str]) -> tuple[str | None, dict | None]:

@@ -31,9 +31,10 @@ from tqdm import tqdm
 
 from trainer.config.schema import Config
 from trainer.data.augmentation import Augmentation
-from trainer.data.check import check_splits, describe, problems, readable_rest, record_entry
+from trainer.data.check import check_splits, describe, problems, record_entry
 from trainer.data.images import stored_sizes
 from trainer.data.pipeline import checked_dataset
+from trainer.data.tfrecords import readable_rest
 from trainer.errors import DataError
 from trainer.models.preprocessing import augmentation_layers
 from trainer.runs.atomic import write_json
