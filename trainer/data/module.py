@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 WORKER_SEED_STRIDE = 7919  # input pipeline i seeds with seed + i * stride: apart from each pipeline's own seed + 1
 SAMPLE_BYTES = 1 << 16  # the fingerprint reads 64 KiB at the start, middle and end of each file (local or gs://)
 SPLITS = ("train", "val", "test")
+CARDINALITY = "Input dataset was expected to contain"  # tf.data's assert_cardinality error (TF 2.21)
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,13 @@ def fingerprint(sources: dict[str, Source]) -> dict:
         }
         for split, source in sorted(sources.items())
     }
+
+
+def miscounted(error: tf.errors.OpError) -> bool:
+    """Whether a pipeline's error is a split read that held another number of records than counted (tf.data's
+    `assert_cardinality` of `Source.in_order`): a TFRecord file cut inside a frame's header ends its read
+    quietly, short of the count its manifest gives."""
+    return isinstance(error, tf.errors.FailedPreconditionError) and CARDINALITY in str(error.message)
 
 
 @dataclass
@@ -285,10 +293,13 @@ class DataModule:
     @contextlib.contextmanager
     def named_bad_records(self) -> Iterator[None]:
         """A bad record met inside a pipeline (TensorFlow's error names no file) as one line naming its file
-        and record, found by the part's `find_bad_record`; any other failed check of the pipeline as one line."""
+        and record, found by the part's `find_bad_record`; any other failed check of the pipeline as one line. A
+        split read short of its count (`miscounted`: a TFRecord file cut inside a frame header) is one of them."""
         try:
             yield
-        except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as error:
+        except (tf.errors.InvalidArgumentError, tf.errors.DataLossError, tf.errors.FailedPreconditionError) as error:
+            if isinstance(error, tf.errors.FailedPreconditionError) and not miscounted(error):
+                raise
             if self.splits.find_bad_record is not None:
                 self.splits.find_bad_record(error)
             raise DataError(f"bad input data: {one_line(error)}") from None

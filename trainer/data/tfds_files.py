@@ -27,7 +27,7 @@ from trainer.data.decoders import TFRecordDecoder
 from trainer.data.parts import Splits, val_split_name
 from trainer.data.shares import Records, ranges_of
 from trainer.data.sources import Source, TFRecordReader
-from trainer.data.tfrecord_files import _broken_frame_finder
+from trainer.data.tfrecord_files import broken_frame_finder
 from trainer.data.tfrecords import RecordSpec
 from trainer.errors import ConfigError, DataError
 
@@ -232,6 +232,6 @@ class TFDSLoader:
             TFRecordDecoder(spec, len(names)),
             names,
             lambda: (train_files, train_counts),
-            find_bad_record=_broken_frame_finder({split: part.files for split, part in records.items()}, spec),
+            find_bad_record=broken_frame_finder({split: part.files for split, part in records.items()}, spec),
             photos=spec.format != "raw",
         )

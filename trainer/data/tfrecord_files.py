@@ -17,6 +17,7 @@ import logging
 import tensorflow as tf
 
 from trainer.data import tfrecords
+from trainer.data.check import describe, record_entry, unreadable
 from trainer.data.decode import check_decode
 from trainer.data.decoders import TFRecordDecoder
 from trainer.data.parts import Splits
@@ -39,13 +40,17 @@ def _manifest_entry(manifest: dict | None, split: str, files: list[str]) -> dict
     return None
 
 
-def _count(files: list[str], manifest: dict | None, split: str, spec, num_classes: int, list_bad: bool) -> int:
+def _count(files: list[str], manifest: dict | None, split: str, spec, num_classes: int, listed: list | None) -> int:
     """Records in a split: from the converter's manifest when it lists exactly these files, else counted
     (every checksum and label checked on the way).
 
+    Args:
+        listed: None: refuse a bad record. A list: the data check's load, which lists every bad record as it
+            reads them: labels are left to it, a corrupted frame ends its file's count, and one its read will not
+            meet (a frame cut inside its header: `tfrecords.BrokenFile.quiet`) is added to `listed`.
+
     Raises:
-        DataError: a record refused (its one line); a corrupted frame too, unless `list_bad` (the data check,
-            which lists it as it reads the file): then its file's count ends there.
+        DataError: a record refused (its one line), or a corrupted frame, unless `listed` is a list.
     """
     entry = _manifest_entry(manifest, split, files)
     if entry:
@@ -53,11 +58,14 @@ def _count(files: list[str], manifest: dict | None, split: str, spec, num_classe
     count = 0
     for file in files:
         try:
-            count += tfrecords.scan_records(file, spec, num_classes)
+            count += tfrecords.scan_records(file, spec, num_classes if listed is None else None)
         except tfrecords.BrokenFile as error:
-            if not list_bad:
+            if listed is None:
                 raise
             count += error.number
+            if error.quiet:
+                listed.append(record_entry(file, error.number, unreadable(error.exact)))
+                log.warning("Bad record %s", describe(listed[-1]))
     return count
 
 
@@ -71,14 +79,16 @@ def _file_counts(files: list[str], manifest: dict | None, spec) -> list[int]:
     return [tfrecords.scan_records(file, spec) for file in files]
 
 
-def _broken_frame_finder(files: dict[str, list[str]], spec: tfrecords.RecordSpec):
-    """`Splits.find_bad_record`: a bad record is named by the pipeline itself (its provenance and the decoder's
-    reason); only a corrupted frame, which holds no record to carry, is found by reading the frames again (with
-    a manifest, no file was read whole at start-up)."""
+def broken_frame_finder(files: dict[str, list[str]], spec: tfrecords.RecordSpec):
+    """`Splits.find_bad_record` of TFRecord files: a bad record is named by the pipeline itself (its provenance and
+    the decoder's reason); only a corrupted frame, which holds no record to carry, is found by reading the frames
+    again (with a manifest, no file was read whole at start-up). Its errors: a data-loss error, or a split that
+    held fewer records than counted (`tf.errors.FailedPreconditionError`), as TensorFlow ends its read quietly at
+    a frame cut inside its header."""
     paths = list(dict.fromkeys(path for split in files.values() for path in split))
 
     def find(error: Exception) -> None:
-        if not isinstance(error, tf.errors.DataLossError):
+        if not isinstance(error, tf.errors.DataLossError | tf.errors.FailedPreconditionError):
             return
         log.warning("A corrupted frame stopped the input pipeline; reading the %d record files to name it", len(paths))
         for path in paths:  # raises BrokenFile, naming the file and record
@@ -206,16 +216,19 @@ class TFRecordLoader:
         return list(CLASSIC_CLASSES)
 
     def load(self, list_bad: bool = False) -> Splits:
-        """The splits; `list_bad`: a corrupted frame met counting the records is left to the data check, which
-        lists it (`trainer.data.tfrecords.readable_rest`), instead of stopping the load."""
+        """The splits; `list_bad`: what counting the records (no manifest) would refuse, a corrupted frame or a
+        label out of range, is left to the data check, which lists it as it reads the records
+        (`trainer.data.tfrecords.readable_rest` past a corrupted frame), instead of stopping the load; a frame cut
+        inside its header, which that read does not meet, comes to it listed (`Splits.skipped`)."""
         first = tfrecords.expand(self.patterns["train"], "dataset.train_files")
         spec, manifest, resize_mode = self.spec(first)
         files = self._files(spec, list_bad)
         manifest_file = tfrecords.read_manifest(files["train"])[0]
         class_names = self._class_names(manifest_file, manifest)
         num_classes = len(class_names)
+        listed: list[dict] | None = [] if list_bad else None  # bad records the check's read will not meet
         records = {
-            split: Records.whole_files(paths, _count(paths, manifest, split, spec, num_classes, list_bad))
+            split: Records.whole_files(paths, _count(paths, manifest, split, spec, num_classes, listed))
             for split, paths in files.items()
         }
         log.info(
@@ -238,7 +251,8 @@ class TFRecordLoader:
             class_names,
             lambda: (files["train"], _file_counts(files["train"], manifest, spec)),
             {split: entry["per_class"] for split, entry in (manifest or {}).get("splits", {}).items()},
-            _broken_frame_finder(files, spec),
+            broken_frame_finder(files, spec),
+            skipped=listed or [],
             resize_mode=resize_mode,
             photos=spec.format != "raw",
         )

@@ -195,12 +195,14 @@ def records_of(path: str, spec: RecordSpec) -> tf.data.Dataset:
 
 
 class BrokenFile(DataError):
-    """A corrupted or truncated frame: TFRecord frames cannot be re-synchronized after it."""
+    """A corrupted or truncated frame: TFRecord frames cannot be re-synchronized after it. `quiet`: found by the
+    file's bytes only (a frame cut inside its 12-byte header), where TensorFlow's read ends without an error, so a
+    pipeline reading the file just gets fewer records."""
 
-    def __init__(self, path: str, number: int, exact: bool):
+    def __init__(self, path: str, number: int, exact: bool, quiet: bool = False):
         where = f"at record {number}" if exact else f"at or after record {number}"
         super().__init__(f"{path}: corrupted or truncated TFRecord file {where}")
-        self.number, self.exact = number, exact
+        self.number, self.exact, self.quiet = number, exact, quiet
 
 
 def numbered_batches(
@@ -231,7 +233,7 @@ def numbered_batches(
         except broken:
             raise BrokenFile(path, after, exact=not compression) from None
     if not compression and start == 0 and length < 0 and read != tf.io.gfile.stat(path).length:
-        raise BrokenFile(path, after, exact=True)
+        raise BrokenFile(path, after, exact=True, quiet=True)
 
 
 def _sized_batches(path: str, compression: str, batch_size: int, decode, start: int, length: int) -> Iterator:

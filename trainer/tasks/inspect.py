@@ -33,7 +33,9 @@ from trainer.config.schema import Config
 from trainer.data.augmentation import Augmentation
 from trainer.data.check import check_splits, describe, problems, record_entry
 from trainer.data.images import stored_sizes
+from trainer.data.module import miscounted
 from trainer.data.pipeline import checked_dataset
+from trainer.data.sources import TFRecordReader
 from trainer.data.tfrecords import readable_rest
 from trainer.errors import DataError
 from trainer.models.preprocessing import augmentation_layers
@@ -78,17 +80,27 @@ def _bad(bad: list[dict], entry: dict, say: bool) -> None:
 
 def _every_readable(data, split: str, bad: list[dict], say: bool = True) -> Iterator[tuple[tf.Tensor, tf.Tensor]]:
     """`_good` of a whole split for the data check. A corrupted TFRecord frame ends its file (nothing after it
-    can be read) but not the check: it is a bad record, and the split's other files are still read."""
+    can be read) but not the check: it is a bad record, and the split's other files are still read. A frame cut
+    inside its header ends its file's read quietly: the split then falls short of its count (a manifest's), and
+    the cut is listed once the rest is read."""
     read: list = []
+    source = data.splits.sources[split]
     try:
         yield from _good(data.checked(split), bad, say, read)
     except tf.errors.DataLossError:  # the rest file by file, each broken frame listed after its file's records
-        for readable, broken in readable_rest(data.splits.sources[split], tuple(read) if read else None):
+        for readable, broken in readable_rest(source, tuple(read) if read else None):
             if readable is not None:
                 batches = checked_dataset(readable, data.splits.decoder, data.preprocess, data.batches.batch_size)
                 yield from _good(batches, bad, say)
             if broken is not None:
                 _bad(bad, broken, say)
+    except tf.errors.FailedPreconditionError as error:  # every record that could be read was read: name the cut
+        cut = miscounted(error) and isinstance(source.reader, TFRecordReader)
+        found = [broken for _, broken in readable_rest(source, None) if broken is not None] if cut else []
+        if not found:
+            raise
+        for broken in found:
+            _bad(bad, broken, say)
 
 
 def _with_model_augmentation(images: np.ndarray, augment: Augmentation, seed: int) -> np.ndarray:
@@ -133,6 +145,7 @@ def inspect(settings: Config) -> None:
         check_val=check_val,
         reads=reads,
         list_bad=options.check,  # the check counts and lists every bad record, a corrupted frame too
+        check_records=not options.check,  # binary labels: the check reads every record's reason and lists them
     )
     with data.named_bad_records():
         _inspect(settings, data)
@@ -157,7 +170,9 @@ def _check(settings: Config, data) -> None:
         root = Path(settings.dataset.data_dir)
         sizes = stored_sizes([str(root / entry[0]) for entries in listed.values() for entry in entries])
     report = check_splits(splits, data.class_names, name_of, data.skipped, sizes)
-    report["bad"] += bad  # the records the pipeline gave a reason, as each split was read
+    # The records the pipeline gave a reason, as each split was read; a frame cut inside its header that the
+    # part listed at start-up (no manifest) is met again when a split is read past another broken frame.
+    report["bad"] += [entry for entry in bad if entry not in report["bad"]]
     run_dir = Path(settings.output_dir)
     write_json(run_dir / "data_check.json", report)
     duplicates = sum(len(groups) for groups in report["duplicates"].values())
