@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -120,3 +121,25 @@ def test_training_behind_a_manifest_with_no_cache_stops_at_a_train_file_cut_insi
     train = ["mode=train", "dataset.cache=off", "trainer.steps_per_epoch=2", "evaluate.report=false"]
     with pytest.raises(DataError, match=f"^{cut}: corrupted or truncated TFRecord file at record 7$"):
         run_task(compose(_overrides(files, *train), tmp_path / "run"))
+
+
+@pytest.mark.parametrize("split", ["train", "val"])
+def test_a_manifest_that_counts_fewer_records_than_its_files_hold_is_named(tmp_path, split):
+    """A file changed after its manifest was written: the split's read holds more records than counted. Evaluation
+    stopped with tf.data's "expected to contain 15 elements but contained at least 16", naming no file; training
+    (dataset.cache=off) took 10 of the 12 each pass without a word."""
+    files = _files(tmp_path / "records", manifest=True)
+    manifest = tmp_path / "records" / "manifest.json"
+    layout = json.loads(manifest.read_text())
+    held = layout["splits"][split]["count"]
+    layout["splits"][split]["count"] = held - 2
+    manifest.write_text(json.dumps(layout))
+    data = load_data(to_settings(compose(_overrides(files, "dataset.cache=off"))).dataset, batch_size=4, seed=0)
+    pipeline = data.train().take(2 * data.train_steps) if split == "train" else data.split("val")
+    line = (
+        f"{manifest}: counts {held - 2} records in the {split} split, but its {len(files[split])} file(s) hold {held}: "
+    )
+    with pytest.raises(DataError, match=f"^{re.escape(line)}"):
+        with data.named_bad_records():
+            for _ in pipeline:
+                pass

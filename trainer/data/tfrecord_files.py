@@ -79,22 +79,36 @@ def _file_counts(files: list[str], manifest: dict | None, spec) -> list[int]:
     return [tfrecords.scan_records(file, spec) for file in files]
 
 
-def broken_frame_finder(files: dict[str, list[str]], spec: tfrecords.RecordSpec):
+def broken_frame_finder(
+    files: dict[str, list[str]], spec: tfrecords.RecordSpec, counted: tuple[str, dict[str, int]] | None = None
+):
     """`Splits.find_bad_record` of TFRecord files: a bad record is named by the pipeline itself (its provenance and
     the decoder's reason); only a corrupted frame, which holds no record to carry, is found by reading the frames
     again (with a manifest, no file was read whole at start-up). Its errors: a data-loss error, or a split that
-    held fewer records than counted (`tf.errors.FailedPreconditionError`), as TensorFlow ends its read quietly at
-    a frame cut inside its header."""
+    held another number of records than counted (`tf.errors.FailedPreconditionError`), as TensorFlow ends its read
+    quietly at a frame cut inside its header. `counted`: (the file that gave them, the record counts of the splits
+    it gave): a split read whole that holds another number is named with it (a manifest older than its files)."""
     paths = list(dict.fromkeys(path for split in files.values() for path in split))
 
     def find(error: Exception) -> None:
         if not isinstance(error, tf.errors.DataLossError | tf.errors.FailedPreconditionError):
             return
-        log.warning("A corrupted frame stopped the input pipeline; reading the %d record files to name it", len(paths))
+        log.warning(
+            "A corrupted frame or a miscount stopped the input pipeline; reading the %d record files", len(paths)
+        )
+        held = {}
         for path in paths:  # raises BrokenFile, naming the file and record
             compression = tfrecords.compression_of([path], spec.compression)
-            for _ in tfrecords.numbered_batches(path, compression, tfrecords.SCAN_BATCH, lambda numbers, _: numbers):
-                pass
+            batches = tfrecords.numbered_batches(path, compression, tfrecords.SCAN_BATCH, lambda numbers, _: numbers)
+            held[path] = sum(int(tf.size(numbers)) for numbers in batches)
+        source, counts = counted or (None, {})
+        for split, count in counts.items():
+            found = sum(held[path] for path in files[split])
+            if found != count:
+                raise DataError(
+                    f"{source}: counts {count} records in the {split} split, but its {len(files[split])} file(s) hold "
+                    f"{found}: they changed after it was written; convert them again"
+                )
 
     return find
 
@@ -242,6 +256,9 @@ class TFRecordLoader:
             class_names,
             self.name,
         )
+        from_manifest = {
+            split: records[split].count for split, paths in files.items() if _manifest_entry(manifest, split, paths)
+        }
         readers = {
             split: TFRecordReader(tfrecords.compression_of(paths, spec.compression)) for split, paths in files.items()
         }
@@ -251,7 +268,7 @@ class TFRecordLoader:
             class_names,
             lambda: (files["train"], _file_counts(files["train"], manifest, spec)),
             {split: entry["per_class"] for split, entry in (manifest or {}).get("splits", {}).items()},
-            broken_frame_finder(files, spec),
+            broken_frame_finder(files, spec, (manifest_file, from_manifest)),
             skipped=listed or [],
             resize_mode=resize_mode,
             photos=spec.format != "raw",
