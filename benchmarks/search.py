@@ -36,22 +36,22 @@ BENCHMARK = [  # the demo's model at its smaller widths: the figures count epoch
     "evaluate.report=false",
     "logger=csv",
 ]
-SEARCHES = {  # name: (its folder, the preset, the pruner it swaps in or None, the ratio target of its epochs)
-    "successive halving (vgg19_asha)": ("asha", "vgg19_asha", None, 0.4),
-    "Hyperband (vgg19_hyperband)": ("hyperband", "vgg19_hyperband", None, 0.4),
+SEARCHES = {  # name: (its folder, the preset, the overrides that swap its pruner, the ratio target of its epochs)
+    "successive halving (vgg19_asha)": ("asha", "vgg19_asha", (), 0.4),
+    "Hyperband (vgg19_hyperband)": ("hyperband", "vgg19_hyperband", (), 0.4),
     "MedianPruner(n_warmup_steps=3)": (
         "median",
         "vgg19_asha",
-        "hydra.sweeper.pruner={_target_:optuna.pruners.MedianPruner,n_warmup_steps:3}",
+        ("hydra.sweeper.pruner=null", "hydra.sweeper.pruner={_target_:optuna.pruners.MedianPruner,n_warmup_steps:3}"),
         None,
     ),
-    "unpruned": ("unpruned", "vgg19_asha", "hydra.sweeper.pruner=null", None),
+    "unpruned": ("unpruned", "vgg19_asha", ("hydra.sweeper.pruner=null",), None),
 }
 QUICK = ("successive halving (vgg19_asha)", "unpruned")  # --quick: the figure's pair, on seed 0
 POINTS = 0.5  # the pruned search's best within this many points of the unpruned best
 
 
-def _search(folder: Path, seed: int, preset: str, pruner: str | None) -> None:
+def _search(folder: Path, seed: int, preset: str, pruner: tuple[str, ...]) -> None:
     """Runs one search into its own sweep folder."""
     overrides = [
         "-m",
@@ -62,7 +62,7 @@ def _search(folder: Path, seed: int, preset: str, pruner: str | None) -> None:
         "trainer.verbose=0",
         f"hydra.sweep.dir={folder}",
         *BENCHMARK,
-        *([pruner] if pruner else []),
+        *pruner,  # null first, then another: Hydra merges a dict into the preset's pruner
     ]
     command = ["nice", "-n", "19", sys.executable, str(ROOT / "run.py"), *overrides]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
