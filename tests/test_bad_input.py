@@ -386,6 +386,17 @@ def test_a_typo_in_a_key_is_our_one_line_with_or_without_plus(tmp_path, argument
     ]
 
 
+@pytest.mark.parametrize("flags", [["-m", "--cfg", "job"], ["--multirun", "-c", "hydra"], ["--info", "--cfg=job"]])
+def test_two_of_hydras_commands_are_one_line_not_its_traceback(tmp_path, flags):
+    """`python run.py -m hparams_search=vgg19_asha --cfg job` (to see a search's config) was Hydra's ValueError
+    with its traceback: Hydra runs one of --run, --multirun, --cfg, --info, --shell-completion."""
+    result = run_cli(["hparams_search=vgg19_asha", *flags, f"hydra.run.dir={tmp_path}/r"], cwd=tmp_path)
+    assert result.returncode == 1 and not (tmp_path / "r").exists()
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --"), lines
+    assert "Hydra takes one of --run, --multirun, --cfg, --info, --shell-completion per command" in lines[0]
+
+
 @pytest.mark.parametrize(
     "arguments, expected",
     [

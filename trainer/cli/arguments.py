@@ -104,13 +104,38 @@ def check_grammar(arguments: list[str]) -> None:
             ) from None
 
 
-def check_arguments(arguments: list[str]) -> None:
-    """The command line's `[+]trainer.KEY=...` (and the other fixed sections') before Hydra composes, and each
-    override's grammar.
+COMMANDS = {  # Hydra does one of these per command line (its ValueError, a traceback, for two)
+    "--run": ("--run", "-r"),
+    "--multirun": ("--multirun", "-m"),
+    "--cfg": ("--cfg", "-c"),
+    "--info": ("--info", "-i"),
+    "--shell-completion": ("--shell-completion", "-sc"),
+}
+
+
+def check_commands(arguments: list[str]) -> None:
+    """At most one of Hydra's commands (`-m` and `--cfg job` together: a traceback from Hydra).
 
     Raises:
-        ConfigError: a key its section does not have; an override Hydra cannot read.
+        ConfigError: two or more, named, with how to print a search's config.
     """
+    flags = {argument.split("=", 1)[0] for argument in arguments if argument.startswith("-")}
+    given = [command for command, spellings in COMMANDS.items() if flags & set(spellings)]
+    if len(given) > 1:
+        raise ConfigError(
+            f"{' and '.join(given)}: Hydra takes one of {', '.join(COMMANDS)} per command; to print a search's "
+            f"config leave out --multirun (its hparams_search preset sets hydra.mode=MULTIRUN)"
+        )
+
+
+def check_arguments(arguments: list[str]) -> None:
+    """The command line's `[+]trainer.KEY=...` (and the other fixed sections') before Hydra composes, Hydra's
+    commands and each override's grammar.
+
+    Raises:
+        ConfigError: a key its section does not have; two of Hydra's commands; an override Hydra cannot read.
+    """
+    check_commands(arguments)
     check_grammar(arguments)
     hints = get_type_hints(schema.Config)
     for argument in arguments:
