@@ -53,7 +53,9 @@ def _read_all(files, spec, labeled=True):
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("format, tolerance", [("raw", 0), ("jpeg", 3)])
+@pytest.mark.parametrize(  # jpeg: ~12 s alone; a converted JPEG folder is read in the default suite too (below)
+    "format, tolerance", [("raw", 0), pytest.param("jpeg", 3, marks=pytest.mark.slow)]
+)
 def test_round_trip_gives_the_same_pixels_and_labels(tmp_path, format, tolerance):
     colours = make_pets(tmp_path / "in")
     options = ConvertOptions(image_size=SIZE, format=format, val_fraction=0.25, records_per_shard=5, workers=1)

@@ -191,6 +191,7 @@ def test_the_client_reader_gives_serve_bytes_pixels_without_tensorflow_within_on
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # ~26 s alone; each format's export and check: tests/test_export_targets.py (in process)
 def test_export_all_formats_each_checked_against_keras(trained_run, tmp_path):
     data_dir, run_dir = trained_run
     export_dir = tmp_path / "serving"

@@ -95,6 +95,7 @@ def test_run_py_writes_every_output(tmp_path, cifar_dir):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # a subprocess training run (~11 s alone): the default suite is at its 10 minutes
 def test_tf_logs_brings_tensorflow_s_own_lines_back(tmp_path, cifar_dir):
     run_dir = tmp_path / "run"
     result = _run(

@@ -366,6 +366,7 @@ def test_inspect_captions_a_mixed_label_with_both_classes():
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # ~9 s alone; each of its options has its own default test
 def test_the_modern_preset_runs_end_to_end(tmp_path):
     data = write_cifar(tmp_path / "cifar", records_per_file=16, num_test=16)
     overrides = ["experiment=cifar_vgg19_modern", *cifar_overrides(data), f"hydra.run.dir={tmp_path / 'run'}"]
