@@ -482,3 +482,20 @@ def test_tensorflow_dropout_in_bfloat16_still_keeps_fewer_units_than_its_rate_sa
         "unbiased, so trainer/models/vgg19.py::dropout_layer may compute in the policy's dtype again; drop ledger "
         "row 21 and this canary"
     )
+
+
+# --- tf.data: a count assertion's error has no type of its own ------------------------------------------------------
+
+
+@pytest.mark.unit
+def test_tf_data_cardinality_error_is_still_told_only_by_its_message():
+    """Ledger row 22: a read short of `assert_cardinality`'s count is a plain FailedPreconditionError, told by its
+    message alone. If this fails, the message changed (update `trainer.data.module.CARDINALITY`) or a distinct
+    error type exists (match it in `miscounted` instead)."""
+    from trainer.data.module import CARDINALITY
+
+    short = tf.data.Dataset.range(3).apply(tf.data.experimental.assert_cardinality(5))
+    with pytest.raises(tf.errors.FailedPreconditionError) as error:
+        list(short)
+    assert type(error.value) is tf.errors.FailedPreconditionError
+    assert CARDINALITY in str(error.value.message), "the message changed: row 22's match no longer finds it"
