@@ -197,6 +197,29 @@ def test_a_truncated_shard_is_named_by_find_bad_record(data_dir, tmp_path):
         splits.find_bad_record(tf.errors.DataLossError(None, None, "truncated record"))
 
 
+@pytest.mark.integration
+@pytest.mark.parametrize("listed", [14, 10])
+def test_a_shard_that_holds_another_count_than_dataset_info_lists_is_named(data_dir, tmp_path, listed):
+    """A `dataset_info.json` older than its shards (12 records in train's one shard): tf.data's count assertion
+    stops the read; the finder names the shard, what it holds and what the listing says, not tf.data's line."""
+    shutil.copytree(data_dir / "pets", tmp_path / "pets")
+    info_file = tmp_path / "pets" / "1.0.0" / "dataset_info.json"
+    info = json.loads(info_file.read_text())
+    next(split for split in info["splits"] if split["name"] == "train")["shardLengths"] = [str(listed)]
+    info_file.write_text(json.dumps(info))
+    splits = TFDSFiles(tfds_name="pets", data_dir=str(tmp_path), image_size=32).load()
+    stopped = None
+    try:
+        for _ in eval_dataset(splits.sources["train"], splits.decoder, Preprocess(32), batch_size=4):
+            pass
+    except tf.errors.FailedPreconditionError as error:
+        stopped = error
+    assert stopped is not None, "tf.data read a split of another count than its listing without a word"
+    shard = next((tmp_path / "pets" / "1.0.0").glob("pets-train.tfrecord-*"))
+    with pytest.raises(DataError, match=rf"{shard}: holds 12 records, but {info_file} lists {listed} for it"):
+        splits.find_bad_record(stopped)
+
+
 def _bad_inputs(data_dir: Path, tmp_path: Path) -> dict[str, tuple[dict, str]]:
     shutil.copytree(data_dir / "pets", tmp_path / "array" / "pets")
     info_file = tmp_path / "array" / "pets" / "1.0.0" / "dataset_info.json"

@@ -226,12 +226,16 @@ class TFDSLoader:
             names,
             self.tfds_name,
         )
+        listed = {str(path): count for part in info.splits.values() for path, count in zip(
+            part.filepaths, part.shard_lengths, strict=True)}  # fmt: skip
         reader = TFRecordReader("")
         return Splits(
             {split: Source(part, reader) for split, part in records.items()},
             TFRecordDecoder(spec, len(names)),
             names,
             lambda: (train_files, train_counts),
-            find_bad_record=broken_frame_finder({split: part.files for split, part in records.items()}, spec),
+            find_bad_record=broken_frame_finder(
+                {split: part.files for split, part in records.items()}, spec, shards=(str(folder / INFO_FILE), listed)
+            ),
             photos=spec.format != "raw",
         )

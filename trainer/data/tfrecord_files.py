@@ -80,14 +80,19 @@ def _file_counts(files: list[str], manifest: dict | None, spec) -> list[int]:
 
 
 def broken_frame_finder(
-    files: dict[str, list[str]], spec: tfrecords.RecordSpec, counted: tuple[str, dict[str, int]] | None = None
+    files: dict[str, list[str]],
+    spec: tfrecords.RecordSpec,
+    counted: tuple[str, dict[str, int]] | None = None,
+    shards: tuple[str, dict[str, int]] | None = None,
 ):
     """`Splits.find_bad_record` of TFRecord files: a bad record is named by the pipeline itself (its provenance and
     the decoder's reason); only a corrupted frame, which holds no record to carry, is found by reading the frames
     again (with a manifest, no file was read whole at start-up). Its errors: a data-loss error, or a split that
     held another number of records than counted (`tf.errors.FailedPreconditionError`), as TensorFlow ends its read
     quietly at a frame cut inside its header. `counted`: (the file that gave them, the record counts of the splits
-    it gave): a split read whole that holds another number is named with it (a manifest older than its files)."""
+    it gave): a split read whole that holds another number is named with it (a manifest older than its files).
+    `shards`: (the file that lists them, the records of each file), for a listing per file (TFDS's
+    `dataset_info.json`, whose splits may be ranges of files): a file that holds another number is named."""
     paths = list(dict.fromkeys(path for split in files.values() for path in split))
 
     def find(error: Exception) -> None:
@@ -101,6 +106,13 @@ def broken_frame_finder(
             compression = tfrecords.compression_of([path], spec.compression)
             batches = tfrecords.numbered_batches(path, compression, tfrecords.SCAN_BATCH, lambda numbers, _: numbers)
             held[path] = sum(int(tf.size(numbers)) for numbers in batches)
+        listing, listed = shards or (None, {})
+        for path, count in listed.items():
+            if held.get(path, count) != count:
+                raise DataError(
+                    f"{path}: holds {held[path]} records, but {listing} lists {count} for it: the files changed "
+                    "after it was written; prepare the dataset again"
+                )
         source, counts = counted or (None, {})
         for split, count in counts.items():
             found = sum(held[path] for path in files[split])
