@@ -10,9 +10,11 @@ import re
 
 import numpy as np
 import pytest
+import tensorflow as tf
 from test_broken_frames import _files, _overrides
 
 from conftest import cifar_overrides, compose, pattern_records, write_cifar
+from trainer.data import record_writer
 from trainer.errors import DataError
 from trainer.tasks import run_task
 
@@ -66,3 +68,25 @@ def test_without_the_check_a_label_outside_the_classes_stops_at_start_up(tmp_pat
     with pytest.raises(DataError, match=f"^{re.escape(f'{bad}: record {number} {reason}')}$"):
         run_task(compose([*overrides, f"mode={mode}", split, "inspect.num_images=4"], tmp_path / "run"))
     assert not (tmp_path / "run" / "history.csv").exists()  # refused before training
+
+
+def test_a_first_record_the_decoder_refuses_is_listed_by_the_check_and_stops_training_at_start_up(tmp_path):
+    """val_a's record 0 holds 5 bytes of pixels (no manifest, so start-up checks each file's first record): the
+    check listed nothing, stopping at start-up with the one line before any report."""
+    files = _files(tmp_path / "records", manifest=False)
+    bad = files["val"][0]
+    short = {"img_raw": record_writer.bytes_feature(b"short"), "label": record_writer.int64_feature(0)}
+    good = [record.numpy() for record in tf.data.TFRecordDataset(str(bad)).take(4)]
+    with record_writer.RecordFile(str(bad)) as shard:
+        for record in [record_writer.encode_example(short), *good]:
+            shard.write(record)
+    line = f"{bad}: record 0 cannot be decoded: 'img_raw' holds 5 bytes, expected 32x32x3 = 3072 (dataset.stored_size)"
+    with pytest.raises(DataError) as error:
+        run_task(compose([*_overrides(files), *CHECK], tmp_path / "check"))
+    assert str(error.value).startswith(f"data check: 1 bad file(s) or record(s), e.g. {line} (see ")
+    report = json.loads((tmp_path / "check" / "data_check.json").read_text())
+    assert report["bad"] == [{"file": f"{bad}: record 0", "record": 0, "reason": line.split(": record 0 ")[1]}]
+    assert report["num_examples"]["val"] == 4 + 5  # the file's other records, and the other val file
+    with pytest.raises(DataError, match=f"^{re.escape(line)}$"):
+        run_task(compose(_overrides(files), tmp_path / "train"))
+    assert not (tmp_path / "train" / "history.csv").exists()

@@ -126,12 +126,14 @@ def broken_frame_finder(
 
 
 def _broken_first_kept(path: str, spec: tfrecords.RecordSpec) -> bool | None:
-    """`tfrecords.inspect_first`, but a broken first frame keeps its file (as labeled: nothing of it can be
-    read), so the data check lists it as a bad record and goes on."""
+    """`tfrecords.inspect_first`, but a broken first frame (as labeled: nothing of it can be read) or a first
+    record the decoder refuses keeps its file, so the data check lists it as a bad record and goes on."""
     try:
         return tfrecords.inspect_first(path, spec)
     except tfrecords.BrokenFile:
         return True
+    except tfrecords.RefusedFirst as refused:
+        return refused.labeled
 
 
 def layout_of(manifest_file: str | None, manifest: dict | None, **config) -> dict:

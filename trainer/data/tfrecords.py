@@ -205,6 +205,15 @@ class BrokenFile(DataError):
         self.number, self.exact, self.quiet = number, exact, quiet
 
 
+class RefusedFirst(DataError):
+    """`inspect_first`: the first record is an Example the decoder refuses (its reason in the message); `labeled`:
+    whether it holds the label feature, as the file's other records are taken to."""
+
+    def __init__(self, message: str, labeled: bool):
+        super().__init__(message)
+        self.labeled = labeled
+
+
 def numbered_batches(
     path: str, compression: str, batch_size: int, decode, start: int = 0, length: int = -1, broken=tf.errors.OpError
 ) -> Iterator:
@@ -287,7 +296,7 @@ def inspect_first(path: str, spec: RecordSpec) -> bool | None:
     Raises:
         BrokenFile: its first frame is corrupted or truncated.
         DataError: the file is unreadable, compressed otherwise than `spec.compression`, or its first
-            record is not an Example, has the wrong keys, or is refused by the decoder (its reason).
+            record is not an Example or has the wrong keys; `RefusedFirst`: the decoder refuses it (its reason).
     """
     try:
         first = next(iter(records_of(path, spec).take(1)), None)
@@ -309,7 +318,7 @@ def inspect_first(path: str, spec: RecordSpec) -> bool | None:
     labeled = spec.label_key in features
     reason = TFRecordDecoder(spec, labeled=labeled).checked(first[tf.newaxis])[2][0].numpy().decode()
     if reason:
-        raise DataError(f"{path}: record 0 {reason}")
+        raise RefusedFirst(f"{path}: record 0 {reason}", labeled)
     return labeled
 
 
