@@ -20,7 +20,9 @@ within 0.5 points of the unpruned best; the MedianPruner rows are reported as th
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -103,15 +105,38 @@ def _order(seeds: tuple[int, ...], quick: bool) -> list[tuple[str, int]]:
     return pair if quick else pair + [(name, seed) for name in SEARCHES if name not in QUICK for seed in seeds]
 
 
+def code_key() -> str:
+    """The commit and a digest of the working tree's changes to tracked files: searches measured under another
+    key are not reused."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    changes = subprocess.run(["git", "diff", "HEAD"], cwd=ROOT, capture_output=True).stdout
+    return f"{head.stdout.strip() or 'nogit'}-{hashlib.sha256(changes).hexdigest()[:10]}"
+
+
+def _finished(folder: Path) -> bool:
+    try:
+        counted(folder)
+    except (AssertionError, OSError, ValueError):
+        return False
+    return True
+
+
 def search_pruning(folder: Path, quick: bool) -> list[Row]:
+    """Each search's sweep folder is kept in outputs/benchmarks/search_pruning/CODE_KEY/ (`code_key`): the case
+    run again at the same code reuses every search that finished and runs the others from the start."""
     seeds, measured = SEEDS[quick], {}
+    kept = ROOT / "outputs" / "benchmarks" / "search_pruning" / code_key()
     for name, seed in _order(seeds, quick):
         key, preset, pruner, _ = SEARCHES[name]
-        _search(folder / f"{key}_{seed}", seed, preset, pruner)
-        measured[name, seed] = counted(folder / f"{key}_{seed}")
+        search = kept / f"{key}_{seed}"
+        reused = _finished(search)
+        if not reused:
+            shutil.rmtree(search, ignore_errors=True)  # a search cut short: its study would count a retried trial
+            _search(search, seed, preset, pruner)
+        measured[name, seed] = counted(search)
         epochs, best = measured[name, seed]
-        print(f"search_pruning: {name}, seed {seed}: {epochs} epochs, best val_accuracy {100 * best:.1f}",
-              file=sys.stderr, flush=True)  # fmt: skip
+        print(f"search_pruning: {name}, seed {seed}: {epochs} epochs, best val_accuracy {100 * best:.1f}"
+              f"{' (reused: ' + str(search) + ')' if reused else ''}", file=sys.stderr, flush=True)  # fmt: skip
     names = [name for name in SEARCHES if (name, seeds[0]) in measured]
     figures = {name: ([measured[name, seed][0] for seed in seeds], [measured[name, seed][1] for seed in seeds])
                for name in names}  # fmt: skip

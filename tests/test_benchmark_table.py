@@ -94,3 +94,33 @@ def test_the_flop_count_of_vgg19_is_the_published_one():
     conv = keras.layers.Conv2D(4, 3, padding="valid")(inputs)  # 6x6x4 outputs, 27 multiply-adds each
     model = keras.Model(inputs, keras.layers.Dense(5)(keras.layers.Flatten()(conv)))
     assert model_flops(model) == 2 * (6 * 6 * 4 * 27) + 2 * (144 * 5)
+
+
+def test_the_search_case_reuses_the_searches_that_finished_at_the_same_code(monkeypatch, tmp_path):
+    """A case cut short (a search that died) kept none of its searches' counts: an hour of searches ran again."""
+    import json
+
+    import benchmarks.search as search
+
+    ran = []
+
+    def fake_search(folder, seed, preset, pruner):  # a search's trial folders, as run.py -m writes them
+        ran.append(folder.name)
+        for trial in range(search.TRIALS):
+            (folder / str(trial)).mkdir(parents=True)
+            metrics = {"objective": 0.9 + trial / 1000, "pruned": False, "epochs_completed": search.EPOCHS}
+            (folder / str(trial) / "metrics.json").write_text(json.dumps(metrics))
+
+    monkeypatch.setattr(search, "ROOT", tmp_path)
+    monkeypatch.setattr(search, "_search", fake_search)
+    monkeypatch.setattr(search, "code_key", lambda: "abc")
+    search.search_pruning(tmp_path, quick=True)
+    assert ran == ["unpruned_0", "asha_0"]
+    kept = tmp_path / "outputs" / "benchmarks" / "search_pruning" / "abc"
+    (kept / "asha_0" / "3" / "metrics.json").unlink()  # cut short: 15 of 16 trials
+    rows = search.search_pruning(tmp_path, quick=True)
+    assert ran == ["unpruned_0", "asha_0", "asha_0"]  # the finished search reused, the cut one run again
+    assert rows[0].ours == rows[0].baseline == search.TRIALS * search.EPOCHS
+    monkeypatch.setattr(search, "code_key", lambda: "changed")
+    search.search_pruning(tmp_path, quick=True)
+    assert ran[3:] == ["unpruned_0", "asha_0"]  # other code: nothing reused
