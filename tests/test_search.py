@@ -212,7 +212,8 @@ def test_a_search_writes_its_study_and_the_same_command_continues_it(tmp_path):
 @pytest.mark.e2e
 def test_the_pruner_stops_a_trial_after_an_epoch_and_its_folder_is_complete(tmp_path):
     pruner = "hydra.sweeper.pruner={_target_:optuna.pruners.ThresholdPruner,lower:2.0}"  # accuracy < 2: prune
-    result = _search(tmp_path, "hydra.sweeper.n_trials=1", "trainer.epochs=3", pruner)
+    told = "objective.prune_metric=accuracy"  # the training accuracy, where val_accuracy is the objective
+    result = _search(tmp_path, "hydra.sweeper.n_trials=1", "trainer.epochs=3", pruner, told)
     assert result.returncode == 0, result.stderr[-3000:]
     run = tmp_path / "sweep" / "0"
     metrics = json.loads((run / "metrics.json").read_text())
@@ -221,7 +222,9 @@ def test_the_pruner_stops_a_trial_after_an_epoch_and_its_folder_is_complete(tmp_
     assert _study(tmp_path).trials[0].state.name == "PRUNED"
     assert csv_rows(tmp_path / "sweep" / "study.csv")[0]["state"] == "pruned"
     assert csv_rows(tmp_path / "sweep" / "summary.csv")[0]["status"] == "pruned"
-    assert "Pruned after epoch 1" in (run / "run.log").read_text()
+    assert "Pruned after epoch 1: the study's pruner stops this trial (accuracy " in (run / "run.log").read_text()
+    told = _study(tmp_path).trials[0].intermediate_values
+    assert told == {0: pytest.approx(float(csv_rows(run / "history.csv")[0]["accuracy"]), abs=1e-6)}
     import tensorflow as tf
 
     scalars = {}  # TensorBoard HParams: the trial's session shows it pruned

@@ -283,3 +283,37 @@ def test_a_pruning_preset_spans_three_decades_of_lr_and_judges_no_trial_before_i
                 first_epoch_judged.append(trial.should_prune())
         study.tell(trial, values[-1])
     assert first_epoch_judged == [False, False, False]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        ([], "val_accuracy"),  # the objective's own
+        (["objective.prune_metric=accuracy"], "accuracy"),
+        (["objective.metric=val_loss", "objective.mode=min", "objective.prune_metric=loss"], "loss"),
+        (
+            ["objective.prune_metric=loss"],
+            "objective.prune_metric must be one of ['accuracy', 'val_accuracy'] with objective.mode=max (the pruner "
+            "compares it in the study's direction); got 'loss'",
+        ),
+        (["objective.prune_metric=acc"], "objective.prune_metric must be one of ['accuracy', 'val_accuracy']"),
+        (
+            ["objective.metric=accuracy", "trainer.validate=false", "objective.prune_metric=val_accuracy"],
+            "trainer.validate=false leaves no val_accuracy for objective.prune_metric",
+        ),
+    ],
+)
+def test_the_pruner_is_told_the_prune_metric_in_the_studys_direction(overrides, expected):
+    from conftest import compose
+    from trainer.config import to_settings
+    from trainer.errors import ConfigError
+    from trainer.tasks.train import _prune_metric
+
+    settings = to_settings(compose(overrides))
+    if expected.startswith(("objective.", "trainer.")):
+        with pytest.raises(ConfigError) as error:
+            _prune_metric(settings, settings.objective.metric)
+        assert str(error.value).startswith(expected) and "\n" not in str(error.value)
+    else:
+        assert _prune_metric(settings, settings.objective.metric) == expected

@@ -206,6 +206,7 @@ class ObjectiveConfig:
     mode: Direction = Direction.max  # max | min
     tolerance: float = 0.0  # a later epoch within this of the best value takes its place (a small val split's noise)
     metrics: list[str] | None = None  # a search's objectives, one per hydra.sweeper.directions (e.g. latency_ms)
+    prune_metric: str | None = None  # what a search's pruner is told each epoch (null: metric), in mode's direction
 
     def __post_init__(self) -> None:
         require(self.tolerance >= 0, "objective.tolerance", ">= 0", self.tolerance)

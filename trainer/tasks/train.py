@@ -83,6 +83,22 @@ def _objective_metric(settings: Config) -> str:
     return metric
 
 
+def _prune_metric(settings: Config, metric: str) -> str:
+    """The metric a search's pruner is told each epoch: `objective.prune_metric`, else the objective's. The pruner
+    compares it in the study's direction (`objective.mode`), so a loss goes with min and an accuracy with max."""
+    pruned_on = settings.objective.prune_metric or metric
+    names = [*METRICS, *(f"val_{name}" for name in METRICS)]
+    fitting = [name for name in names if ("loss" in name) == (settings.objective.mode.value == "min")]
+    if pruned_on not in fitting:
+        raise ConfigError(
+            f"objective.prune_metric must be one of {fitting} with objective.mode={settings.objective.mode.value} "
+            f"(the pruner compares it in the study's direction); got {pruned_on!r}"
+        )
+    if not settings.trainer.validate and pruned_on.startswith("val_"):
+        raise ConfigError(f"trainer.validate=false leaves no {pruned_on} for objective.prune_metric")
+    return pruned_on
+
+
 # --- 1. plan the run ------------------------------------------------------------------------------------------
 
 
@@ -97,6 +113,7 @@ def plan_run(settings: Config, strategy: tf.distribute.Strategy) -> Plan:
             read), or a batch larger than the training split.
     """
     metric = _objective_metric(settings)
+    pruned_on = _prune_metric(settings, metric)
     chief = topology.is_chief(strategy)
     output_dir = resolve_resume(settings.resume, settings.output_dir)
     # Only the chief logs: the other workers' files go to a temporary folder that is deleted.
@@ -174,7 +191,7 @@ def plan_run(settings: Config, strategy: tf.distribute.Strategy) -> Plan:
         )
     return Plan(
         strategy, chief, output_dir, trackers, tensorboard, data, steps, lr, phases(settings), metric, board, outputs,
-        late_checks=late,
+        late_checks=late, prune_metric=pruned_on,
     )  # fmt: skip
 
 
