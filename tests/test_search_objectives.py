@@ -310,10 +310,23 @@ def test_the_pruner_is_told_the_prune_metric_in_the_studys_direction(overrides, 
     from trainer.errors import ConfigError
     from trainer.tasks.train import _prune_metric
 
-    settings = to_settings(compose(overrides))
     if expected.startswith(("objective.", "trainer.")):
         with pytest.raises(ConfigError) as error:
+            settings = to_settings(compose(overrides))
             _prune_metric(settings, settings.objective.metric)
         assert str(error.value).startswith(expected) and "\n" not in str(error.value)
     else:
+        settings = to_settings(compose(overrides))
         assert _prune_metric(settings, settings.objective.metric) == expected
+
+
+@pytest.mark.unit
+def test_a_prune_metric_of_the_other_direction_is_one_line_before_any_trial():
+    """Each trial refused it in turn, and the sweep ended with every job failed."""
+    from trainer.errors import ConfigError
+
+    pruner = {"_target_": "optuna.pruners.MedianPruner"}
+    objective = {"metric": "val_accuracy", "mode": "max", "prune_metric": "val_loss"}
+    with pytest.raises(ConfigError, match=r"^objective.prune_metric must be one of \['accuracy', 'val_accuracy'\]"):
+        _sweeper(objective, pruner=pruner)._objectives()
+    assert _sweeper({**objective, "prune_metric": "accuracy"}, pruner=pruner)._objectives()[1] == ["val_accuracy"]

@@ -20,6 +20,7 @@ continues it, and several sweeps can share it.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -172,6 +173,8 @@ class OptunaSearch(Sweeper):
             )
         if len(directions) > 1 and self.pruner_config:
             raise ConfigError("hydra.sweeper.pruner: Optuna prunes single-objective studies only; set it to null")
+        if self.pruner_config:
+            _check_objective(self.config.get("objective") or {})  # a prune metric of the other direction
         return directions, metrics or [str(self.config.objective.metric)]
 
     def _metrics(self) -> tuple[list[str] | None, str]:
@@ -346,3 +349,17 @@ class OptunaSearch(Sweeper):
             params = " ".join(f"{key}={value}" for key, value in trial.params.items())
             folders = ", ".join(trial.user_attrs.get(studies.RUN_DIRS, []))
             log.info("%s %d: %s  %s%s", label, trial.number, values, params, f"  -> {folders}" if folders else "")
+
+
+def _check_objective(objective: Any) -> None:
+    """The objective section's own checks (`ObjectiveConfig`: `objective.prune_metric` against `objective.mode`),
+    before any trial rather than in each.
+
+    Raises:
+        ConfigError: its one line.
+    """
+    from trainer.config.schema import ObjectiveConfig
+
+    keys = {field.name for field in dataclasses.fields(ObjectiveConfig)}
+    given = OmegaConf.to_container(objective, resolve=True) if OmegaConf.is_config(objective) else dict(objective)
+    ObjectiveConfig(**{key: value for key, value in given.items() if key in keys})

@@ -84,16 +84,9 @@ def _objective_metric(settings: Config) -> str:
 
 
 def _prune_metric(settings: Config, metric: str) -> str:
-    """The metric a search's pruner is told each epoch: `objective.prune_metric`, else the objective's. The pruner
-    compares it in the study's direction (`objective.mode`), so a loss goes with min and an accuracy with max."""
+    """The metric a search's pruner is told each epoch: `objective.prune_metric` (its name and direction checked
+    by `ObjectiveConfig`), else the objective's."""
     pruned_on = settings.objective.prune_metric or metric
-    names = [*METRICS, *(f"val_{name}" for name in METRICS)]
-    fitting = [name for name in names if ("loss" in name) == (settings.objective.mode.value == "min")]
-    if pruned_on not in fitting:
-        raise ConfigError(
-            f"objective.prune_metric must be one of {fitting} with objective.mode={settings.objective.mode.value} "
-            f"(the pruner compares it in the study's direction); got {pruned_on!r}"
-        )
     if not settings.trainer.validate and pruned_on.startswith("val_"):
         raise ConfigError(f"trainer.validate=false leaves no {pruned_on} for objective.prune_metric")
     return pruned_on
