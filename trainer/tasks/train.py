@@ -88,7 +88,8 @@ def _prune_metric(settings: Config, metric: str) -> str:
     by `ObjectiveConfig`), else the objective's."""
     pruned_on = settings.objective.prune_metric or metric
     if not settings.trainer.validate and pruned_on.startswith("val_"):
-        raise ConfigError(f"trainer.validate=false leaves no {pruned_on} for objective.prune_metric")
+        raise ConfigError(f"trainer.validate=false leaves no {pruned_on} for objective.prune_metric: choose "
+                          f"objective.prune_metric={pruned_on.removeprefix('val_')}")  # fmt: skip
     return pruned_on
 
 
