@@ -1,5 +1,7 @@
 """The search rows: on the bundled digits, the same TPE search pruned by successive halving (hparams_search=vgg19_asha),
-by Hyperband (vgg19_hyperband) and by Optuna's MedianPruner, each against the same search unpruned.
+by Hyperband (vgg19_hyperband) and by Optuna's MedianPruner, each against the same search unpruned. Every pruned
+search here tells its pruner the training accuracy (the presets' `objective.prune_metric`), the MedianPruner one too
+(it runs the vgg19_asha preset).
 
     python -m benchmarks --only search_pruning            # 16 trials x 12 epochs, sampler seeds 0, 1, 2
     python -m benchmarks --only search_pruning --quick    # successive halving and unpruned, seed 0 only
@@ -26,6 +28,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 from benchmarks.common import ROOT, Row
@@ -75,7 +78,8 @@ def _search(folder: Path, seed: int, preset: str, pruner: tuple[str, ...]) -> No
 def counted(folder: Path) -> tuple[int, float]:
     """(epochs trained by every trial, the best val_accuracy of a trial that was not pruned) of a search's folder."""
     runs = [json.loads(path.read_text()) for path in folder.glob("*/metrics.json")]
-    assert len(runs) == TRIALS, f"{folder}: {len(runs)} of {TRIALS} trials finished"
+    if len(runs) != TRIALS:
+        raise ValueError(f"{folder}: {len(runs)} of {TRIALS} trials finished")
     best = max(run["objective"] for run in runs if not run["pruned"])
     return sum(run["epochs_completed"] for run in runs), best
 
@@ -106,17 +110,25 @@ def _order(seeds: tuple[int, ...], quick: bool) -> list[tuple[str, int]]:
 
 
 def code_key() -> str:
-    """The commit and a digest of the working tree's changes to tracked files: searches measured under another
-    key are not reused."""
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    changes = subprocess.run(["git", "diff", "HEAD"], cwd=ROOT, capture_output=True).stdout
-    return f"{head.stdout.strip() or 'nogit'}-{hashlib.sha256(changes).hexdigest()[:10]}"
+    """The commit and a digest of the working tree's changes (tracked files' diff, untracked files' names and
+    contents): searches measured under another key are not reused. Outside git: none is ever reused."""
+
+    def git(*arguments: str) -> bytes:
+        return subprocess.run(["git", *arguments], cwd=ROOT, capture_output=True).stdout
+
+    head = git("rev-parse", "--short", "HEAD").decode().strip()
+    if not head:
+        return f"nogit-{uuid.uuid4().hex[:10]}"
+    digest = hashlib.sha256(git("diff", "HEAD"))
+    for name in sorted(git("ls-files", "--others", "--exclude-standard").decode().splitlines()):
+        digest.update(name.encode() + b"\0" + (ROOT / name).read_bytes())
+    return f"{head}-{digest.hexdigest()[:10]}"
 
 
 def _finished(folder: Path) -> bool:
     try:
         counted(folder)
-    except (AssertionError, OSError, ValueError):
+    except (OSError, ValueError):
         return False
     return True
 

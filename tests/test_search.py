@@ -220,7 +220,10 @@ def test_the_pruner_stops_a_trial_after_an_epoch_and_its_folder_is_complete(tmp_
     assert metrics["pruned"] is True and metrics["epochs_completed"] == 1 and "test_accuracy" in metrics
     assert len(csv_rows(run / "history.csv")) == 1
     assert _study(tmp_path).trials[0].state.name == "PRUNED"
-    assert csv_rows(tmp_path / "sweep" / "study.csv")[0]["state"] == "pruned"
+    pruned_row = csv_rows(tmp_path / "sweep" / "study.csv")[0]
+    assert pruned_row["state"] == "pruned"
+    # The run's own val_accuracy, not the training accuracy Optuna kept as the pruned trial's value
+    assert float(pruned_row["val_accuracy"]) == pytest.approx(metrics["objective"])
     assert csv_rows(tmp_path / "sweep" / "summary.csv")[0]["status"] == "pruned"
     assert "Pruned after epoch 1: the study's pruner stops this trial (accuracy " in (run / "run.log").read_text()
     told = _study(tmp_path).trials[0].intermediate_values

@@ -253,7 +253,7 @@ def _preset(preset: str):
     register()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         overrides = [f"hparams_search={preset}", "trainer.epochs=12"]
-        return compose("config", overrides=overrides, return_hydra_config=True).hydra.sweeper
+        return compose("config", overrides=overrides, return_hydra_config=True)
 
 
 @pytest.mark.unit
@@ -264,7 +264,9 @@ def test_a_pruning_preset_spans_three_decades_of_lr_and_judges_no_trial_before_i
     from trainer.search.space import parse_space
     from trainer.targets import build_target
 
-    sweeper = _preset(preset)
+    composed = _preset(preset)
+    sweeper = composed.hydra.sweeper
+    assert composed.objective.prune_metric == "accuracy", "told the training accuracy: it ranks from epoch 2"
     space = parse_space(OmegaConf.to_container(sweeper.params), [])
     lr = space.distributions["optimizer.lr"]
     assert lr.log and round(math.log10(lr.high / lr.low), 6) >= 3, "three decades"
@@ -330,3 +332,23 @@ def test_a_prune_metric_of_the_other_direction_is_one_line_before_any_trial():
     with pytest.raises(ConfigError, match=r"^objective.prune_metric must be one of \['accuracy', 'val_accuracy'\]"):
         _sweeper(objective, pruner=pruner)._objectives()
     assert _sweeper({**objective, "prune_metric": "accuracy"}, pruner=pruner)._objectives()[1] == ["val_accuracy"]
+
+
+@pytest.mark.unit
+def test_a_study_whose_pruner_was_told_another_metric_is_not_continued(tmp_path):
+    """Its rungs would have compared the old trials' val_accuracy with the new ones' training accuracy."""
+    from trainer.errors import ConfigError
+    from trainer.search.study import PRUNED_ON, check_pruned_on
+
+    study = _study(tmp_path, ["maximize"])
+    check_pruned_on(study, "s", "accuracy", "val_accuracy")  # nothing reported yet: any metric, recorded
+    assert study.user_attrs[PRUNED_ON] == "accuracy"
+    with pytest.raises(ConfigError, match=r"^hydra.sweeper.study_name: study 's' told its pruner accuracy each "):
+        check_pruned_on(study, "s", "val_accuracy", "val_accuracy")
+    older = _study(tmp_path / "older", ["maximize"])  # a study from before objective.prune_metric
+    trial = older.ask()
+    trial.report(0.5, 0)
+    older.tell(trial, 0.5)
+    with pytest.raises(ConfigError, match=r"told its pruner val_accuracy each epoch, and this search would tell it "):
+        check_pruned_on(older, "s", "accuracy", "val_accuracy")
+    check_pruned_on(older, "s", "val_accuracy", "val_accuracy")

@@ -198,8 +198,12 @@ def test_a_truncated_shard_is_named_by_find_bad_record(data_dir, tmp_path):
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("listed", [14, 10])
-def test_a_shard_that_holds_another_count_than_dataset_info_lists_is_named(data_dir, tmp_path, listed):
+@pytest.mark.parametrize(
+    ("listed", "val_fraction", "split"), [(14, 0.0, "train"), (10, 0.0, "train"), (14, 0.25, "val")]
+)
+def test_a_shard_that_holds_another_count_than_dataset_info_lists_is_named(
+    data_dir, tmp_path, listed, val_fraction, split
+):
     """A `dataset_info.json` older than its shards (12 records in train's one shard): tf.data's count assertion
     stops the read; the finder names the shard, what it holds and what the listing says, not tf.data's line."""
     shutil.copytree(data_dir / "pets", tmp_path / "pets")
@@ -207,10 +211,13 @@ def test_a_shard_that_holds_another_count_than_dataset_info_lists_is_named(data_
     info = json.loads(info_file.read_text())
     next(split for split in info["splits"] if split["name"] == "train")["shardLengths"] = [str(listed)]
     info_file.write_text(json.dumps(info))
-    splits = TFDSFiles(tfds_name="pets", data_dir=str(tmp_path), image_size=32).load()
+    if val_fraction:  # val is the tail of train, a range of its shard: the range past the shard's end is short
+        info["splits"] = [part for part in info["splits"] if part["name"] != "validation"]
+        info_file.write_text(json.dumps(info))
+    splits = TFDSFiles(tfds_name="pets", data_dir=str(tmp_path), image_size=32, val_fraction=val_fraction).load()
     stopped = None
     try:
-        for _ in eval_dataset(splits.sources["train"], splits.decoder, Preprocess(32), batch_size=4):
+        for _ in eval_dataset(splits.sources[split], splits.decoder, Preprocess(32), batch_size=4):
             pass
     except tf.errors.FailedPreconditionError as error:
         stopped = error

@@ -132,8 +132,8 @@ def _broken_first_kept(path: str, spec: tfrecords.RecordSpec) -> bool | None:
         return tfrecords.inspect_first(path, spec)
     except tfrecords.BrokenFile:
         return True
-    except tfrecords.RefusedFirst as refused:
-        return refused.labeled
+    except tfrecords.RefusedFirst:
+        return True  # as labeled: the check lists the refused record, and any of its records without a label
 
 
 def layout_of(manifest_file: str | None, manifest: dict | None, **config) -> dict:

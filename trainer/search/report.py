@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.runs.atomic import atomic_path
-from trainer.search.study import INTERRUPTED, RETRY_OF, RUN_DIRS, SURPLUS, was_killed
+from trainer.search.study import INTERRUPTED, OUTCOME, RETRY_OF, RUN_DIRS, SURPLUS, was_killed
 from trainer.tracking.sweep import SPACE_FILE
 
 log = logging.getLogger(__name__)
@@ -47,8 +47,8 @@ def _rows(trials: list[Any], names: list[str], study_attrs: dict[str, Any]) -> t
     rows = []
     for trial in trials:
         values = trial.values or [None] * len(names)
-        if trial.state.name == "PRUNED" and trial.value is None and trial.intermediate_values:
-            values = [trial.intermediate_values[max(trial.intermediate_values)]]
+        if trial.state.name == "PRUNED":  # Optuna keeps the last value the pruner was told: maybe another metric
+            values = [(trial.user_attrs.get(OUTCOME) or {}).get("metrics", {}).get("objective")]  # the run's own
         seconds = (trial.datetime_complete - trial.datetime_start).total_seconds() if trial.datetime_complete else None
         row = {
             "trial": trial.number,

@@ -37,6 +37,7 @@ HEARTBEAT = "vggtrain:heartbeat"  # when that sweep last said it is alive (time.
 RETRY_OF = "vggtrain:retry_of"  # an enqueued retry: the number of the trial it repeats
 KILLED = "vggtrain:killed"  # a trial whose sweep died while it ran
 INTERRUPTED = "vggtrain:interrupted"  # a trial that Ctrl-C or SIGTERM stopped: run again by the same command
+PRUNED_ON = "vggtrain:pruned_on"  # the metric the study's pruner is told each epoch (objective.prune_metric)
 SURPLUS = "vggtrain:surplus"  # asked past n_trials by a sweep sharing the study: failed at once, not counted
 RUN_DIRS = "vggtrain:run_dirs"  # the trial's run folders (one, or one per fold), as the sweep's launcher gave them
 OUTCOME = "vggtrain:outcome"  # written by the trial's job: {"state": complete|pruned, "metrics": metrics.json}
@@ -108,6 +109,26 @@ def check_space(study: Any, name: str, distributions: dict[str, Any]) -> None:
                     f"this search over {_shown(distributions.get(key))}; give this search another study_name"
                 )
         return
+
+
+def check_pruned_on(study: Any, name: str, pruned_on: str, objective: str) -> None:
+    """Refuses to continue a study whose pruner was told another metric each epoch (its rungs would compare
+    `val_accuracy` with `accuracy`), and records the metric in a study that has none. A study from before
+    `objective.prune_metric` was told the objective's metric.
+
+    Raises:
+        ConfigError: naming both metrics.
+    """
+    reported = any(trial.intermediate_values for trial in study.get_trials(deepcopy=False))
+    stored = study.user_attrs.get(PRUNED_ON) or (objective if reported else None)
+    if stored is not None and stored != pruned_on:
+        raise ConfigError(
+            f"hydra.sweeper.study_name: study '{name}' told its pruner {stored} each epoch, and this search would "
+            f"tell it {pruned_on} (objective.prune_metric): its rungs would compare the two; give this search "
+            f"another study_name, or set objective.prune_metric={stored}"
+        )
+    if PRUNED_ON not in study.user_attrs:
+        study.set_user_attr(PRUNED_ON, pruned_on)
 
 
 def _shown(distribution: Any) -> str:

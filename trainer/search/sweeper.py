@@ -173,8 +173,7 @@ class OptunaSearch(Sweeper):
             )
         if len(directions) > 1 and self.pruner_config:
             raise ConfigError("hydra.sweeper.pruner: Optuna prunes single-objective studies only; set it to null")
-        if self.pruner_config:
-            _check_objective(self.config.get("objective") or {})  # a prune metric of the other direction
+        _check_objective(self.config.get("objective") or {})  # a prune metric of the other direction
         return directions, metrics or [str(self.config.objective.metric)]
 
     def _metrics(self) -> tuple[list[str] | None, str]:
@@ -235,6 +234,10 @@ class OptunaSearch(Sweeper):
             study.sampler = _instantiate(reseeded(self.sampler_config, held), "hydra.sweeper.sampler")
             log.info("Sampler seeded with seed + %d, the trials in the study <hydra.sweeper.sampler.seed>", held)
         studies.check_space(study, name, space.distributions)
+        if self.pruner_config:
+            objective = self.config.objective
+            studies.check_pruned_on(study, name, str(objective.get("prune_metric") or objective.metric),
+                                    str(objective.metric))  # fmt: skip
         write_space(sweep_dir, space.distributions)  # TensorBoard's HParams type the keys by it
         owner = studies.Owner()
         held = studies.counted(study.get_trials(deepcopy=False))

@@ -2,7 +2,7 @@
 
     python run.py -m hparams_search=vgg19_optuna hydra.sweeper.pruner._target_=optuna.pruners.MedianPruner
 
-With a pruner, `PruneCallback` reports `objective.metric` to the study at every epoch end
+With a pruner, `PruneCallback` reports `objective.prune_metric` (else `objective.metric`) at every epoch end
 and stops training after the epoch the pruner condemns; the run folder is complete
 (history up to there, the test evaluation, `pruned: true` in metrics.json). At the end the
 run's outcome and metrics go into the trial (`OUTCOME`), where the sweep reads them: jobs
