@@ -82,3 +82,21 @@ def duration_seconds(value: Any, key: str) -> float | None:
         seconds = sum(float(number) * _UNITS[unit] for number, unit in re.findall(r"(\d+(?:\.\d+)?)([dhms])", text))
     require(seconds > 0, key, "> 0", value)
     return seconds
+
+
+PRUNE_METRICS = ("loss", "accuracy", "val_loss", "val_accuracy")  # what fit logs each epoch
+
+
+def check_prune_metric(prune_metric: str | None, mode: Any) -> None:
+    """`objective.prune_metric` against `objective.mode`: the pruner compares it in the study's direction, so a loss
+    goes with min and an accuracy with max (None: the objective's metric, checked as the objective).
+
+    Raises:
+        ConfigError: the key, the names that fit the mode, and the value.
+    """
+    if prune_metric is None:
+        return
+    minimized = str(getattr(mode, "value", mode)) == "min"
+    fitting = [name for name in PRUNE_METRICS if ("loss" in name) == minimized]
+    expected = f"one of {fitting} with objective.mode={'min' if minimized else 'max'} (the pruner compares it in the "
+    require(prune_metric in fitting, "objective.prune_metric", expected + "study's direction)", prune_metric)

@@ -36,7 +36,7 @@ from trainer.config.fields import (
 from trainer.config.groups import ModelConfig, OptimizerConfig, StrategyConfig
 from trainer.data.formats.base import DatasetConfig
 from trainer.errors import ConfigError
-from trainer.fields import chosen, duration_seconds, require
+from trainer.fields import check_prune_metric, chosen, duration_seconds, require
 
 FLOAT32_MAX = 3.4028234663852886e38  # the largest finite float32: a larger weight is inf in the loss
 
@@ -200,9 +200,6 @@ class LoggerConfig:
 # --- the other sections ---------------------------------------------------------------------------------------
 
 
-PRUNE_METRICS = ("loss", "accuracy", "val_loss", "val_accuracy")  # what fit logs each epoch
-
-
 @dataclass
 class ObjectiveConfig:
     metric: str = "val_accuracy"  # a metric name from history.csv
@@ -213,12 +210,7 @@ class ObjectiveConfig:
 
     def __post_init__(self) -> None:
         require(self.tolerance >= 0, "objective.tolerance", ">= 0", self.tolerance)
-        if self.prune_metric is not None:  # the pruner compares it in the study's direction, objective.mode's
-            minimized = str(getattr(self.mode, "value", self.mode)) == "min"
-            fitting = [name for name in PRUNE_METRICS if ("loss" in name) == minimized]
-            require(self.prune_metric in fitting, "objective.prune_metric", f"one of {fitting} with objective.mode="
-                    f"{'min' if minimized else 'max'} (the pruner compares it in the study's direction)",
-                    self.prune_metric)  # fmt: skip
+        check_prune_metric(self.prune_metric, self.mode)
 
 
 @dataclass

@@ -20,7 +20,6 @@ continues it, and several sweeps can share it.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import os
@@ -33,6 +32,7 @@ from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from trainer.errors import ConfigError, Interrupted, UserError, one_line
+from trainer.fields import check_prune_metric
 from trainer.search import study as studies
 from trainer.search.report import best_trials, state_name, write_report, write_space
 from trainer.search.space import Space, override_text, parse_space
@@ -173,7 +173,8 @@ class OptunaSearch(Sweeper):
             )
         if len(directions) > 1 and self.pruner_config:
             raise ConfigError("hydra.sweeper.pruner: Optuna prunes single-objective studies only; set it to null")
-        _check_objective(self.config.get("objective") or {})  # a prune metric of the other direction
+        objective = self.config.get("objective") or {}
+        check_prune_metric(objective.get("prune_metric"), objective.get("mode", "max"))  # before any trial
         return directions, metrics or [str(self.config.objective.metric)]
 
     def _metrics(self) -> tuple[list[str] | None, str]:
@@ -352,17 +353,3 @@ class OptunaSearch(Sweeper):
             params = " ".join(f"{key}={value}" for key, value in trial.params.items())
             folders = ", ".join(trial.user_attrs.get(studies.RUN_DIRS, []))
             log.info("%s %d: %s  %s%s", label, trial.number, values, params, f"  -> {folders}" if folders else "")
-
-
-def _check_objective(objective: Any) -> None:
-    """The objective section's own checks (`ObjectiveConfig`: `objective.prune_metric` against `objective.mode`),
-    before any trial rather than in each.
-
-    Raises:
-        ConfigError: its one line.
-    """
-    from trainer.config.schema import ObjectiveConfig
-
-    keys = {field.name for field in dataclasses.fields(ObjectiveConfig)}
-    given = OmegaConf.to_container(objective, resolve=True) if OmegaConf.is_config(objective) else dict(objective)
-    ObjectiveConfig(**{key: value for key, value in given.items() if key in keys})
