@@ -171,8 +171,7 @@ def fit_phases(settings: Config, plan: Plan, folder: Folder, models: Models, inf
             model.optimizer.finalize_variable_values(model.trainable_variables)  # the EMA, as after fit
         return folder.ended or "completed"
     extra = parts.build_callbacks(settings.callbacks, settings.optimizer.schedule, settings.trainer.validate)
-    pruned_on = plan.prune_metric or plan.metric
-    extra += pruning_callbacks(StudyTrial(**vars(settings.trial)), pruned_on, plan.chief)  # a search's pruner
+    extra += pruning_callbacks(StudyTrial(**vars(settings.trial)), plan.prune_metric, plan.chief)  # a search's pruner
 
     state_batch = _state_batch(plan.data)
     loggers_ = _loggers(plan, folder)

@@ -92,7 +92,7 @@ class Plan:
     outputs: OutputFolders = field(default_factory=OutputFolders)  # Vertex AI's folders (the chief's)
     started: float = field(default_factory=time.monotonic)  # trainer.time_budget counts from here
     late_checks: LateChecks = field(default_factory=LateChecks)  # run after the first step (`LateChecks`)
-    prune_metric: str = ""  # what a search's pruner is told each epoch (objective.prune_metric, else metric)
+    prune_metric: str = ""  # what a search's pruner is told each epoch (`train._prune_metric`: set by plan_run)
 
 
 @dataclass
