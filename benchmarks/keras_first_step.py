@@ -1,9 +1,11 @@
 """The start-up floor: Keras alone, from `import tensorflow, keras` to the first training step of the network that
 `python run.py debug=smoke` trains. No trainer code runs but the network's builder (plain Keras layers).
 
-    python -m benchmarks.keras_first_step [POLICY]   # prints "First training step done" after that step
+    python -m benchmarks.keras_first_step [POLICY] [--collector-paused]   # prints "First training step done"
 
 POLICY (default float32) is the Keras mixed-precision policy, the one `run.py debug=smoke` picked.
+`--collector-paused` imports TensorFlow and Keras as run.py does (`trainer.quiet.collector_paused`): the floor
+like for like, once the import's own saving is taken out of the comparison.
 
 The same network (debug=smoke's eighth-width VGG19 with batch norm and 64 fc units), Adam, sparse
 cross-entropy and accuracy, batches of 16 32x32 float images from memory: what is left of the start-up once
@@ -13,24 +15,25 @@ tracing the training step and TensorFlow optimizing its graph, which no trainer 
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
-import keras
-import numpy as np
-import tensorflow as tf
-
-from trainer.models.vgg19 import build_vgg19
-
 CLASSES, SIZE, BATCH, STEPS = 10, 32, 16, 4  # the digits at debug=smoke
-
-
-class FirstStep(keras.callbacks.Callback):
-    def on_train_batch_end(self, batch, logs=None):
-        if batch == 0:
-            print("First training step done", flush=True)
+PAUSED = "--collector-paused"
 
 
 def main(policy: str = "float32") -> None:
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from trainer.models.vgg19 import build_vgg19
+
+    class FirstStep(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 0:
+                print("First training step done", flush=True)
+
     keras.mixed_precision.set_global_policy(policy)
     keras.utils.set_random_seed(0)
     model = build_vgg19(CLASSES, (SIZE, SIZE, 3), width_multiplier=0.125, fc_units=64)
@@ -48,4 +51,14 @@ def main(policy: str = "float32") -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:2])
+    arguments = sys.argv[1:]
+    if PAUSED in arguments:
+        from trainer.quiet import collector_paused
+
+        pause = collector_paused()
+    else:
+        pause = contextlib.nullcontext()
+    with pause:
+        import keras  # noqa: F401
+        import tensorflow  # noqa: F401
+    main(*[argument for argument in arguments if argument != PAUSED][:1])
