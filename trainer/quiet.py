@@ -124,7 +124,7 @@ def import_tensorflow() -> ModuleType:
         import tensorflow as tf
     else:
         with collector_paused(), contextlib.nullcontext() if show else filtered_stderr():
-            import tensorflow as tf
             import keras  # noqa: F401  (every task's next import: made in the same pause)
+            import tensorflow as tf
     logging.getLogger("tensorflow").setLevel(logging.INFO if show else logging.WARNING)
     return tf
