@@ -1,5 +1,5 @@
-"""What `python run.py` does before its first training step (issue 52 part 5): Hydra composes the config once after
-the command's own check, not twice (upstream hydra#3440: `get_mode` composes it only to read `hydra.mode`); the
+"""What `python run.py` does before its first training step (issue 52 part 5): Hydra composes the config once, for
+the command's own check, not three times (upstream hydra#3440: `get_mode` composes it only to read `hydra.mode`); the
 checks that only the end needs (every record's label, the report's two classes) run after the first step, and
 still stop the run with their one line before anything is saved.
 
@@ -13,42 +13,93 @@ import pytest
 from conftest import CIFAR_TRAIN, run_cli
 
 
-@pytest.mark.integration
-def test_hydra_composes_the_config_once_after_the_commands_check(monkeypatch, tmp_path):
-    from hydra._internal.hydra import Hydra
+def _composes(monkeypatch) -> list:
+    """Counts Hydra's config loads (what a compose costs) from now on: their run modes."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
 
-    import trainer.tasks
-
-    calls, original = [], Hydra.compose_config
+    calls, original = [], ConfigLoaderImpl.load_configuration
 
     def counting(self, *args, **kwargs):
         calls.append(kwargs.get("run_mode"))
         return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(Hydra, "compose_config", counting)
+    monkeypatch.setattr(ConfigLoaderImpl, "load_configuration", counting)
+    return calls
+
+
+@pytest.mark.integration
+def test_hydra_composes_the_config_once_the_commands_check(monkeypatch, tmp_path):
+    import trainer.tasks
+
+    calls = _composes(monkeypatch)
     monkeypatch.setattr(trainer.tasks, "run_task", lambda cfg, **_: 0.5)  # the task is not the point
     result = run_cli(["debug=smoke", "trainer.epochs=2", f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert len(calls) == 2, f"our check and Hydra's run, not Hydra's get_mode too: {calls}"
+    assert len(calls) == 1, f"our check's, which Hydra's get_mode and run take: {calls}"
+
+
+def _what_the_task_gets(monkeypatch, tmp_path, arguments: list[str], name: str) -> tuple[str, str]:
+    """(the job's config, Hydra's config) as YAML, as the task got them, the run folder's name made the same."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    import trainer.tasks
+
+    got = {}
+
+    def task(cfg, **_):
+        hydra = OmegaConf.to_container(HydraConfig.get(), resolve=False)
+        hydra["run"]["dir"] = hydra["runtime"]["output_dir"] = "RUN"
+        folder = str(tmp_path / name)
+        hydra["overrides"]["hydra"] = [item.replace(folder, "RUN") for item in hydra["overrides"]["hydra"]]
+        got["yaml"] = OmegaConf.to_yaml(cfg, resolve=False), OmegaConf.to_yaml(hydra)
+        return 0.5
+
+    monkeypatch.setattr(trainer.tasks, "run_task", task)
+    result = run_cli([*arguments, f"hydra.run.dir={tmp_path / name}"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return got["yaml"]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        ["debug=smoke"],
+        ["dataset=cifar", "trainer.epochs=2", "+tags=[a]", "hydra.verbose=true"],
+        ["hparams_search=vgg19_optuna", "hydra.mode=RUN", "optimizer.lr=0.1"],  # Hydra composes its own
+    ],
+)
+def test_the_config_hydras_run_takes_from_the_check_is_the_one_it_would_compose(monkeypatch, tmp_path, arguments):
+    """The check's compose given to Hydra's run (`trainer.cli.hydra_mode.composed_once`) against Hydra's own: the
+    job's config and Hydra's, its overrides and mode included, are the same."""
+    import trainer.cli.main
+    from trainer.cli.hydra_mode import UNKNOWN
+
+    once = _what_the_task_gets(monkeypatch, tmp_path, arguments, "once")
+    monkeypatch.setattr(trainer.cli.main, "check_composes", lambda *_: UNKNOWN)  # Hydra composes, twice
+    assert once == _what_the_task_gets(monkeypatch, tmp_path, arguments, "hydras")
 
 
 @pytest.mark.unit
 @pytest.mark.parametrize(
-    "arguments, mode",
+    "arguments, mode, reused",
     [
-        (["debug=smoke"], None),  # the config leaves it to the command line: run, or -m
-        (["hparams_search=vgg19_optuna"], "MULTIRUN"),  # the preset sets hydra.mode
-        (["hydra.mode=MULTIRUN"], "unknown"),  # Hydra's own setting: Hydra reads it
-        (["optimizer.lr=0.1,0.01"], "unknown"),  # a sweep of values
+        (["debug=smoke"], None, True),  # the config leaves it to the command line: run, or -m
+        (["debug=smoke", "-m"], None, False),  # a flag: Hydra's sweep composes its own
+        (["hparams_search=vgg19_optuna"], "MULTIRUN", True),  # the preset sets hydra.mode
+        (["hydra.mode=MULTIRUN"], "unknown", False),  # Hydra's own setting: Hydra reads it
+        (["optimizer.lr=0.1,0.01"], "unknown", False),  # a sweep of values
     ],
 )
-def test_the_commands_check_gives_hydra_the_mode_its_compose_found(arguments, mode):
+def test_the_commands_check_gives_hydra_the_mode_its_compose_found(arguments, mode, reused):
     from trainer.cli.hydra_mode import UNKNOWN
     from trainer.cli.main import CONFIG_DIR
     from trainer.cli.overrides import check_composes
 
     found = check_composes(arguments, CONFIG_DIR)
-    assert ("unknown" if found is UNKNOWN else None if found is None else found.name) == mode
+    assert ("unknown" if found is UNKNOWN else None if found.mode is None else found.mode.name) == mode
+    assert (found is not UNKNOWN and found.overrides is not None) == reused
 
 
 @pytest.mark.unit

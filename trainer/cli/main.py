@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from trainer.cli.arguments import check_arguments
 from trainer.cli.hints import missing_extra
 from trainer.cli.hydra_files import one_line_when_hydra_cannot_save
-from trainer.cli.hydra_mode import UNKNOWN, mode_known
+from trainer.cli.hydra_mode import UNKNOWN, composed_once
 from trainer.cli.overrides import check_composes
 from trainer.config import register
 from trainer.errors import DiskError, Interrupted, UserError, one_line
@@ -112,14 +112,14 @@ def cli(arguments: list[str] | None = None, exit_hard_on_disk_error: bool = True
     """
     arguments = sys.argv[1:] if arguments is None else arguments
     _process["exit_hard_on_disk_error"] = exit_hard_on_disk_error
-    mode = UNKNOWN
+    composed = UNKNOWN
     if not SHELL_COMPLETION.intersection(arguments):  # `-sc install=bash`: Hydra's words, no run, nothing to check
-        mode = _check_before_hydra(arguments)
+        composed = _check_before_hydra(arguments)
     saved, sys.argv = sys.argv, [sys.argv[0] if sys.argv else "run.py", *arguments]
     sweep.OUTCOME.clear()
     previous = _sigterm_stops_a_sweep(arguments)
     try:
-        with one_line_when_hydra_cannot_save(), mode_known(mode):  # Hydra writes .hydra/ before main() runs
+        with one_line_when_hydra_cannot_save(), composed_once(composed):  # Hydra writes .hydra/ before main() runs
             result = main()
         if sweep.OUTCOME.get("failed"):  # the table is printed; the exit code says some jobs failed
             outcome = sweep.OUTCOME
@@ -137,7 +137,7 @@ def cli(arguments: list[str] | None = None, exit_hard_on_disk_error: bool = True
 
 def _check_before_hydra(arguments: list[str]) -> Any:
     """The command's one-line errors that Hydra would give as a traceback or many lines, or too late. Returns
-    the config's `hydra.mode` as its compose found it (`trainer.cli.hydra_mode`).
+    the config as its compose found it, for Hydra (`trainer.cli.hydra_mode`), or `UNKNOWN`.
 
     Raises:
         SystemExit: the one line.
@@ -146,12 +146,14 @@ def _check_before_hydra(arguments: list[str]) -> Any:
         sys.exit(f"error: {hint}")
     try:
         check_arguments(arguments)  # trainer.epoch=2: our one line, not Hydra's seven
-        mode = check_composes(arguments, CONFIG_DIR)  # trainer.epochs=one, optimizer=adamm, dataset.imag_size=64
+        # trainer.epochs=one, optimizer=adamm, dataset.imag_size=64
+        composed = check_composes(arguments, CONFIG_DIR, CONFIG_PATH)
+        mode = UNKNOWN if composed is UNKNOWN else composed.mode
         check_writable_output(arguments)  # first: the run folder's lock below makes the folder
         check_run_dir_argument(arguments)  # Hydra writes .hydra/ into it before main() runs
         multirun = mode == RunMode.MULTIRUN or "hydra.mode=MULTIRUN" in arguments  # -m: the check sees it
         check_resume_argument(arguments, multirun)  # ... and makes the run folder from it
-        return mode
+        return composed
     except UserError as error:
         release_claimed_folders()
         if os.environ.get("HYDRA_FULL_ERROR") == "1":  # the debug flag: the error with its traceback

@@ -17,7 +17,7 @@ import re
 from typing import Any
 
 from trainer.cli.arguments import GROUP_SECTIONS, check_group_keys
-from trainer.cli.hydra_mode import UNKNOWN
+from trainer.cli.hydra_mode import UNKNOWN, Composed
 from trainer.config import schema
 from trainer.config.typos import unknown_key
 from trainer.errors import ConfigError
@@ -34,19 +34,22 @@ def _key(argument: str) -> str:
     return argument.lstrip("+~").split("=", 1)[0]
 
 
-def check_composes(arguments: list[str], config_dir: str) -> Any:
-    """Composes the command's config as Hydra will (sweeps and `hydra.` settings aside) and words its refusal:
-    a value of the wrong type, an option its group lacks, a key its section lacks.
+def check_composes(arguments: list[str], config_dir: str, config_path: str | None = None) -> Any:
+    """Composes the command's config as Hydra will (sweeps aside) and words its refusal: a value of the wrong
+    type, an option its group lacks, a key its section lacks.
 
     Returns:
-        The config's `hydra.mode` (None, RUN, MULTIRUN) for Hydra's `get_mode` (`trainer.cli.hydra_mode`), or
-        `UNKNOWN` when this compose is not the one Hydra would make (a sweep, a search path, a `hydra.mode` or
-        `hydra/` override).
+        The compose (`trainer.cli.hydra_mode.Composed`): its `hydra.mode` (None, RUN, MULTIRUN) for Hydra's
+        `get_mode`, and where the command is a plain run, the config Hydra's run takes. `UNKNOWN` when this compose
+        is not the one Hydra would make (a sweep over a group, a search path, a `hydra.mode` or `hydra/` override).
 
     Raises:
         ConfigError: one line naming the key, what it got, and the type or the choices it takes.
+
+    `config_path` is Hydra's (`trainer.cli.main.config_location`): an installed wheel's `pkg://trainer.conf` is
+    composed from the package, as Hydra's run does, so the config it takes names the same source.
     """
-    from hydra import compose, initialize_config_dir
+    from hydra import compose, initialize_config_dir, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import ConfigCompositionException, MissingConfigException
@@ -55,22 +58,29 @@ def check_composes(arguments: list[str], config_dir: str) -> Any:
         return UNKNOWN
     overrides = [item for item in arguments if "=" in item and not item.startswith("-")]
     parser = OverridesParser.create()
-    composed, mode_settings = [], False
+    composed, mode_settings, swept = [], False, False
     for item in overrides:
         if _key(item).startswith(("hydra.", "hydra/")):
             mode_settings |= _key(item).startswith(("hydra.mode", "hydra/"))
-            continue  # Hydra's own settings are not in the job's config
+            continue  # Hydra's own settings are not in the job's config: composed below for a plain run only
         if parser.parse_overrides([item])[0].is_sweep_override():
             if "." not in _key(item):
                 return UNKNOWN  # a sweep over a config group: each job composes another section
-            mode_settings = True  # the sweep's jobs compose each value
+            swept = True  # the sweep's jobs compose each value
             continue
         composed.append(item)
+    # A plain run (overrides only: no flag, no sweep, no mode setting) composes every override, Hydra's own settings
+    # too, as Hydra's run will
+    plain = overrides == arguments and not (mode_settings or swept)
     GlobalHydra.instance().clear()
     cfg = None  # a refusal this module cannot word leaves it to Hydra
     try:
-        with initialize_config_dir(config_dir=config_dir, version_base="1.3"):
-            cfg = compose("config", overrides=composed, return_hydra_config=True)
+        if config_path and config_path.startswith("pkg://"):
+            initialized = initialize_config_module(config_path.removeprefix("pkg://"), version_base="1.3")
+        else:
+            initialized = initialize_config_dir(config_dir=config_dir, version_base="1.3")
+        with initialized:
+            cfg = compose("config", overrides=overrides if plain else composed, return_hydra_config=True)
     except MissingConfigException as error:
         _raise_missing_option(error, composed)
     except ConfigCompositionException as error:
@@ -79,7 +89,9 @@ def check_composes(arguments: list[str], config_dir: str) -> Any:
         GlobalHydra.instance().clear()
     if any(item.startswith("+") and _key(item).split(".")[0] in GROUP_SECTIONS for item in composed):
         check_group_keys(arguments, config_dir)  # Hydra's `+` added the key, which no schema reads
-    return UNKNOWN if mode_settings or cfg is None else cfg.hydra.mode
+    if mode_settings or swept or cfg is None:
+        return UNKNOWN
+    return Composed(cfg, tuple(overrides) if plain else None)
 
 
 def _raise_missing_option(error: Exception, overrides: list[str]) -> None:
