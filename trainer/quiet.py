@@ -11,7 +11,7 @@ WARNING. Errors still reach the user: as Python exceptions, and any other
 stderr text of the import is passed through.
 
 The first import of TensorFlow and Keras runs with Python's cyclic garbage
-collector paused (`collector_paused`): it makes about half a million objects and
+collector paused (`collector_paused`): it makes about 800,000 objects and
 no garbage, and the collector's full passes over them were a fifth of the
 import (0.8 s of 4 s here; `python -m benchmarks --only startup`).
 """

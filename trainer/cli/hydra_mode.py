@@ -42,17 +42,18 @@ class Composed:
         from hydra.types import RunMode
         from omegaconf import open_dict, read_write
 
-        if self.config is None or self.overrides is None or config_name != "config" or run_mode != RunMode.RUN:
+        if self.overrides is None or config_name != "config" or run_mode != RunMode.RUN:
             return None
         ours = list(self.overrides)
-        if overrides not in (ours, [*ours, RUN_MODE]):
+        added = overrides == [*ours, RUN_MODE]
+        if overrides != ours and not added:
             return None
-        config, self.config = self.config, None
-        if overrides == [*ours, RUN_MODE]:
-            with read_write(config.hydra), open_dict(config.hydra):
-                config.hydra.mode = RunMode.RUN
-                config.hydra.overrides.hydra.append(RUN_MODE)
-        return config
+        self.overrides = None  # taken once: a later compose is Hydra's own
+        if added:
+            with read_write(self.config.hydra), open_dict(self.config.hydra):
+                self.config.hydra.mode = RunMode.RUN
+                self.config.hydra.overrides.hydra.append(RUN_MODE)
+        return self.config
 
 
 @contextlib.contextmanager
