@@ -106,9 +106,6 @@ class LabeledFileReader:
     def read(self, path, start, length):
         return tf.data.Dataset.from_tensors(self.record(path)).skip(start).take(length)
 
-    def read_files(self, paths, parallel_reads=None):
-        return paths.map(self.record, num_parallel_calls=parallel_reads or tf.data.AUTOTUNE, deterministic=True)
-
 
 @dataclass(frozen=True)
 class FileDecoder:

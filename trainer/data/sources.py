@@ -24,6 +24,8 @@ READ_AHEAD = 2  # records each of them reads ahead
 
 class Reader(Protocol):
     parallel: bool  # read several files at once in training (many shards), else one after another
+    # Optional, for a format whose file is one record (an image folder): `record(path)` reads it. Its files are
+    # then read by one parallel map, with no dataset (nor read-ahead thread) per file.
 
     def read(self, path: tf.Tensor, start: tf.Tensor, length: tf.Tensor) -> tf.data.Dataset:
         """The serialized records [start, start + length) of one file (length -1: to its end); `Source` numbers
@@ -93,14 +95,27 @@ class Source:
         """`_numbered`, read ahead by a thread of its own: the files of an interleave are read at once."""
         return self._numbered(path, start, length).prefetch(READ_AHEAD)
 
+    @tf.autograph.experimental.do_not_convert  # plain TF ops: autograph's conversion only costs tracing time (start-up)
+    def _whole(self, path: tf.Tensor, start: tf.Tensor, length: tf.Tensor) -> tuple:
+        return path, start, self.reader.record(path)
+
     def _read(self, order: tf.data.Dataset, parallel_reads: int | None) -> tf.data.Dataset:
         """The numbered records of `order`'s ranges: one after another, or `parallel_reads` files interleaved in a
         fixed order, each read ahead by a thread of its own. Not `interleave(num_parallel_calls=...)`: its worker
         pool added about a quarter to the CPU time of reading a large record (page faults of its threads'
-        allocations), which TFRecordDataset's own parallel reads do not pay (issue 53's tfrecord_reader benchmark)."""
+        allocations), which TFRecordDataset's own parallel reads do not pay (issue 53's tfrecord_reader benchmark).
+        A file that is one record is read by a parallel map, in order: a dataset and a thread per file cost a
+        folder of photos a tenth of its first epoch (the folder_pipeline benchmark)."""
+        if self._one_record_each():
+            return order.map(self._whole, num_parallel_calls=parallel_reads or MAX_PARALLEL_READS, deterministic=True)
         if parallel_reads is None:
             return order.flat_map(self._numbered)
         return order.interleave(self._read_ahead, cycle_length=parallel_reads)
+
+    def _one_record_each(self) -> bool:
+        """Whether every range is a whole file that the reader reads as one record (`Reader.record`)."""
+        whole = all(start == 0 and length in (-1, 1) for _, start, length in self.records.ranges)
+        return whole and hasattr(self.reader, "record")
 
     def in_order(self) -> tf.data.Dataset:
         """Every record once, as (file, number in it, record), files in the given order; the count is stated, so
