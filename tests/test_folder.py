@@ -212,6 +212,31 @@ BAD = {
 }
 
 
+@pytest.mark.unit
+def test_files_that_are_one_record_each_are_read_by_a_map_in_order_with_their_provenance(tmp_path):
+    """An image folder's files are read by one parallel map (no dataset per file: the folder_pipeline row), giving
+    what the generic per-range read gives: (entry, record 0, label digits + bytes), in order, and training's
+    seeded file orders."""
+    from trainer.data.folder import LabeledFileReader
+
+    entries = []
+    for index in range(12):
+        path = tmp_path / f"{index:02d}.bin"
+        path.write_bytes(bytes([index]) * (index + 1))
+        entries.append(f"{index % 3:08d}{path}")
+    source = Source(Records.whole_files(entries, len(entries)), LabeledFileReader())
+    generic = Source(source.records, type("Generic", (), {"parallel": True, "read": LabeledFileReader().read})())
+    assert source._one_record_each() and not generic._one_record_each()
+    rows = lambda dataset: [tuple(value.numpy() for value in row) for row in dataset]  # noqa: E731
+    assert rows(source.in_order()) == rows(generic.in_order())
+    assert [row[2] for row in rows(source.in_order())] == [
+        f"{index % 3:08d}".encode() + bytes([index]) * (index + 1) for index in range(12)
+    ]
+    assert rows(source.for_training(3)) == rows(generic.for_training(3))
+    shifted = Source(Records(((entries[0], 1, -1),), 0), LabeledFileReader())  # not a whole file: the generic read
+    assert not shifted._one_record_each()
+
+
 @pytest.mark.integration
 def test_each_bad_folder_is_one_line_naming_it(tmp_path):
     layouts = _bad_layouts(tmp_path)
