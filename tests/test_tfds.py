@@ -235,6 +235,11 @@ def _bad_inputs(data_dir: Path, tmp_path: Path) -> dict[str, tuple[dict, str]]:
     (tmp_path / "garbled" / "pets" / "1.0.0").mkdir(parents=True)
     (tmp_path / "garbled" / "pets" / "1.0.0" / "dataset_info.json").write_text("{not json")
     (tmp_path / "empty" / "pets").mkdir(parents=True)
+    shutil.copytree(data_dir / "pets", tmp_path / "one_class" / "pets")
+    one_class = tmp_path / "one_class" / "pets" / "1.0.0"
+    (one_class / "label.labels.txt").write_text("cat\n")  # the ClassLabel's names: one
+    info_text = (one_class / "dataset_info.json").read_text()
+    (one_class / "dataset_info.json").write_text(info_text.replace('"numClasses": "2"', '"numClasses": "1"'))
     for config in ("small", "large"):
         shutil.copytree(data_dir / "pets" / "1.0.0", tmp_path / "configs" / "pets" / config / "1.0.0")
     pets, one = {"tfds_name": "pets", "data_dir": str(data_dir)}, {"tfds_name": "pets_one", "data_dir": str(data_dir)}
@@ -276,6 +281,10 @@ def _bad_inputs(data_dir: Path, tmp_path: Path) -> dict[str, tuple[dict, str]]:
             r"'label' \(dataset\.label_key\) is a Scalar, not a ClassLabel; dataset\.class_names is needed",
         ),
         "class_names": ({**pets, "class_names": ["a", "b", "c"]}, r"names 3 classes but .*ClassLabel 'label' has 2"),
+        "one_class": (
+            {**pets, "data_dir": str(tmp_path / "one_class")},
+            r"feature 'label' has one class \(cat\); a classifier needs two$",
+        ),
         "array_record": (
             {**pets, "data_dir": str(tmp_path / "array")},
             r"the shards are array_record, not tfrecord; only TFRecord shards are supported yet",
@@ -301,6 +310,7 @@ BAD = [
     "label_key",
     "not_class_label",
     "class_names",
+    "one_class",
     "array_record",
     "garbled",
 ]

@@ -38,7 +38,7 @@ from trainer import quiet
 from trainer.data import cache as data_cache
 from trainer.data.decode import decode_images
 from trainer.data.images import decode_files
-from trainer.data.parts import Splits, val_split_name
+from trainer.data.parts import Splits, two_classes, val_split_name
 from trainer.data.shares import Records
 from trainer.data.sources import Source
 from trainer.data.verdicts import Verdicts
@@ -146,8 +146,7 @@ class FolderLoader:
                 f"{self.root}/<class>/ or {self.root}/train/<class>/ holding the images"
             )
         names = self.class_names or found
-        if len(names) < 2:
-            raise DataError(f"dataset.data_dir={self.root}: one class folder ({names[0]}/); a classifier needs two")
+        two_classes(names, f"dataset.data_dir={self.root}: one class folder ({{}}/)")
         unknown = [name for name in found if name not in names]
         missing = [name for name in names if name not in found]
         if unknown or missing:

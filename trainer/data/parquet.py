@@ -37,7 +37,7 @@ from trainer.data.parquet_rows import (
     is_string_type,
     label_indices,
 )
-from trainer.data.parts import VAL_NAMES, Splits, val_split_name
+from trainer.data.parts import VAL_NAMES, Splits, two_classes, val_split_name
 from trainer.data.shares import Records
 from trainer.data.sources import Source
 from trainer.errors import ConfigError, DataError
@@ -193,8 +193,7 @@ class ArrowLoader:
             raise DataError(
                 f"dataset.data_dir={self.root}: no row has a label of 0 or more (column {self.columns[1]!r})"
             )
-        if len(names) < 2:
-            raise DataError(f"dataset.data_dir={self.root}: one class ({names[0]}); a classifier needs two")
+        two_classes(names, f"dataset.data_dir={self.root}: one class ({{}})")
         return names
 
     def _check_labels(self, split: _Split, names: list[str]) -> None:
@@ -233,12 +232,10 @@ class ArrowLoader:
             DataError: `dataset.data_dir=DIR: the train split holds one class (NAME); a classifier needs two`.
         """
         trained = np.concatenate([labels["train"], labels["val"]]) if self.folds else labels["train"]
-        present = np.unique(trained)
-        if len(present) == 1:
-            splits = "train and val splits (dataset.folds) hold" if self.folds else "train split holds"
-            raise DataError(
-                f"dataset.data_dir={self.root}: the {splits} one class ({names[present[0]]}); a classifier needs two"
-            )
+        splits = "train and val splits (dataset.folds) hold" if self.folds else "train split holds"
+        present = [names[label] for label in np.unique(trained)]
+        if present:  # none: the split's own check names it
+            two_classes(present, f"dataset.data_dir={self.root}: the {splits} one class ({{}})")
 
     def _warn_untrained(self, train: np.ndarray, names: list[str]) -> None:
         """One warning naming the classes with no training row: the model learns them from no example. Integer

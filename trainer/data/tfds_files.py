@@ -24,7 +24,7 @@ from pathlib import Path
 from google.protobuf import json_format
 
 from trainer.data.decoders import TFRecordDecoder
-from trainer.data.parts import Splits, val_split_name
+from trainer.data.parts import Splits, two_classes, val_split_name
 from trainer.data.shares import Records, ranges_of
 from trainer.data.sources import Source, TFRecordReader
 from trainer.data.tfrecord_files import broken_frame_finder
@@ -155,8 +155,7 @@ class TFDSLoader:
                 f"ClassLabel '{self.keys['label']}' has {len(names)}: {names}"
             )
         names = self.class_names or names
-        if len(names) < 2:
-            raise DataError(f"{folder}: feature '{self.keys['label']}' has one class ({names}); a classifier needs two")
+        two_classes(names, f"{folder}: feature '{self.keys['label']}' has one class ({{}})")
         return names
 
     def _shards(self, folder: Path, info, split: str) -> tuple[list[str], list[int]]:
