@@ -132,6 +132,12 @@ def identity_of(fingerprint: dict, image_size: int, resize_mode: str, stamp: str
     return identity if stamp is None else {**identity, "stamp": stamp}
 
 
+def decoded_bytes(records: int, side: int) -> int:
+    """The size of `records` decoded images of `side` x `side` RGB: what `dataset.cache_memory_mb` is held against
+    (the train and val splits, read every epoch)."""
+    return records * side * side * 3
+
+
 def resolved(mode: str, photos: bool, image_bytes: int, memory_mb: float) -> str:
     """The cache `dataset.cache=mode` means for data of `image_bytes` decoded (`photos`: compressed records, whose
     decode is the cost): `auto` is memory under `memory_mb`, else disk, and nothing for raw pixels."""

@@ -309,7 +309,7 @@ class FolderLoader:
     def _cached(self, splits: dict[str, list]) -> str:
         """Where the pipeline keeps these splits' decoded images: disk, memory or off (`DataModule.build` decides
         alike; k-fold's splits are others)."""
-        image_bytes = (len(splits["train"]) + len(splits["val"])) * self.size * self.size * 3
+        image_bytes = data_cache.decoded_bytes(len(splits["train"]) + len(splits["val"]), self.size)
         return "off" if self.folds else data_cache.resolved(self.cache[0], True, image_bytes, self.cache[1])
 
     def _publish(

@@ -128,7 +128,7 @@ class DataModule:
         cache = data_cache.choose(
             cache_mode,
             splits.photos,
-            (sources["train"].count + sources["val"].count) * side * side * 3,  # the splits read every epoch
+            data_cache.decoded_bytes(sources["train"].count + sources["val"].count, side),
             *cache_place,
             data_cache.identity_of(data_fingerprint, preprocess.image_size, splits.resize_mode, splits.stamp),
         )
