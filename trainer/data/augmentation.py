@@ -121,12 +121,6 @@ class Augmentation:
             )
 
     @property
-    def in_model(self) -> bool:
-        """Whether the model's part changes anything (else the training wrapper adds no layer)."""
-        colour = bool(self.brightness) or (self.contrast_lower, self.contrast_upper) != (1.0, 1.0)
-        return self.flip or colour or self.policy != Policy.none or bool(self.random_erasing)
-
-    @property
     def mixing(self) -> bool:
         """Whether MixUp or CutMix mixes training batches (then the labels are one-hot and soft, the images
         float32)."""

@@ -40,11 +40,6 @@ class Records:
         return cls(tuple((path, 0, -1) for path in files), count)
 
     @property
-    def is_share(self) -> bool:
-        """One worker's share: tf.distribute must not shard it again."""
-        return self.per_epoch is not None
-
-    @property
     def files(self) -> list[str]:
         return list(dict.fromkeys(path for path, _, _ in self.ranges))
 
