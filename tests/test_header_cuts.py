@@ -143,3 +143,18 @@ def test_a_manifest_that_counts_fewer_records_than_its_files_hold_is_named(tmp_p
         with data.named_bad_records():
             for _ in pipeline:
                 pass
+
+
+@pytest.mark.slow  # 7 s; the case above is its twin without a manifest
+def test_a_cut_before_another_broken_frame_is_listed_behind_a_manifest(tmp_path):
+    """Behind a manifest no file is read at start-up: val_a's cut ended its read quietly, val_b's broken frame
+    stopped the check's pass, and the read past it listed val_b's frame alone (val_a's 3 lost records unnamed)."""
+    files = _files(tmp_path / "records", manifest=True)
+    cut, broken = files["val"]
+    _cut_header(cut, 9)
+    _break_frame(broken, 3)
+    with pytest.raises(DataError, match="data check: 2 bad file"):
+        run_task(compose(_overrides(files, *CHECK), tmp_path / "run"))
+    report = json.loads((tmp_path / "run" / "data_check.json").read_text())
+    assert sorted(entry["file"] for entry in report["bad"]) == [f"{cut}: record 9", f"{broken}: record 3"]
+    assert report["num_examples"]["val"] == 9 + 3

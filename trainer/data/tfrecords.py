@@ -383,6 +383,17 @@ def readable_rest(source: Source, after: tuple[str, int] | None) -> Iterator[tup
         yield Source(Records(((path, start, count),), count), source.reader) if count else None, entry
 
 
+def cuts_before(source: Source, after: tuple[str, int] | None) -> list[dict]:
+    """The bad records (`check.record_entry`) of the files `source` read before the file of record `after`: a frame
+    cut inside its header ended such a file's read quietly, and only reading its frames again finds it (behind a
+    manifest, no file was read at start-up). None: no file was read before."""
+    if after is None:
+        return []
+    ranges = source.records.ranges
+    earlier = ranges[: next(index for index, (path, _, _) in enumerate(ranges) if path == after[0])]
+    return [entry for _, entry in readable_rest(Source(Records(earlier, 0), source.reader), None) if entry is not None]
+
+
 def read_manifest(files: list[str]) -> tuple[str | None, dict | None]:
     """(path, content) of the converter's manifest.json beside the first file, if there is one.
 

@@ -36,7 +36,7 @@ from trainer.data.images import stored_sizes
 from trainer.data.module import miscounted
 from trainer.data.pipeline import checked_dataset
 from trainer.data.sources import TFRecordReader
-from trainer.data.tfrecords import readable_rest
+from trainer.data.tfrecords import cuts_before, readable_rest
 from trainer.errors import DataError
 from trainer.models.preprocessing import augmentation_layers
 from trainer.runs.atomic import write_json
@@ -82,18 +82,21 @@ def _every_readable(data, split: str, bad: list[dict], say: bool = True) -> Iter
     """`_good` of a whole split for the data check. A corrupted TFRecord frame ends its file (nothing after it
     can be read) but not the check: it is a bad record, and the split's other files are still read. A frame cut
     inside its header ends its file's read quietly: the split then falls short of its count (a manifest's), and
-    the cut is listed once the rest is read."""
+    the cut is listed once the rest is read, or once a later broken frame's file and those after it are."""
     read: list = []
     source = data.splits.sources[split]
     try:
         yield from _good(data.checked(split), bad, say, read)
     except tf.errors.DataLossError:  # the rest file by file, each broken frame listed after its file's records
-        for readable, broken in readable_rest(source, tuple(read) if read else None):
+        after = tuple(read) if read else None
+        for readable, broken in readable_rest(source, after):
             if readable is not None:
                 batches = checked_dataset(readable, data.splits.decoder, data.preprocess, data.batches.batch_size)
                 yield from _good(batches, bad, say)
             if broken is not None:
                 _bad(bad, broken, say)
+        for broken in cuts_before(source, after):  # the files read whole before it may have ended at a cut
+            _bad(bad, broken, say)
     except tf.errors.FailedPreconditionError as error:  # every record that could be read was read: name the cut
         cut = miscounted(error) and isinstance(source.reader, TFRecordReader)
         found = [broken for _, broken in readable_rest(source, None) if broken is not None] if cut else []
