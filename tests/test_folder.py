@@ -18,7 +18,7 @@ from conftest import compose, run_cli
 from trainer import quiet
 from trainer.config.store import to_settings
 from trainer.data.check import summarise_sizes
-from trainer.data.parts import Splits
+from trainer.data.parts import Splits, two_classes
 from trainer.data.shares import Records
 from trainer.data.sources import Source
 from trainer.errors import ConfigError, DataError
@@ -210,6 +210,15 @@ BAD = {
     "loop": r"loop/cat/again: a symlink loop",
     "unknown_class": r"dataset.class_names=\['cat', 'cow'\] does not match the class folders .*no folder cow",
 }
+
+
+@pytest.mark.unit
+def test_the_class_rule_names_the_one_class_whatever_braces_the_path_holds():
+    """A str.format template broke on a folder named `photos{2024}` (KeyError for the refusal's own line)."""
+    where = "dataset.data_dir=/data/photos{2024}"
+    with pytest.raises(DataError, match=r"^dataset.data_dir=/data/photos\{2024\}: one class folder \(cat/\); a classi"):
+        two_classes(["cat"], lambda one: f"{where}: one class folder ({one}/)")
+    two_classes(["cat", "dog"], lambda one: "not raised")
 
 
 @pytest.mark.unit

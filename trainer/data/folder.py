@@ -146,7 +146,7 @@ class FolderLoader:
                 f"{self.root}/<class>/ or {self.root}/train/<class>/ holding the images"
             )
         names = self.class_names or found
-        two_classes(names, f"dataset.data_dir={self.root}: one class folder ({{}}/)")
+        two_classes(names, lambda one: f"dataset.data_dir={self.root}: one class folder ({one}/)")
         unknown = [name for name in found if name not in names]
         missing = [name for name in names if name not in found]
         if unknown or missing:

@@ -193,7 +193,7 @@ class ArrowLoader:
             raise DataError(
                 f"dataset.data_dir={self.root}: no row has a label of 0 or more (column {self.columns[1]!r})"
             )
-        two_classes(names, f"dataset.data_dir={self.root}: one class ({{}})")
+        two_classes(names, lambda one: f"dataset.data_dir={self.root}: one class ({one})")
         return names
 
     def _check_labels(self, split: _Split, names: list[str]) -> None:
@@ -235,7 +235,7 @@ class ArrowLoader:
         splits = "train and val splits (dataset.folds) hold" if self.folds else "train split holds"
         present = [names[label] for label in np.unique(trained)]
         if present:  # none: the split's own check names it
-            two_classes(present, f"dataset.data_dir={self.root}: the {splits} one class ({{}})")
+            two_classes(present, lambda one: f"dataset.data_dir={self.root}: the {splits} one class ({one})")
 
     def _warn_untrained(self, train: np.ndarray, names: list[str]) -> None:
         """One warning naming the classes with no training row: the model learns them from no example. Integer

@@ -24,14 +24,14 @@ from trainer.data.sources import Source
 from trainer.errors import DataError
 
 
-def two_classes(names: list[str], refusal: str) -> None:
-    """The class rule of every format: a classifier needs two. `refusal` says where, with `{}` for the one class.
+def two_classes(names: list[str], refusal: Callable[[str], str]) -> None:
+    """The class rule of every format: a classifier needs two. `refusal(the one class)` says where.
 
     Raises:
         DataError: `names` holds fewer than two.
     """
     if len(names) < 2:
-        raise DataError(f"{refusal.format(names[0] if names else 'none')}; a classifier needs two")
+        raise DataError(f"{refusal(names[0] if names else 'none')}; a classifier needs two")
 
 
 VAL_NAMES = ("val", "validation", "valid")  # the validation split's names in the wild: every format finds each

@@ -155,7 +155,7 @@ class TFDSLoader:
                 f"ClassLabel '{self.keys['label']}' has {len(names)}: {names}"
             )
         names = self.class_names or names
-        two_classes(names, f"{folder}: feature '{self.keys['label']}' has one class ({{}})")
+        two_classes(names, lambda one: f"{folder}: feature '{self.keys['label']}' has one class ({one})")
         return names
 
     def _shards(self, folder: Path, info, split: str) -> tuple[list[str], list[int]]:

@@ -386,7 +386,7 @@ def readable_rest(source: Source, after: tuple[str, int] | None) -> Iterator[tup
 def cuts_before(source: Source, after: tuple[str, int] | None) -> list[dict]:
     """The bad records (`check.record_entry`) of the files `source` read before the file of record `after`: a frame
     cut inside its header ended such a file's read quietly, and only reading its frames again finds it (behind a
-    manifest, no file was read at start-up). None: no file was read before."""
+    manifest, no file was read at start-up). `after` None: nothing was read, so no file before it."""
     if after is None:
         return []
     ranges = source.records.ranges
