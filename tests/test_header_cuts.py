@@ -78,19 +78,27 @@ def test_predict_behind_a_manifest_writes_every_readable_row_then_names_the_cut(
     assert [row["error"] for row in rows] == [""] * 7 + [f"{cut}: record 7 {UNREADABLE}"] + [""] * 5
 
 
-@pytest.mark.slow  # 7 s
-def test_a_cut_read_again_past_another_broken_frame_is_listed_once(tmp_path):
+@pytest.mark.slow  # 7 s each
+@pytest.mark.parametrize(
+    ("manifest", "cut", "broken", "readable"),
+    [(False, (1, 2), (0, 3), 3 + 2), (True, (0, 9), (1, 3), 9 + 3)],
+    ids=["cut_after_the_broken_frame", "cut_before_it_behind_a_manifest"],
+)
+def test_a_cut_and_a_broken_frame_in_one_split_are_each_listed_once(tmp_path, manifest, cut, broken, readable):
     """No manifest: the count lists val_b's cut at start-up; val_a's broken frame makes the check read val_b again
-    (`tfrecords.readable_rest`), which meets the cut a second time."""
-    files = _files(tmp_path / "records", manifest=False)
-    broken, cut = files["val"]
-    _break_frame(broken, 3)
-    _cut_header(cut, 2)
+    (`tfrecords.readable_rest`), which meets the cut a second time. Behind a manifest no file is read at start-up:
+    val_a's cut ended its read quietly, val_b's broken frame stopped the check's pass, and the read past it listed
+    val_b's frame alone (`tfrecords.cuts_before` reads val_a's frames again)."""
+    files = _files(tmp_path / "records", manifest)
+    (cut_file, cut_at), (broken_file, broken_at) = (files["val"][cut[0]], cut[1]), (files["val"][broken[0]], broken[1])
+    _cut_header(cut_file, cut_at)
+    _break_frame(broken_file, broken_at)
     with pytest.raises(DataError, match="data check: 2 bad file"):
         run_task(compose(_overrides(files, *CHECK), tmp_path / "run"))
     report = json.loads((tmp_path / "run" / "data_check.json").read_text())
-    assert sorted(entry["file"] for entry in report["bad"]) == [f"{broken}: record 3", f"{cut}: record 2"]
-    assert report["num_examples"]["val"] == 3 + 2
+    expected = sorted([f"{cut_file}: record {cut_at}", f"{broken_file}: record {broken_at}"])
+    assert sorted(entry["file"] for entry in report["bad"]) == expected
+    assert report["num_examples"]["val"] == readable
 
 
 @pytest.mark.parametrize("workers", [1, 2], ids=["single_process", "a_workers_share"])
@@ -143,18 +151,3 @@ def test_a_manifest_that_counts_fewer_records_than_its_files_hold_is_named(tmp_p
         with data.named_bad_records():
             for _ in pipeline:
                 pass
-
-
-@pytest.mark.slow  # 7 s; the case above is its twin without a manifest
-def test_a_cut_before_another_broken_frame_is_listed_behind_a_manifest(tmp_path):
-    """Behind a manifest no file is read at start-up: val_a's cut ended its read quietly, val_b's broken frame
-    stopped the check's pass, and the read past it listed val_b's frame alone (val_a's 3 lost records unnamed)."""
-    files = _files(tmp_path / "records", manifest=True)
-    cut, broken = files["val"]
-    _cut_header(cut, 9)
-    _break_frame(broken, 3)
-    with pytest.raises(DataError, match="data check: 2 bad file"):
-        run_task(compose(_overrides(files, *CHECK), tmp_path / "run"))
-    report = json.loads((tmp_path / "run" / "data_check.json").read_text())
-    assert sorted(entry["file"] for entry in report["bad"]) == [f"{cut}: record 9", f"{broken}: record 3"]
-    assert report["num_examples"]["val"] == 9 + 3
