@@ -13,10 +13,9 @@ as `bad`.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import tensorflow as tf
@@ -54,19 +53,21 @@ def describe(entry: dict) -> str:
     return f"{entry['file']}: {entry['reason']}"
 
 
-def _hashes(dataset: tf.data.Dataset) -> tuple[list[str], list[int], Counter]:
-    """(sha256 of each image's pixels, its label, image shapes) in pipeline order."""
+def _hashes(batches: Iterable[tuple]) -> tuple[list[bytes], list[int], Counter]:
+    """(fingerprint of each image's pixels, its label, image shapes) in pipeline order. A fingerprint is
+    `tf.fingerprint`'s 64-bit FarmHash, stable across platforms and TF versions: two different images share one
+    with odds of about n^2 / 2^65 (4e-8 for ImageNet's 1.28M). sha256 in Python took a third of the converter's
+    check of 3,000 photos."""
     hashes, labels, shapes = [], [], Counter()
-    for images, batch_labels in dataset:
-        for image in images.numpy():
-            hashes.append(hashlib.sha256(np.ascontiguousarray(image).tobytes()).hexdigest())
-            shapes["x".join(map(str, image.shape))] += 1
-        labels += batch_labels.numpy().tolist()
+    for images, batch_labels in batches:
+        hashes += [row.tobytes() for row in tf.fingerprint(images).numpy()]
+        shapes["x".join(map(str, images.shape[1:]))] += len(images)
+        labels += np.asarray(batch_labels).tolist()
     return hashes, labels, shapes
 
 
 def check_splits(
-    datasets: dict[str, tf.data.Dataset],
+    datasets: dict[str, Iterable[tuple]],
     class_names: list[str],
     name_of: Callable[[str, int], str],
     bad: list[dict] | None = None,
@@ -87,7 +88,7 @@ def check_splits(
         groups of names, leakage as {"splits": [a, b], "examples": [name in a, name in b]} entries, the
         image sizes summarised (`summarise_sizes`).
     """
-    seen: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    seen: dict[bytes, list[tuple[str, int]]] = defaultdict(list)
     report = {"bad": list(bad or []), "num_examples": {}, "per_class": {}, "duplicates": {}, "leakage": []}
     shapes = Counter()
     for split, dataset in datasets.items():
