@@ -166,7 +166,7 @@ def tfds_pipeline(folder: Path, quick: bool) -> list[Row]:
 
 def _converted(folder: Path, count: int) -> Path:
     """`python -m trainer.convert` of a class-per-folder tree of `count` JPEGs, stored as JPEG at `RECORD_SIZE`."""
-    from trainer.data.folder_to_records import main
+    from trainer.convert import main
 
     output = folder / f"records_{count}"
     if output.exists():

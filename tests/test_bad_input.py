@@ -20,9 +20,9 @@ from test_cats_dogs import _classic_records
 
 from conftest import CONF, TINY_MODEL, cifar_overrides, compose, pattern_records, run_cli, tiny_overrides, write_cifar
 from trainer.cli.overrides import check_composes
+from trainer.convert import main as convert_main
 from trainer.data import tfrecords
 from trainer.data.folder_to_records import ConvertOptions, convert
-from trainer.data.folder_to_records import main as convert_main
 from trainer.errors import UserError
 from trainer.tasks import run_task
 

@@ -14,9 +14,10 @@ from PIL import Image
 
 from conftest import ROOT, SUBPROCESS_ENV, TINY_MODEL, check_run_metrics, compose, tfrecord_parts
 from trainer.config import to_settings
+from trainer.convert import main
 from trainer.data import pipeline, predict_inputs, tfrecords
 from trainer.data.decode import decode_image
-from trainer.data.folder_to_records import ConvertOptions, convert, main
+from trainer.data.folder_to_records import ConvertOptions, convert
 from trainer.data.images import reason_for
 from trainer.data.preprocess import Preprocess
 from trainer.errors import DataError

@@ -14,8 +14,9 @@ import tensorflow as tf
 from PIL import Image
 from test_cats_dogs import SIZE, make_pets
 
+from trainer.convert import main
 from trainer.data import predict_inputs, record_writer, tfrecords
-from trainer.data.folder_to_records import ConvertOptions, convert, main
+from trainer.data.folder_to_records import ConvertOptions, convert
 from trainer.errors import UserError
 
 OPTIONS = ConvertOptions(image_size=SIZE, records_per_shard=5, workers=1)
