@@ -17,8 +17,9 @@ from PIL import Image, ImageOps
 from conftest import ROOT, SUBPROCESS_ENV, compose, csv_rows
 from trainer.config.store import to_settings
 from trainer.data import predict_inputs, tfrecords
-from trainer.data.decode import decode_image, decode_rgb, exif_orientation
+from trainer.data.decode import decode_image, decode_rgb
 from trainer.data.folder_to_records import ConvertOptions, convert
+from trainer.data.headers import exif_orientation
 from trainer.data.images import decode_files
 from trainer.data.preprocess import Preprocess
 from trainer.runs.checkpoints import ModelInfo
@@ -234,7 +235,7 @@ def test_an_animated_gif_decodes_its_first_frame_only_under_a_memory_limit():
 def test_a_webps_size_is_read_from_its_header_in_each_of_its_three_forms(options):
     """Lossy, lossless and extended WebP keep width and height in different bit fields; without them a WebP
     decompression bomb would reach the decoder that `export.max_pixels` guards."""
-    from trainer.data.decode import image_format, image_size
+    from trainer.data.headers import image_format, image_size
 
     for width, height in [(1, 1), (30, 40), (300, 17), (16383, 2)]:
         buffer = io.BytesIO()

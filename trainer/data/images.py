@@ -25,7 +25,8 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from trainer.data.decode import MAX_PIXELS, decode_image, image_format, image_size
+from trainer.data.decode import MAX_PIXELS, decode_image
+from trainer.data.headers import image_format, image_size
 from trainer.errors import one_line
 
 AUTOTUNE = tf.data.AUTOTUNE

@@ -16,7 +16,8 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
-from trainer.data.decode import MAX_PIXELS, decode_images, image_format
+from trainer.data.decode import MAX_PIXELS, decode_images
+from trainer.data.headers import image_format
 from trainer.data.preprocess import Preprocess, prepare_images
 from trainer.runs.checkpoints import ModelInfo
 
