@@ -17,7 +17,7 @@ from PIL import Image
 from conftest import compose, run_cli
 from trainer import quiet
 from trainer.config.store import to_settings
-from trainer.data.check import summarise_sizes
+from trainer.data.check import check_splits, summarise_sizes
 from trainer.data.parts import Splits, two_classes
 from trainer.data.shares import Records
 from trainer.data.sources import Source
@@ -394,6 +394,21 @@ def test_the_data_check_summarises_image_sizes_instead_of_listing_each():
     }  # fmt: skip
     assert summarise_sizes({"4000x3001x3": 3, "32x32x3": 1})["over_12_mp"] == 3  # 12 MP is 4000x3000: above it
     assert summarise_sizes({}) == {"count": 0}
+
+
+@pytest.mark.unit
+def test_the_check_finds_equal_pixels_across_batches_and_splits_and_counts_no_size_for_an_empty_batch():
+    """Fingerprints (`tf.fingerprint`) match equal images only; a batch whose every record was bad adds nothing."""
+    images = np.arange(4 * 2 * 2 * 3, dtype=np.uint8).reshape(4, 2, 2, 3)
+    train = [(tf.constant(images[:2]), tf.constant([0, 1])), (tf.constant(images[:0]), tf.constant([], tf.int32)),
+             (tf.constant(images[[0, 2]]), tf.constant([0, 0]))]  # fmt: skip
+    test = [(tf.constant(images[[2, 3]]), tf.constant([1, 1]))]
+    report = check_splits({"train": train, "test": test}, ["a", "b"], lambda split, at: f"{split}{at}")
+    assert report["duplicates"] == {"train": [["train0", "train2"]]}
+    assert report["leakage"] == [{"splits": ["train", "test"], "examples": ["train3", "test0"]}]
+    assert report["num_examples"] == {"train": 4, "test": 2}
+    assert report["image_sizes"] == {"count": 6, "min": "2x2", "median": "2x2", "max": "2x2", "over_12_mp": 0}
+    assert check_splits({"val": train[1:2]}, ["a"], str)["image_sizes"] == {"count": 0}
 
 
 @pytest.mark.unit

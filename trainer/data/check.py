@@ -60,6 +60,8 @@ def _hashes(batches: Iterable[tuple]) -> tuple[list[bytes], list[int], Counter]:
     check of 3,000 photos."""
     hashes, labels, shapes = [], [], Counter()
     for images, batch_labels in batches:
+        if not len(images):  # every record of the batch was bad (inspect's `_good`): no image, no size
+            continue
         hashes += [row.tobytes() for row in tf.fingerprint(images).numpy()]
         shapes["x".join(map(str, images.shape[1:]))] += len(images)
         labels += np.asarray(batch_labels).tolist()

@@ -3,8 +3,9 @@ size, its EXIF orientation, and where a GIF's first frame ends (`trainer.data.de
 
     python run.py mode=inspect inspect.check=true dataset=folder dataset.data_dir=photos/   # sizes, unreadable files
 
-A header that cannot be read is never an error here: it gives -1, zeros or orientation 1, and the decode or
-its checks refuse the image with the reason.
+A header that cannot be read gives -1, zeros or orientation 1, and the decode or its checks refuse the image
+with the reason; only `image_size` of a corrupt JPEG raises (`extract_jpeg_shape`), so its callers read it in a
+`tf.data` map with `ignore_errors`.
 """
 
 from __future__ import annotations

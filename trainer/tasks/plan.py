@@ -5,7 +5,7 @@ checks and log lines of the options that change what a step does.
     python run.py experiment=cats_dogs_finetune    # two: the head on a frozen base, then fine-tuning
     python run.py trainer.grad_accum_steps=4 optimizer.ema_momentum=0.999    # each logged, checked against the run
 
-`trainer.tasks.train` makes the `Plan` and holds the `Folder`; `trainer.tasks.phases` fits
+`trainer.tasks.train` makes the `Plan`, `trainer.tasks.holding` holds the `Folder`; `trainer.tasks.phases` fits
 each `Phase` of them.
 """
 
