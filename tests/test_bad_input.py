@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from hydra.errors import ConfigCompositionException
+from PIL import Image
 from test_cats_dogs import _classic_records
 
 from conftest import CONF, TINY_MODEL, cifar_overrides, compose, pattern_records, run_cli, tiny_overrides, write_cifar
@@ -312,14 +313,14 @@ def test_training_entry_points_fail_with_one_clear_line(world, tmp_path, name):
 def test_converter_skips_bad_images_and_rejects_bad_folders(tmp_path):
     folder = tmp_path / "in" / "cat"
     folder.mkdir(parents=True)
-    from PIL import Image
-
+    (tmp_path / "in" / "dog").mkdir()
     Image.fromarray(np.zeros((10, 10, 3), np.uint8)).save(folder / "ok.png")
+    Image.fromarray(np.ones((10, 10, 3), np.uint8)).save(tmp_path / "in" / "dog" / "ok.png")
     (folder / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0" + bytes(50))
     (folder / "readme.txt").write_text("not an image")
     manifest = convert(tmp_path / "in", tmp_path / "out", ConvertOptions(image_size=8, workers=1))
     assert {entry["file"] for entry in manifest["skipped"]} == {"cat/broken.jpg", "cat/readme.txt"}
-    assert manifest["splits"]["train"]["count"] == 1
+    assert manifest["splits"]["train"]["count"] == 2
     (tmp_path / "file").write_text("x")
     with pytest.raises(UserError, match="OUTPUT_DIR .* cannot create it"):
         convert(tmp_path / "in", tmp_path / "file" / "out", ConvertOptions(image_size=8, workers=1))
@@ -479,6 +480,61 @@ def test_tensorflows_function_node_prefix_and_escaped_quotes_leave_the_line(tmp_
 def test_converter_command_line_errors_are_one_line(tmp_path, capsys):
     assert convert_main([str(tmp_path / "missing"), str(tmp_path / "o")]) == 1
     assert capsys.readouterr().err.strip().splitlines() == [f"error: INPUT_DIR {tmp_path / 'missing'}: no such folder"]
+    odd = tmp_path / "odd\nerror: forged"
+    assert convert_main([str(odd), str(tmp_path / "o")]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: INPUT_DIR {tmp_path}/odd error: forged: no such folder"
+    ]
+
+
+@pytest.mark.parametrize(
+    "arguments, refusal",
+    [
+        (["--workers", "-3"], "argument --workers: must be an integer >= 0; got -3"),
+        (["--jpeg-quality", "500"], "argument --jpeg-quality: must be an integer [1, 101); got 500"),
+        (["--val-fraction", "abc"], "argument --val-fraction: must be a number [0, 1); got abc"),
+        (["--image-size", "0"], "argument --image-size: must be an integer >= 1; got 0"),
+    ],
+    ids=["negative_workers", "jpeg_quality", "fraction_not_a_number", "image_size_zero"],
+)
+def test_converter_arguments_out_of_range_are_refused_by_argparse_before_tensorflow(
+    tmp_path, capsys, arguments, refusal
+):
+    with pytest.raises(SystemExit) as exit:
+        convert_main([str(tmp_path), str(tmp_path / "o"), *arguments])
+    assert exit.value.code == 2 and capsys.readouterr().err.strip().splitlines()[-1].endswith(refusal)
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(
+    "classes, refusal",
+    [
+        ("Cat", "--classes Cat: one class; a classifier needs two"),
+        ("../in/Cat,Dog", "--classes ../in/Cat: a class is the name of a subfolder of"),
+        ("{inside}/Cat,Dog", "--classes {inside}/Cat: a class is the name of a subfolder of"),
+        ("..,Dog", "--classes ..: a class is the name of a subfolder of"),
+    ],
+    ids=["one_class", "relative_path", "absolute_path", "parent"],
+)
+def test_converter_classes_that_are_paths_or_one_class_are_one_line(tmp_path, capsys, classes, refusal):
+    inside = tmp_path / "in"
+    for name in ("Cat", "Dog"):
+        (inside / name).mkdir(parents=True)
+        Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(inside / name / "a.png")
+    classes, refusal = classes.format(inside=inside), refusal.format(inside=inside)
+    assert convert_main([str(inside), str(tmp_path / "o"), "--classes", classes, "--image-size", "8"]) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {refusal}"), lines
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_converter_image_size_over_the_pixel_limit_is_one_line_before_any_file_is_read(tmp_path, capsys):
+    (tmp_path / "flat").mkdir()
+    assert convert_main([str(tmp_path / "flat"), str(tmp_path / "o"), "--image-size", "100000"]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: --image-size 100000: 100000x100000 is over the 89,478,485-pixel limit of one image (a decompression "
+        "bomb's)"
+    ]
 
 
 def test_help_describes_the_modes_the_groups_and_the_keys(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import struct
 import zlib
 from pathlib import Path
@@ -97,9 +98,12 @@ def test_a_class_named_twice_is_one_line_and_folders_left_out_are_named(tmp_path
     assert main([str(tmp_path / "in"), str(tmp_path / "twice"), "--classes", "Cat,Cat"]) == 1
     assert "--classes Cat,Cat: Cat given twice; name each class once" in capsys.readouterr().err
     assert not (tmp_path / "twice").exists()
+    assert main([str(tmp_path / "in"), str(tmp_path / "cats"), "--classes", "Cat"]) == 1
+    assert "--classes Cat: one class; a classifier needs two" in capsys.readouterr().err
+    shutil.copytree(tmp_path / "in" / "Cat", tmp_path / "in" / "Lynx")
     with caplog.at_level("WARNING"):
-        assert main([str(tmp_path / "in"), str(tmp_path / "cats"), "--classes", "Cat"]) == 0
-    assert "--classes Cat leaves out the folders Dog of" in caplog.text
+        assert main([str(tmp_path / "in"), str(tmp_path / "pets"), "--classes", "Dog,Cat"]) == 0
+    assert "--classes Dog,Cat leaves out the folders Lynx of" in caplog.text
 
 
 def _png_header_only(path: Path, width: int, height: int) -> None:
@@ -162,17 +166,38 @@ def test_compressed_shards_are_detected_and_read(tmp_path, compression):
 
 @pytest.mark.slow
 @pytest.mark.integration
-def test_the_converter_checks_what_it_wrote_for_duplicates_and_leakage(tmp_path, caplog):
+def test_the_converter_checks_what_it_wrote_for_duplicates_leakage_and_two_labels(tmp_path, caplog):
     folder = tmp_path / "in"
     make_pets(folder, per_class=8)
     for index in range(8):  # every cat twice: whatever the split, some copy lands in another split or beside itself
         (folder / "Cat" / f"copy{index}.png").write_bytes((folder / "Cat" / f"{index}.png").read_bytes())
+    (folder / "Cat" / "dog0.png").write_bytes((folder / "Dog" / "0.png").read_bytes())  # a dog filed as a cat
     manifest = convert(folder, tmp_path / "out", ConvertOptions(image_size=SIZE, val_fraction=0.25, workers=1))
     report = json.loads((tmp_path / "out" / "data_check.json").read_text())
     pairs = [sorted(entry["examples"]) for entry in report["leakage"]] + [
         sorted(group) for groups in report["duplicates"].values() for group in groups
     ]
-    assert sorted(pairs) == sorted([f"Cat/{index}.png", f"Cat/copy{index}.png"] for index in range(8))
-    assert manifest["check"]["duplicates"] + manifest["check"]["leakage"] == 8
+    expected = [[f"Cat/{index}.png", f"Cat/copy{index}.png"] for index in range(8)] + [["Cat/dog0.png", "Dog/0.png"]]
+    assert sorted(pairs) == sorted(expected)
+    assert manifest["check"]["duplicates"] + manifest["check"]["leakage"] == 9
+    [conflict] = report["conflicts"]
+    named = sorted(zip(conflict["examples"], conflict["labels"], strict=True))
+    assert named == [("Cat/dog0.png", "Cat"), ("Dog/0.png", "Dog")]
+    assert manifest["check"]["conflicts"] == 1 and "1 of them under two labels" in caplog.text
     assert "The same image is written" in caplog.text
     assert report["per_class"]["train"]["Dog"] == 6
+
+
+@pytest.mark.integration
+def test_the_converter_lists_a_folder_as_dataset_folder_does_and_escapes_control_characters(tmp_path, caplog):
+    """A symlinked folder inside a class is followed (as `dataset=folder` follows it), and a file name holding a
+    newline is one escaped name in the log and the manifest, never a forged line."""
+    make_pets(tmp_path / "in", per_class=3)
+    make_pets(tmp_path / "more", per_class=2)
+    (tmp_path / "in" / "Cat" / "linked").symlink_to(tmp_path / "more" / "Cat", target_is_directory=True)
+    (tmp_path / "in" / "Dog" / "evil\nerror: forged.jpg").write_bytes(b"\xff\xd8\xff" + bytes(20))
+    with caplog.at_level("WARNING"):
+        manifest = convert(tmp_path / "in", tmp_path / "out", OPTIONS)
+    assert manifest["splits"]["train"]["per_class"] == {"Cat": 5, "Dog": 3}
+    assert [entry["file"] for entry in manifest["skipped"]] == ["Dog/evil\\nerror: forged.jpg"]
+    assert not [line for line in caplog.text.splitlines() if line.startswith("error:")]

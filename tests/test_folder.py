@@ -364,12 +364,13 @@ def test_a_dataset_part_defined_here_trains_by_target(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.integration
-def test_the_data_check_names_bad_files_duplicates_and_leakage(tmp_path):
+def test_the_data_check_names_bad_files_duplicates_leakage_and_label_conflicts(tmp_path):
     root = make_folder(tmp_path / "photos", "splits", per_class=3)
     leaked = root / "test" / "dog" / "copy_of_train.png"
     leaked.write_bytes((root / "train" / "dog" / "0.png").read_bytes())
     (root / "train" / "cat" / "twice.png").write_bytes((root / "train" / "cat" / "2.png").read_bytes())
     (root / "val" / "cat" / "Thumbs.db").write_bytes(b"\x00" * 40)
+    (root / "val" / "dog" / "filed_as_dog.png").write_bytes((root / "val" / "cat" / "2.png").read_bytes())
     typed = ["mode=inspect", "inspect.check=true", "dataset=folder", f"dataset.data_dir={root}"]
     typed.append("dataset.image_size=32")
     result = run_cli([*typed, f"hydra.run.dir={tmp_path / 'check'}"], cwd=tmp_path)
@@ -377,10 +378,15 @@ def test_the_data_check_names_bad_files_duplicates_and_leakage(tmp_path):
     line = result.stderr.strip().splitlines()[-1]
     assert line.startswith("error: data check: 1 bad file(s) or record(s), e.g. val/cat/Thumbs.db: not a JPEG")
     assert "test/dog/copy_of_train.png (test) is train/dog/0.png (train)" in line
+    assert "1 image(s) under two labels, e.g. val/cat/2.png (cat) is val/dog/filed_as_dog.png (dog)" in line
     report = json.loads((tmp_path / "check" / "data_check.json").read_text())
-    assert report["duplicates"] == {"train": [["train/cat/2.png", "train/cat/twice.png"]]}
+    pair = ["val/cat/2.png", "val/dog/filed_as_dog.png"]
+    assert report["duplicates"] == {"train": [["train/cat/2.png", "train/cat/twice.png"]], "val": [pair]}
     assert report["per_class"]["test"] == {"cat": 3, "dog": 4} and report["num_examples"]["train"] == 7
-    assert report["image_sizes"]["count"] == 7 + 6 + 7, "every file that decodes, by its stored size"
+    assert report["conflicts"] == [
+        {"examples": ["val/cat/2.png", "val/dog/filed_as_dog.png"], "labels": ["cat", "dog"]}
+    ]
+    assert report["image_sizes"]["count"] == 7 + 7 + 7, "every file that decodes, by its stored size"
     accepted = run_cli([*typed, "inspect.allow=[duplicates,bad]", f"hydra.run.dir={tmp_path / 'ok'}"], cwd=tmp_path)
     assert accepted.returncode == 0, accepted.stderr[-2000:]
 
@@ -407,6 +413,7 @@ def test_the_check_finds_equal_pixels_across_batches_and_splits_and_counts_no_si
     assert report["duplicates"] == {"train": [["train0", "train2"]]}
     assert report["leakage"] == [{"splits": ["train", "test"], "examples": ["train3", "test0"]}]
     assert report["num_examples"] == {"train": 4, "test": 2}
+    assert report["conflicts"] == [{"examples": ["train3", "test0"], "labels": ["a", "b"]}]  # image 2: a, then b
     assert report["image_sizes"] == {"count": 6, "min": "2x2", "median": "2x2", "max": "2x2", "over_12_mp": 0}
     assert check_splits({"val": train[1:2]}, ["a"], str)["image_sizes"] == {"count": 0}
 

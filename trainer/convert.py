@@ -1,9 +1,9 @@
-"""`python -m trainer.convert INPUT_DIR OUTPUT_DIR [options]`: the converter's command line
-(`trainer.data.folder_to_records` converts).
+"""Image folders to sharded TFRecords: `python -m trainer.convert INPUT_DIR OUTPUT_DIR [options]`.
 
     python -m trainer.convert PetImages/ records/ --format jpeg --val-fraction 0.1 --test-fraction 0.1
 
-TensorFlow (the one decode) is imported quietly first, unless `--tf-logs` asks for its start-up lines.
+The command line; `trainer.data.folder_to_records` converts. The arguments are read before TensorFlow is
+imported (quietly, unless `--tf-logs` asks for its start-up lines): `--help` and a bad argument answer at once.
 """
 
 from __future__ import annotations
@@ -11,30 +11,31 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from trainer import quiet
-
-if __name__ == "__main__":  # before TensorFlow's first import, which the imports below make
-    quiet.configure("--tf-logs" in sys.argv[1:])
-    quiet.import_tensorflow()
-
-from trainer.data import decode, folder_to_records, record_writer  # noqa: E402
-from trainer.errors import UserError  # noqa: E402
+from trainer.data.formats.base import ResizeMode
+from trainer.data.record_writer import COMPRESSIONS
+from trainer.errors import UserError, one_line
 
 
-def _fraction(text: str) -> float:
-    value = float(text)
-    if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1); got {text}")
+def _number(kind: Callable[[str], float], low: float, high: float | None, text: str) -> float:
+    """`text` as a `kind` in [low, high) (no upper end when `high` is None), or argparse's one-line refusal."""
+    try:
+        value = kind(text)
+    except ValueError:
+        value = None
+    if value is None or value < low or (high is not None and value >= high):
+        where = f"[{low}, {high})" if high is not None else f">= {low}"
+        raise argparse.ArgumentTypeError(f"must be {'an integer' if kind is int else 'a number'} {where}; got {text}")
     return value
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1; got {text}")
-    return value
+def _ranged(kind: Callable[[str], float], low: float, high: float | None = None) -> Callable[[str], float]:
+    parse = lambda text: _number(kind, low, high, text)  # noqa: E731
+    parse.__name__ = kind.__name__  # argparse names the type in some refusals
+    return parse
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -49,13 +50,12 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line; `--help` lists every option with its default."""
     parser = argparse.ArgumentParser(
-        prog="python -m trainer.convert",
-        description=folder_to_records.__doc__.split("\n\n")[0],
-        formatter_class=_HelpFormatter,
+        prog="python -m trainer.convert", description=__doc__.split("\n\n")[0], formatter_class=_HelpFormatter
     )
+    positive, fraction = _ranged(int, 1), _ranged(float, 0, 1)
     parser.add_argument("input_dir", type=Path, help="folder with one subfolder per class, or unlabeled images")
     parser.add_argument("output_dir", type=Path, help="where the shards and manifest.json go (new or empty)")
-    parser.add_argument("--image-size", type=_positive, default=224, help="side of the stored square images")
+    parser.add_argument("--image-size", type=positive, default=224, help="side of the stored square images")
     parser.add_argument(
         "--format",
         choices=("raw", "jpeg"),
@@ -64,22 +64,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--resize",
-        choices=decode.RESIZE_MODES,
+        choices=[mode.value for mode in ResizeMode],
         default="resize",
         help="resize: plain; crop: centre crop to a square first; pad: pad to a square first",
     )
-    parser.add_argument("--val-fraction", type=_fraction, default=0.0, help="share of each class for val")
-    parser.add_argument("--test-fraction", type=_fraction, default=0.0, help="share of each class for test")
-    parser.add_argument("--records-per-shard", type=_positive, default=1000, help="records in each shard file")
-    parser.add_argument("--workers", type=int, default=0, help="images decoded at once (tf.data); 0 means one per core")
+    parser.add_argument("--val-fraction", type=fraction, default=0.0, help="share of each class for val")
+    parser.add_argument("--test-fraction", type=fraction, default=0.0, help="share of each class for test")
+    parser.add_argument("--records-per-shard", type=positive, default=1000, help="records in each shard file")
+    parser.add_argument(
+        "--workers", type=_ranged(int, 0), default=0, help="images decoded at once (tf.data); 0 means one per core"
+    )
     parser.add_argument(
         "--compression",
-        choices=record_writer.COMPRESSIONS,
+        choices=COMPRESSIONS,
         default="none",
         help="compress each shard (dataset.compression=auto reads any of them)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seeds the split and the shuffle")
-    parser.add_argument("--jpeg-quality", type=int, default=95, help="JPEG quality for --format jpeg")
+    parser.add_argument(
+        "--jpeg-quality", type=_ranged(int, 1, 101), default=95, help="JPEG quality (1-100) for --format jpeg"
+    )
     parser.add_argument(
         "--classes",
         default="",
@@ -93,10 +97,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The command: 0 when the folder is converted, 1 with one line on stderr when the input is refused."""
+    """The command: 0 when the folder is converted, 1 with one line on stderr when the input is refused (2 for
+    a bad argument, as argparse does)."""
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
     args = parse_args(argv)
     quiet.configure(args.tf_logs)
+    quiet.import_tensorflow()
+    from trainer.data import folder_to_records  # TensorFlow's first import, after quiet's settings
+
     options = folder_to_records.ConvertOptions(
         image_size=args.image_size,
         format=args.format,
@@ -113,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         folder_to_records.convert(args.input_dir, args.output_dir, options)
     except UserError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {one_line(error)}", file=sys.stderr)
         return 1
     return 0
 

@@ -270,7 +270,7 @@ class InspectConfig:
     num_images: int = 64  # tiles on the contact sheet
     augmented: bool = False  # show the training augmentation (train split)
     check: bool = False  # decode every example of every split: bad files, class counts, duplicates, leakage
-    allow: list[str] = field(default_factory=list)  # check: accept knowingly: duplicates (and leakage) | bad
+    allow: list[str] = field(default_factory=list)  # check: accept knowingly: duplicates (leakage, two labels) | bad
 
     def __post_init__(self) -> None:
         require(self.num_images >= 1, "inspect.num_images", ">= 1", self.num_images)

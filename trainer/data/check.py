@@ -86,12 +86,14 @@ def check_splits(
         sizes: Stored image sizes ("HxW" -> count), where the part knows them.
 
     Returns:
-        {"bad", "per_class", "image_sizes", "duplicates", "leakage", "num_examples"}: duplicates per split as
-        groups of names, leakage as {"splits": [a, b], "examples": [name in a, name in b]} entries, the
-        image sizes summarised (`summarise_sizes`).
+        {"bad", "per_class", "image_sizes", "duplicates", "leakage", "conflicts", "num_examples"}: duplicates per
+        split as groups of names, leakage as {"splits": [a, b], "examples": [name in a, name in b]} entries,
+        conflicts as {"examples": [names], "labels": [their class names]} for each image held under two labels or
+        more (in any splits), the image sizes ("HxW", height first) summarised (`summarise_sizes`).
     """
-    seen: dict[bytes, list[tuple[str, int]]] = defaultdict(list)
+    seen: dict[bytes, list[tuple[str, int, int]]] = defaultdict(list)
     report = {"bad": list(bad or []), "num_examples": {}, "per_class": {}, "duplicates": {}, "leakage": []}
+    report["conflicts"] = []
     shapes = Counter()
     for split, dataset in datasets.items():
         hashes, labels, split_shapes = _hashes(dataset)
@@ -99,11 +101,13 @@ def check_splits(
         counts = Counter(labels)
         report["num_examples"][split] = len(hashes)
         report["per_class"][split] = {name: counts.get(index, 0) for index, name in enumerate(class_names)}
-        for position, digest in enumerate(hashes):
-            seen[digest].append((split, position))
+        for position, (digest, label) in enumerate(zip(hashes, labels, strict=True)):
+            seen[digest].append((split, position, label))
     for places in seen.values():
+        if len({label for _, _, label in places}) > 1:
+            report["conflicts"].append(_conflict(places, class_names, name_of))
         by_split = defaultdict(list)
-        for split, position in places:
+        for split, position, _ in places:
             by_split[split].append(name_of(split, position))
         for split, names in by_split.items():
             if len(names) > 1:
@@ -115,6 +119,15 @@ def check_splits(
                 report["leakage"].append({"splits": [first, other], "examples": examples})
     report["image_sizes"] = summarise_sizes(sizes or shapes)
     return report
+
+
+def _conflict(places: list[tuple[str, int, int]], class_names: list[str], name_of: Callable) -> dict:
+    """One image held under several labels: {"examples": [its names], "labels": [the class of each]}."""
+    named = lambda label: class_names[label] if 0 <= label < len(class_names) else str(label)  # noqa: E731
+    return {
+        "examples": [name_of(split, position) for split, position, _ in places],
+        "labels": [named(label) for _, _, label in places],
+    }
 
 
 def summarise_sizes(sizes: dict[str, int]) -> dict:
@@ -139,10 +152,17 @@ def summarise_sizes(sizes: dict[str, int]) -> dict:
 
 
 def problems(report: dict, allow: list[str]) -> list[str]:
-    """What makes the check fail: bad files or records, and leakage or duplicates unless `allow` names them."""
+    """What makes the check fail: bad files or records unless `allow` names `bad`; an image in two splits
+    (leakage) or under two labels unless it names `duplicates`. Duplicates within a split only are reported."""
     found = []
     if report["bad"] and "bad" not in allow:
         found.append(f"{len(report['bad'])} bad file(s) or record(s), e.g. {describe(report['bad'][0])}")
+    if report["conflicts"] and "duplicates" not in allow:
+        first = report["conflicts"][0]
+        found.append(
+            f"{len(report['conflicts'])} image(s) under two labels, e.g. {first['examples'][0]} "
+            f"({first['labels'][0]}) is {first['examples'][1]} ({first['labels'][1]})"
+        )
     if report["leakage"] and "duplicates" not in allow:
         first = report["leakage"][0]
         found.append(

@@ -35,10 +35,11 @@ from tqdm import tqdm
 
 from trainer.data import pipeline, record_writer, tfrecords
 from trainer.data.check import check_splits
-from trainer.data.decode import DECODE
+from trainer.data.decode import DECODE, MAX_PIXELS
 from trainer.data.decoders import TFRecordDecoder
-from trainer.data.folder import stratified_split
+from trainer.data.folder import stratified_split, walk_files
 from trainer.data.images import Decoded, decode_files, special_file_reason
+from trainer.data.parts import two_classes
 from trainer.data.preprocess import Preprocess
 from trainer.data.shares import Records
 from trainer.data.sources import Source, TFRecordReader
@@ -48,6 +49,7 @@ log = logging.getLogger("trainer.convert")
 SPLITS = ("train", "val", "test")
 MANIFEST = "manifest.json"
 STAGING = ".staging"  # shards being written; moved into OUTPUT_DIR when every one is done
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 OWN_FILE = re.compile(r"(train|val|test)\.tfrecords_\d{3,}|manifest\.json|data_check\.json|\..*\.tmp|\.staging")
 
 
@@ -67,16 +69,17 @@ class ConvertOptions:
 
 
 def display_name(path: Path, root: Path) -> str:
-    """A relative path as text for logs and the manifest; bytes that are not UTF-8 become backslash escapes."""
-    return os.fsencode(path.relative_to(root)).decode("utf-8", errors="backslashreplace")
+    """A relative path as text for logs and the manifest; bytes that are not UTF-8, and control characters (a
+    newline in a name would forge a log line), become backslash escapes."""
+    text = os.fsencode(path.relative_to(root)).decode("utf-8", errors="backslashreplace")
+    return CONTROL.sub(lambda found: found.group().encode("unicode_escape").decode(), text)
 
 
 def _walk(folder: Path, root: Path, skipped: list[dict]) -> list[Path]:
-    """Regular files below `folder`, sorted; everything else goes to `skipped` with its reason."""
+    """Regular files below `folder` (through symlinked folders, as `dataset=folder` lists them), sorted; everything
+    else goes to `skipped` with its reason."""
     files = []
-    for path in sorted(folder.rglob("*")):
-        if path.is_dir():
-            continue
+    for path in walk_files(folder):
         reason = special_file_reason(path)
         if reason is None:
             files.append(path)
@@ -91,7 +94,7 @@ def scan(input_dir: Path, classes: tuple[str, ...]) -> tuple[list[str] | None, l
     In a labeled input, files beside the class folders, broken symlinks and FIFOs are skipped (and listed).
 
     Raises:
-        UserError: the folder is missing, or a requested class has no folder.
+        UserError: the folder is missing, holds one class, or a requested class is a path or has no folder.
     """
     if not input_dir.is_dir():
         raise UserError(f"INPUT_DIR {input_dir}: no such folder")
@@ -100,6 +103,13 @@ def scan(input_dir: Path, classes: tuple[str, ...]) -> tuple[list[str] | None, l
     if not folders:
         return None, [(path, None) for path in _walk(input_dir, input_dir, skipped)], skipped
     names = list(classes) or folders
+    paths = [name for name in names if name in (".", "..") or "/" in name or os.sep in name]
+    if paths:
+        raise UserError(f"--classes {','.join(paths)}: a class is the name of a subfolder of {input_dir}, not a path")
+    two_classes(
+        names,
+        lambda one: f"--classes {one}: one class" if classes else f"INPUT_DIR {input_dir}: one class folder ({one}/)",
+    )
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:
         raise UserError(f"--classes {','.join(classes)}: {', '.join(repeated)} given twice; name each class once")
@@ -244,8 +254,13 @@ def convert(input_dir: Path, output_dir: Path, options: ConvertOptions) -> dict:
     """Converts a folder and writes the shards and manifest.json; returns the manifest.
 
     Raises:
-        UserError: bad input or output folder, or no readable image at all.
+        UserError: bad input or output folder, an image size over `MAX_PIXELS`, or no readable image at all.
     """
+    if options.image_size**2 > MAX_PIXELS:
+        raise UserError(
+            f"--image-size {options.image_size}: {options.image_size}x{options.image_size} is over the "
+            f"{MAX_PIXELS:,}-pixel limit of one image (a decompression bomb's)"
+        )
     class_names, items, skipped = scan(input_dir, options.classes)
     for entry in skipped:
         log.warning("Skipped %s: %s", entry["file"], entry["reason"])
@@ -340,15 +355,17 @@ def check_written(output_dir: Path, manifest: dict, written: dict[str, list[str]
             datasets[split] = pipeline.eval_dataset(source, decoder, Preprocess(options.image_size), 256)
     report = check_splits(datasets, names, lambda split, position: written[split][position])
     (output_dir / "data_check.json").write_text(json.dumps(report, indent=2) + "\n")
-    duplicates = sum(len(groups) for groups in report["duplicates"].values())
+    duplicates, conflicts = sum(len(groups) for groups in report["duplicates"].values()), report["conflicts"]
     if duplicates or report["leakage"]:
-        groups = [entry["examples"] for entry in report["leakage"]] + sum(report["duplicates"].values(), [])
-        example = groups[0]
+        groups = [entry["examples"] for entry in conflicts + report["leakage"]] + sum(report["duplicates"].values(), [])
         log.warning(
-            "The same image is written %d time(s) within a split and %d time(s) in two splits (e.g. %s): see %s",
+            "The same image is written %d time(s) within a split and %d time(s) in two splits, %d of them under two "
+            "labels (e.g. %s): see %s",
             duplicates,
             len(report["leakage"]),
-            " and ".join(example[:2]),
+            len(conflicts),
+            " and ".join(groups[0][:2]),
             output_dir / "data_check.json",
         )
-    return {"duplicates": duplicates, "leakage": len(report["leakage"]), "report": "data_check.json"}
+    summary = {"duplicates": duplicates, "leakage": len(report["leakage"]), "conflicts": len(conflicts)}
+    return {**summary, "report": "data_check.json"}

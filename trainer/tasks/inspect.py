@@ -181,7 +181,8 @@ def _check(settings: Config, data) -> None:
     duplicates = sum(len(groups) for groups in report["duplicates"].values())
     print(
         f"data check: {sum(report['num_examples'].values())} examples decoded, {len(report['bad'])} bad, "
-        f"{duplicates} group(s) of duplicates within a split, {len(report['leakage'])} image(s) in two splits; "
+        f"{duplicates} group(s) of duplicates within a split, {len(report['leakage'])} image(s) in two splits, "
+        f"{len(report['conflicts'])} under two labels; "
         f"per class: {report['per_class']}; {run_dir / 'data_check.json'}"
     )
     found = problems(report, list(settings.inspect.allow))
