@@ -18,6 +18,7 @@ import tensorflow as tf
 from hydra.errors import ConfigCompositionException
 from PIL import Image
 from test_cats_dogs import _classic_records
+from test_config_reuse import _folder_run
 
 from conftest import CONF, TINY_MODEL, cifar_overrides, compose, pattern_records, run_cli, tiny_overrides, write_cifar
 from trainer.cli.overrides import check_composes
@@ -428,6 +429,12 @@ def test_a_typo_in_a_group_sections_key_is_one_line_naming_the_nearest(tmp_path,
     "arguments, expected",
     [
         (["trainer.epochs=one"], "trainer.epochs must be an integer; got 'one'"),  # Hydra: a 6-line merge error
+        (  # bash expands ~ after NAME= only: the docs' `dataset.data_dir=~/...` reached Hydra as it was typed
+            ["dataset=tfds", "dataset.data_dir=~/tensorflow_datasets"],
+            "dataset.data_dir=~/tensorflow_datasets: the shell leaves ~ as it is after a dotted key, and Hydra cannot "
+            "read it; write dataset.data_dir=$HOME/tensorflow_datasets",
+        ),
+        (["optimizer.lr=interval(0,"], "optimizer.lr=interval(0,: Hydra cannot read this override (no viable alte"),
         (["optimizer=adamm"], "optimizer must be one of adam, adamw, sgd; got 'adamm'"),  # Hydra: 10 lines
         (["+experiment=nope"], "experiment must be one of cats_dogs_finetune, cifar_vgg19,"),
         (["dataset=folder", "dataset.image_size=abc"], "dataset.image_size must be an integer; got 'abc'"),
@@ -582,3 +589,12 @@ def test_a_key_whose_default_is_missing_is_a_key(tmp_path):
     from trainer.cli.arguments import check_group_keys
 
     check_group_keys(["dataset=folder", "dataset.data_dir=photos"], CONFIG_DIR)  # data_dir: ??? until given
+
+
+def test_a_command_on_a_folder_run_takes_the_folders_keys_from_the_command_line(tmp_path):
+    run = _folder_run(tmp_path)
+    result = run_cli(
+        ["mode=inspect", f"checkpoint={run}", "dataset.val_fraction=0.3", f"hydra.run.dir={tmp_path / 'i'}"]
+    )
+    assert result.returncode == 1 and "is not a key" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith(f"error: dataset.data_dir={tmp_path / 'photos'}")

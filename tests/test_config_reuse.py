@@ -113,3 +113,43 @@ def test_a_typed_value_that_does_not_resolve_is_one_line_against_a_run(tmp_path)
     typed = ["mode=evaluate", f"checkpoint={run}", "evaluate.split=${oops}"]
     with pytest.raises(ConfigError, match=r"^evaluate\.split: Interpolation key 'oops' not found$"):
         with_run_config(compose(typed, output_dir=tmp_path / "eval"), typed)
+
+
+def _folder_run(tmp_path: Path) -> Path:
+    """A run made with dataset=folder: its saved config, and the options Hydra recorded (`hydra.yaml`)."""
+    run = _save_run(tmp_path / "run", ["dataset=folder", f"dataset.data_dir={tmp_path / 'photos'}"])
+    OmegaConf.save(
+        {"hydra": {"runtime": {"choices": {"dataset": "folder", "model": "vgg19"}}}}, run / ".hydra" / "hydra.yaml"
+    )
+    return run
+
+
+def test_a_key_of_the_runs_own_dataset_is_composed_with_the_runs_option(tmp_path):
+    """`dataset.val_fraction` is a key of dataset=folder, not of the default dataset: a command on a folder run
+    composes the run's option (the helper's `mode=evaluate checkpoint=RUN dataset.val_fraction=0.3` was refused
+    as no key of the default's)."""
+    run = _folder_run(tmp_path)
+    typed = ["mode=evaluate", f"checkpoint={run}", "dataset.val_fraction=0.3"]
+    arguments = run_config.with_run_options(typed)
+    assert arguments == ["dataset=folder", *typed]
+    settings = to_settings(with_run_config(compose(arguments, output_dir=tmp_path / "eval"), arguments))
+    assert settings.dataset.data_dir == str(tmp_path / "photos") and settings.dataset.val_fraction == 0.3
+    untouched = [
+        ["mode=train", f"checkpoint={run}", "dataset.val_fraction=0.3"],
+        ["mode=evaluate", f"checkpoint={run}"],
+    ]
+    for typed in [*untouched, ["mode=evaluate", f"checkpoint={run}", "dataset=cifar", "dataset.data_dir=/c"]]:
+        assert run_config.with_run_options(typed) == typed
+
+
+def test_naming_the_runs_own_option_keeps_its_section(tmp_path):
+    """`dataset=folder` on a folder run keeps the run's dataset (its data_dir): only the keys typed under it
+    change; another option is another dataset, taken whole from the command line."""
+    run = _folder_run(tmp_path)
+    typed = ["mode=evaluate", f"checkpoint={run}", "dataset=folder", "dataset.resize_mode=crop"]
+    merged, overridden = run_config.reuse(compose(typed, output_dir=tmp_path / "eval"), run, typed)
+    settings = to_settings(merged)
+    assert settings.dataset.data_dir == str(tmp_path / "photos") and settings.dataset.resize_mode.value == "crop"
+    assert overridden == ["dataset.resize_mode"]
+    other = ["mode=evaluate", f"checkpoint={run}", "dataset=cifar", "dataset.data_dir=/c"]
+    assert isinstance(to_settings(run_config.reuse(compose(other), run, other)[0]).dataset, BinaryFiles)

@@ -97,8 +97,15 @@ def check_grammar(arguments: list[str]) -> None:
         try:
             parser.parse_overrides([argument])
         except OverrideParseException as error:
-            lines = str(error).splitlines()[1:]
-            reason = " ".join(line.strip() for line in lines if line.strip() and not line.startswith(("See ", "Set ")))
+            key, value = argument.split("=", 1)
+            if value.startswith("~"):  # bash expands ~ only after a plain NAME=, not after dataset.data_dir=
+                raise ConfigError(
+                    f"{argument}: the shell leaves ~ as it is after a dotted key, and Hydra cannot read it; "
+                    f"write {key}=$HOME{value[1:]}"
+                ) from None
+            lines = [line.strip() for line in str(error).splitlines()]
+            skipped = ("See ", "Set ", "LexerNoViableAltException")  # a link, advice, the echo and its caret line
+            reason = " ".join(line for line in lines if line.strip("^ ") and not line.startswith(skipped))
             raise ConfigError(
                 f"{argument}: Hydra cannot read this override ({reason or 'bad syntax'}); quote a text value: KEY='...'"
             ) from None

@@ -28,7 +28,7 @@ from trainer.cli.hints import missing_extra
 from trainer.cli.hydra_files import one_line_when_hydra_cannot_save
 from trainer.cli.hydra_mode import UNKNOWN, composed_once
 from trainer.cli.overrides import check_composes
-from trainer.config import register
+from trainer.config import register, reuse
 from trainer.errors import DiskError, Interrupted, UserError, one_line
 from trainer.runs.folders import (
     check_resume_argument,
@@ -110,7 +110,7 @@ def cli(arguments: list[str] | None = None, exit_hard_on_disk_error: bool = True
     Raises:
         SystemExit: bad input (its code is the one-line error), or Hydra's own exit.
     """
-    arguments = sys.argv[1:] if arguments is None else arguments
+    arguments = reuse.with_run_options(sys.argv[1:] if arguments is None else arguments)
     _process["exit_hard_on_disk_error"] = exit_hard_on_disk_error
     composed = UNKNOWN
     if not SHELL_COMPLETION.intersection(arguments):  # `-sc install=bash`: Hydra's words, no run, nothing to check

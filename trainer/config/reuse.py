@@ -47,6 +47,10 @@ INVOCATION_KEYS = (
 )
 
 
+REUSING_MODES = ("evaluate", "predict", "export", "inspect")  # modes that read `checkpoint=RUN`'s saved config
+REUSED_GROUPS = ("dataset", "model", "optimizer")  # the run's own sections (the strategy is this invocation's)
+
+
 def run_folder_of(checkpoint: str | None) -> Path | None:
     """The training run folder `checkpoint` names or lies in (`RUN` or `RUN/checkpoints/x.keras`), if it has
     a saved config; None for a bare `.keras` file."""
@@ -126,6 +130,39 @@ def _saved_choices(run_dir: Path) -> dict:
         return dict(OmegaConf.load(run_dir / ".hydra" / "hydra.yaml").hydra.runtime.choices)
     except Exception:  # no such file (a run folder made by hand), or an unreadable one: compare with nothing
         return {}
+
+
+def _same_options(overrides: Sequence[str], run_dir: Path) -> set[str]:
+    """The groups the command line sets to the option the run was made with (`dataset=folder` for a folder run):
+    the run's section stays as saved (its `data_dir` too), and only the keys typed under it change."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    choices = _saved_choices(run_dir)
+    parsed = OverridesParser.create().parse_overrides(list(overrides))
+    return {
+        item.key_or_group
+        for item in parsed
+        if item.key_or_group in REUSED_GROUPS and not item.is_delete()
+        and choices.get(item.key_or_group) == item.get_value_element_as_str()
+    }  # fmt: skip
+
+
+def with_run_options(arguments: list[str]) -> list[str]:
+    """`arguments` with the option the named run was made with of each group whose keys they set without naming
+    one: `mode=evaluate checkpoint=RUN dataset.val_fraction=0.3` composes RUN's `dataset=folder`, whose keys
+    those are, not today's default dataset, which would refuse the key as none of its own."""
+    given = dict(argument.lstrip("+~").split("=", 1) for argument in arguments if "=" in argument)
+    named = given.get("resume") or (given.get("checkpoint") if given.get("mode") in REUSING_MODES else None)
+    run_dir = run_folder_of(named) if named and "://" not in named else None
+    if run_dir is None:
+        return arguments
+    choices, keys = _saved_choices(run_dir), list(given)
+    added = [
+        f"{group}={choices[group]}"
+        for group in REUSED_GROUPS
+        if group not in given and choices.get(group) and any(key.startswith(group + ".") for key in keys)
+    ]
+    return [*added, *arguments]
 
 
 def _launch_folder(run_dir: Path) -> Path | None:
@@ -208,7 +245,8 @@ def reuse(
             no key of its own to apply: silently ignoring it would be a wrong answer.
     """
     merged = load_saved(run_dir)
-    typed_keys = override_keys(overrides)
+    same = _same_options(overrides, run_dir)
+    typed_keys = [key for key in override_keys(overrides) if key not in same]
     _check_presets(cfg, run_dir, overrides)
     for key in [*keep, *typed_keys]:
         value = OmegaConf.select(cfg, key, default=_ABSENT)  # a whole node for a group, typed as composed now

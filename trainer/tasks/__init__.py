@@ -21,7 +21,6 @@ from trainer.runs.atomic import write_atomic
 
 log = logging.getLogger(__name__)
 # Modes that read a trained run: with checkpoint=RUN they start from the run's own config.
-REUSING_MODES = ("evaluate", "predict", "export", "inspect")
 # The sections each mode reads; the others are left out of the printed tree (.hydra/config.yaml keeps them all).
 MODE_SECTIONS = {
     "train": {"dataset", "model", "optimizer", "strategy", "trainer", "objective", "finetune"},
@@ -79,7 +78,7 @@ def _with_run_config(cfg: DictConfig, overrides: Sequence[str]) -> DictConfig:
         from trainer.runs.resume import resolve_resume
 
         return bind_to_run(cfg, Path(resolve_resume(cfg.resume, cfg.output_dir)), overrides)
-    run_dir = reuse.run_folder_of(cfg.checkpoint) if cfg.mode in REUSING_MODES else None
+    run_dir = reuse.run_folder_of(cfg.checkpoint) if cfg.mode in reuse.REUSING_MODES else None
     if run_dir is None:
         return cfg
     merged, typed = reuse.reuse(cfg, run_dir, overrides)
