@@ -337,7 +337,11 @@ def test_converter_skips_bad_images_and_rejects_bad_folders(tmp_path):
         (["mode=evaluate", "checkpoint=/nonexistent/run"], "error: checkpoint=/nonexistent/run: no such file"),
         (["trainer.batch_size=0"], "error: trainer.batch_size must be >= 1; got 0"),
         (["seed=-1"], "error: seed must be in [0, 2**32); got -1"),
-        (["dataset.image_size=8"], "error: dataset.image_size must be >= 16 for VGG19's five poolings"),
+        (["dataset.image_size=8"], "error: dataset.image_size must be >= 16 for VGG19's five poolings (0 = the stored"),
+        (  # photos have no stored size to fall back on: 0 is refused, so the line does not offer it
+            ["dataset=folder", "dataset.data_dir=photos", "dataset.image_size=4"],
+            "error: dataset.image_size must be >= 16 for VGG19's five poolings (with the crop, the model would see 4",
+        ),
         (  # with steps_per_epoch too: 100000 images a batch exhausted memory after 96 s, and the kernel killed it
             ["trainer.batch_size=100000", "trainer.steps_per_epoch=6"],
             "error: trainer.batch_size=100000 is larger than the 1238 training records",

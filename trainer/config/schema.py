@@ -34,7 +34,7 @@ from trainer.config.fields import (
     WandbMode,
 )
 from trainer.config.groups import ModelConfig, OptimizerConfig, StrategyConfig
-from trainer.data.formats.base import DatasetConfig
+from trainer.data.formats.base import DatasetConfig, PhotoConfig
 from trainer.errors import ConfigError
 from trainer.fields import check_prune_metric, chosen, duration_seconds, require
 
@@ -352,11 +352,12 @@ class Config:
         require(0 <= self.seed < 2**32, "seed", "in [0, 2**32)", self.seed)
         smallest, why = self.model.MIN_INPUT
         if why:
+            stored = "" if isinstance(self.dataset, PhotoConfig) else "0 = the stored size; "  # photos need a size
             require(
                 self.dataset.input_size >= smallest,
                 "dataset.image_size",
-                f">= {smallest} for {why} (0 = the stored size; with the crop, "
-                f"the model would see {self.dataset.input_size} pixels)",
+                f">= {smallest} for {why} ({stored}with the crop, the model would see {self.dataset.input_size} "
+                f"pixels)",
                 self.dataset.image_size,
             )
         if self.mode in ("evaluate", "predict", "export"):
