@@ -502,8 +502,8 @@ def test_converter_command_line_errors_are_one_line(tmp_path, capsys):
     "arguments, refusal",
     [
         (["--workers", "-3"], "argument --workers: must be an integer >= 0; got -3"),
-        (["--jpeg-quality", "500"], "argument --jpeg-quality: must be an integer [1, 101); got 500"),
-        (["--val-fraction", "abc"], "argument --val-fraction: must be a number [0, 1); got abc"),
+        (["--jpeg-quality", "500"], "argument --jpeg-quality: must be an integer from 1 to 100; got 500"),
+        (["--val-fraction", "abc"], "argument --val-fraction: must be a number in [0, 1); got abc"),
         (["--image-size", "0"], "argument --image-size: must be an integer >= 1; got 0"),
     ],
     ids=["negative_workers", "jpeg_quality", "fraction_not_a_number", "image_size_zero"],

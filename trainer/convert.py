@@ -27,7 +27,7 @@ def _number(kind: Callable[[str], float], low: float, high: float | None, text: 
     except ValueError:
         value = None
     if value is None or value < low or (high is not None and value >= high):
-        where = f"[{low}, {high})" if high is not None else f">= {low}"
+        where = f">= {low}" if high is None else f"from {low} to {high - 1}" if kind is int else f"in [{low}, {high})"
         raise argparse.ArgumentTypeError(f"must be {'an integer' if kind is int else 'a number'} {where}; got {text}")
     return value
 
